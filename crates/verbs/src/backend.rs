@@ -1,0 +1,320 @@
+//! The transport backends.
+//!
+//! * [`LocalTransport`]: the node is in this process; verbs are plain memory operations
+//!   and RPCs are function calls (the standalone agent's embedded pool).
+//! * [`ShmTransport`]: the node is another process on this host; the client maps each
+//!   region file `MAP_SHARED` on first use and runs verbs on the mapping itself, so the
+//!   node's CPU never sees a READ, WRITE, CAS or FAA. RPCs go over the socket.
+//! * [`TcpTransport`]: the node executes each verb; a posted batch is one RPC.
+//!
+//! All of them pass [`crate::conformance`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use parking_lot::RwLock;
+
+use crate::error::VerbsError;
+use crate::memory::RegionMemory;
+use crate::node::NodeCore;
+use crate::rpc::{Endpoint, RpcClient, RpcOptions};
+use crate::transport::{Transport, Verb, execute, unexpected};
+use crate::wire::{Request, Response, VerbOut, WireVerb};
+use crate::{NodeId, RegionId};
+
+/// An in-process memory node.
+pub struct LocalTransport {
+    core: Arc<NodeCore>,
+    session: u64,
+}
+
+impl LocalTransport {
+    pub fn new(core: Arc<NodeCore>) -> Self {
+        let session = core.new_session();
+        Self { core, session }
+    }
+
+    pub fn core(&self) -> &Arc<NodeCore> {
+        &self.core
+    }
+}
+
+impl Drop for LocalTransport {
+    fn drop(&mut self) {
+        self.core.end_session(self.session);
+    }
+}
+
+fn run_all(
+    mut lookup: impl FnMut(RegionId) -> Result<Arc<RegionMemory>, VerbsError>,
+    verbs: &mut [Verb<'_>],
+) -> Result<(), VerbsError> {
+    let mut last: Option<Arc<RegionMemory>> = None;
+    for v in verbs.iter_mut() {
+        let mem = match &last {
+            Some(m) if m.region() == v.region() => m.clone(),
+            _ => {
+                let m = lookup(v.region())?;
+                last = Some(m.clone());
+                m
+            }
+        };
+        execute(&mem, v)?;
+    }
+    Ok(())
+}
+
+impl Transport for LocalTransport {
+    fn node(&self) -> NodeId {
+        self.core.id()
+    }
+
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        let result = run_all(|r| self.core.region(r), verbs);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        let resp = match req {
+            Request::CopyRegion { .. } => Response::Error(VerbsError::Remote(
+                "an in-process node cannot copy regions to peers".into(),
+            )),
+            other => self.core.handle(self.session, other),
+        };
+        Box::pin(std::future::ready(match resp {
+            Response::Error(e) => Err(e),
+            r => Ok(r),
+        }))
+    }
+}
+
+/// A memory node on this host whose regions this process maps.
+pub struct ShmTransport {
+    node: NodeId,
+    rpc: RpcClient,
+    maps: RwLock<HashMap<RegionId, Arc<RegionMemory>>>,
+}
+
+impl ShmTransport {
+    pub async fn connect(endpoint: Endpoint, options: RpcOptions) -> Result<Self, VerbsError> {
+        let (rpc, hello) = RpcClient::connect(endpoint, options).await?;
+        let node = match hello {
+            Response::Pong { node, .. } => node,
+            other => return Err(unexpected(&other)),
+        };
+        Ok(Self {
+            node,
+            rpc,
+            maps: RwLock::new(HashMap::new()),
+        })
+    }
+
+    async fn map(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
+        if let Some(m) = self.maps.read().get(&region) {
+            return Ok(m.clone());
+        }
+        let path = match self.rpc.call(&Request::OpenRegion { region }).await? {
+            Response::Region { path, .. } => path,
+            other => return Err(unexpected(&other)),
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| VerbsError::io(&format!("opening region file {path}"), e))?;
+        let mem = Arc::new(RegionMemory::map_file(region, &file)?);
+        tracing::debug!(region, node = self.node, path, "mapped region");
+        Ok(self.maps.write().entry(region).or_insert(mem).clone())
+    }
+}
+
+impl Transport for ShmTransport {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn backend(&self) -> &'static str {
+        "shm"
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        // Fast path: every region is mapped already, so the batch completes inline.
+        {
+            let maps = self.maps.read();
+            if verbs.iter().all(|v| maps.contains_key(&v.region())) {
+                let result = run_all(
+                    |r| maps.get(&r).cloned().ok_or(VerbsError::NoSuchRegion(r)),
+                    verbs,
+                );
+                return Box::pin(std::future::ready(result));
+            }
+        }
+        Box::pin(async move {
+            for i in 0..verbs.len() {
+                self.map(verbs[i].region()).await?;
+            }
+            let maps = self.maps.read();
+            run_all(
+                |r| maps.get(&r).cloned().ok_or(VerbsError::NoSuchRegion(r)),
+                verbs,
+            )
+        })
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        Box::pin(async move {
+            if let Request::DropRegion { region } = &req {
+                self.maps.write().remove(region);
+            }
+            self.rpc.call(&req).await
+        })
+    }
+}
+
+/// A memory node that executes verbs on the client's behalf.
+pub struct TcpTransport {
+    node: NodeId,
+    rpc: RpcClient,
+}
+
+impl TcpTransport {
+    pub async fn connect(endpoint: Endpoint, options: RpcOptions) -> Result<Self, VerbsError> {
+        let (rpc, hello) = RpcClient::connect(endpoint, options).await?;
+        let node = match hello {
+            Response::Pong { node, .. } => node,
+            other => return Err(unexpected(&other)),
+        };
+        Ok(Self { node, rpc })
+    }
+}
+
+impl Transport for TcpTransport {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn backend(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        Box::pin(async move {
+            let wire: Vec<WireVerb> = verbs
+                .iter()
+                .map(|v| match v {
+                    Verb::Read {
+                        region,
+                        offset,
+                        buf,
+                    } => WireVerb::Read {
+                        region: *region,
+                        offset: *offset,
+                        len: buf.len() as u32,
+                    },
+                    Verb::Write {
+                        region,
+                        offset,
+                        data,
+                    } => WireVerb::Write {
+                        region: *region,
+                        offset: *offset,
+                        data: Bytes::copy_from_slice(data),
+                    },
+                    Verb::Cas {
+                        region,
+                        offset,
+                        expected,
+                        new,
+                        ..
+                    } => WireVerb::Cas {
+                        region: *region,
+                        offset: *offset,
+                        expected: *expected,
+                        new: *new,
+                    },
+                    Verb::Faa {
+                        region,
+                        offset,
+                        add,
+                        ..
+                    } => WireVerb::Faa {
+                        region: *region,
+                        offset: *offset,
+                        add: *add,
+                    },
+                })
+                .collect();
+            let outs = match self.rpc.call(&Request::Verbs(wire)).await? {
+                Response::Verbs(outs) if outs.len() == verbs.len() => outs,
+                other => return Err(unexpected(&other)),
+            };
+            for (v, out) in verbs.iter_mut().zip(outs) {
+                match (v, out) {
+                    (Verb::Read { buf, .. }, VerbOut::Data(d)) if d.len() == buf.len() => {
+                        buf.copy_from_slice(&d)
+                    }
+                    (Verb::Write { .. }, VerbOut::Done) => {}
+                    (Verb::Cas { old, .. }, VerbOut::Word(w))
+                    | (Verb::Faa { old, .. }, VerbOut::Word(w)) => *old = w,
+                    (_, out) => {
+                        return Err(VerbsError::Malformed(format!(
+                            "verb result {out:?} does not match its verb"
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        Box::pin(async move { self.rpc.call(&req).await })
+    }
+}
+
+/// Which backend to reach a memory node with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Shm,
+    Tcp,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = VerbsError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "shm" => Ok(BackendKind::Shm),
+            "tcp" => Ok(BackendKind::Tcp),
+            other => Err(VerbsError::Malformed(format!(
+                "unknown backend {other:?} (expected shm or tcp)"
+            ))),
+        }
+    }
+}
+
+/// Connects to a memory node with the chosen backend.
+pub async fn connect(
+    kind: BackendKind,
+    endpoint: Endpoint,
+    options: RpcOptions,
+) -> Result<Arc<dyn Transport>, VerbsError> {
+    Ok(match kind {
+        BackendKind::Shm => Arc::new(ShmTransport::connect(endpoint, options).await?),
+        BackendKind::Tcp => Arc::new(TcpTransport::connect(endpoint, options).await?),
+    })
+}

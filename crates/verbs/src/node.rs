@@ -1,0 +1,619 @@
+//! The memory-node core: the regions a node holds and the commit RPCs it serves.
+//!
+//! A [`NodeCore`] is transport-free: the `memory-node` binary wraps it in the RPC server
+//! ([`crate::server`]), and the `local` backend calls it in-process. It owns
+//!
+//! * the regions, as heap memory or as files under a directory that `shm` clients map;
+//! * the commit protocol: `Prepare` locks and validates a transaction's words under its
+//!   shard epoch, `Commit` applies and unlocks, `Abort` unlocks. A shard's epoch only
+//!   rises (on `Fence` or on a prepare carrying a newer epoch), and a prepare with an
+//!   older epoch is refused, so a coordinator that lost its shard cannot change data.
+//!   `Fence` also drops prepared transactions of older epochs.
+//!
+//! It never interprets the bytes it stores: there is no caching logic here.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::VerbsError;
+use crate::memory::RegionMemory;
+use crate::transport::{Verb, execute};
+use crate::wire::{NodeStats, Request, Response, TxPrepare, TxVote, VerbOut, WireVerb};
+use crate::{NodeId, RegionId};
+
+/// Where a node keeps its regions.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// Process memory (the in-process `local` pool). Regions cannot be shared.
+    Heap,
+    /// One file per region under this directory, mapped `MAP_SHARED` (use a tmpfs such
+    /// as `/dev/shm` for memory speed). Files survive a node restart and are reloaded.
+    Dir(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub capacity: u64,
+    pub storage: Storage,
+    /// The cluster secret peers must present; `None` accepts any peer.
+    pub secret: Option<Bytes>,
+}
+
+struct HeldRegion {
+    mem: Arc<RegionMemory>,
+    path: Option<PathBuf>,
+}
+
+struct PendingTx {
+    shard: u32,
+    epoch: u64,
+    writes: Vec<(Arc<RegionMemory>, u64, u64)>,
+}
+
+/// A session is one connection (or one in-process coordinator); transaction ids are
+/// scoped to it, and its prepared transactions are aborted when it ends.
+type TxKey = (u64, u64);
+
+#[derive(Default)]
+struct TxState {
+    epochs: HashMap<u32, u64>,
+    locks: HashMap<(RegionId, u64), TxKey>,
+    pending: HashMap<TxKey, PendingTx>,
+}
+
+#[derive(Default)]
+struct Counters {
+    prepared: AtomicU64,
+    committed: AtomicU64,
+    aborted: AtomicU64,
+    conflicts: AtomicU64,
+    stale: AtomicU64,
+    rpc_errors: AtomicU64,
+}
+
+pub struct NodeCore {
+    config: NodeConfig,
+    regions: RwLock<HashMap<RegionId, HeldRegion>>,
+    tx: Mutex<TxState>,
+    counters: Counters,
+    next_session: AtomicU64,
+    started: Instant,
+}
+
+fn region_file(dir: &Path, region: RegionId) -> PathBuf {
+    dir.join(format!("region-{region:05}.mem"))
+}
+
+fn parse_region_file(name: &str) -> Option<RegionId> {
+    name.strip_prefix("region-")?
+        .strip_suffix(".mem")?
+        .parse()
+        .ok()
+}
+
+impl NodeCore {
+    /// Creates a node; with [`Storage::Dir`] it creates the directory and reloads the
+    /// region files already in it.
+    pub fn open(config: NodeConfig) -> Result<Arc<Self>, VerbsError> {
+        let core = NodeCore {
+            config,
+            regions: RwLock::new(HashMap::new()),
+            tx: Mutex::new(TxState::default()),
+            counters: Counters::default(),
+            next_session: AtomicU64::new(1),
+            started: Instant::now(),
+        };
+        if let Storage::Dir(dir) = &core.config.storage {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| VerbsError::io("creating region directory", e))?;
+            let entries = std::fs::read_dir(dir)
+                .map_err(|e| VerbsError::io("listing region directory", e))?;
+            let mut regions = core.regions.write();
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(region) = name.to_str().and_then(parse_region_file) else {
+                    continue;
+                };
+                let path = entry.path();
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| VerbsError::io("opening region file", e))?;
+                let mem = RegionMemory::map_file(region, &file)?;
+                tracing::info!(region, size = mem.len(), path = %path.display(), "reloaded region");
+                regions.insert(
+                    region,
+                    HeldRegion {
+                        mem: Arc::new(mem),
+                        path: Some(path),
+                    },
+                );
+            }
+        }
+        Ok(Arc::new(core))
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+
+    pub fn secret(&self) -> Option<&Bytes> {
+        self.config.secret.as_ref()
+    }
+
+    /// A fresh session id for a new connection or in-process coordinator.
+    pub fn new_session(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Aborts every transaction the session left prepared (its coordinator is gone).
+    pub fn end_session(&self, session: u64) {
+        let mut tx = self.tx.lock();
+        let keys: Vec<TxKey> = tx
+            .pending
+            .keys()
+            .filter(|k| k.0 == session)
+            .copied()
+            .collect();
+        for key in keys {
+            Self::release(&mut tx, key);
+            self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn used(regions: &HashMap<RegionId, HeldRegion>) -> u64 {
+        regions.values().map(|r| r.mem.len()).sum()
+    }
+
+    pub fn region(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
+        self.regions
+            .read()
+            .get(&region)
+            .map(|r| r.mem.clone())
+            .ok_or(VerbsError::NoSuchRegion(region))
+    }
+
+    pub fn create_region(&self, region: RegionId, size: u64) -> Result<PathBuf, VerbsError> {
+        if size == 0 || size % 8 != 0 {
+            return Err(VerbsError::BadRegionSize(size));
+        }
+        let mut regions = self.regions.write();
+        if regions.contains_key(&region) {
+            return Err(VerbsError::RegionExists(region));
+        }
+        let used = Self::used(&regions);
+        let free = self.config.capacity.saturating_sub(used);
+        if size > free {
+            return Err(VerbsError::CapacityExceeded { need: size, free });
+        }
+        let (mem, path) = match &self.config.storage {
+            Storage::Heap => (RegionMemory::heap(region, size)?, None),
+            Storage::Dir(dir) => {
+                let path = region_file(dir, region);
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| VerbsError::io("creating region file", e))?;
+                file.set_len(size)
+                    .map_err(|e| VerbsError::io("sizing region file", e))?;
+                (RegionMemory::map_file(region, &file)?, Some(path))
+            }
+        };
+        tracing::debug!(region, size, "created region");
+        let shown = path.clone().unwrap_or_default();
+        regions.insert(
+            region,
+            HeldRegion {
+                mem: Arc::new(mem),
+                path,
+            },
+        );
+        Ok(shown)
+    }
+
+    pub fn drop_region(&self, region: RegionId) -> Result<(), VerbsError> {
+        let held = self
+            .regions
+            .write()
+            .remove(&region)
+            .ok_or(VerbsError::NoSuchRegion(region))?;
+        if let Some(path) = held.path {
+            std::fs::remove_file(&path).map_err(|e| VerbsError::io("removing region file", e))?;
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> NodeStats {
+        let regions = self.regions.read();
+        NodeStats {
+            node: self.config.id,
+            capacity: self.config.capacity,
+            used: Self::used(&regions),
+            regions: regions.len() as u32,
+            prepared: self.counters.prepared.load(Ordering::Relaxed),
+            committed: self.counters.committed.load(Ordering::Relaxed),
+            aborted: self.counters.aborted.load(Ordering::Relaxed),
+            conflicts: self.counters.conflicts.load(Ordering::Relaxed),
+            stale_epoch_rejects: self.counters.stale.load(Ordering::Relaxed),
+            rpc_errors: self.counters.rpc_errors.load(Ordering::Relaxed),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// The current epoch of a shard on this node (0 if never seen).
+    pub fn epoch(&self, shard: u32) -> u64 {
+        self.tx.lock().epochs.get(&shard).copied().unwrap_or(0)
+    }
+
+    fn release(tx: &mut TxState, key: TxKey) -> Option<PendingTx> {
+        let pending = tx.pending.remove(&key)?;
+        for (mem, offset, _) in &pending.writes {
+            let word = (mem.region(), *offset);
+            if tx.locks.get(&word) == Some(&key) {
+                tx.locks.remove(&word);
+            }
+        }
+        Some(pending)
+    }
+
+    fn prepare_one(&self, tx: &mut TxState, session: u64, p: &TxPrepare) -> TxVote {
+        let current = tx.epochs.get(&p.shard).copied().unwrap_or(0);
+        if p.epoch < current {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return TxVote::StaleEpoch { current };
+        }
+        tx.epochs.insert(p.shard, p.epoch);
+        let key = (session, p.txid);
+        if tx.pending.contains_key(&key) {
+            return TxVote::Failed(VerbsError::Malformed(format!(
+                "transaction {} is already prepared",
+                p.txid
+            )));
+        }
+        let mut writes = Vec::with_capacity(p.writes.len());
+        for (i, w) in p.writes.iter().enumerate() {
+            let mem = match self.region(w.region) {
+                Ok(m) => m,
+                Err(e) => return TxVote::Failed(e),
+            };
+            let actual = match mem.load(w.offset) {
+                Ok(v) => v,
+                Err(e) => return TxVote::Failed(e),
+            };
+            if tx.locks.contains_key(&(w.region, w.offset)) {
+                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                return TxVote::Locked { index: i as u32 };
+            }
+            if let Some(expect) = w.expect
+                && expect != actual
+            {
+                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                return TxVote::Conflict {
+                    index: i as u32,
+                    actual,
+                };
+            }
+            writes.push((mem, w.offset, w.new));
+        }
+        for w in &p.writes {
+            tx.locks.insert((w.region, w.offset), key);
+        }
+        tx.pending.insert(
+            key,
+            PendingTx {
+                shard: p.shard,
+                epoch: p.epoch,
+                writes,
+            },
+        );
+        self.counters.prepared.fetch_add(1, Ordering::Relaxed);
+        TxVote::Yes
+    }
+
+    /// Prepare phase for a batch of transactions; one vote each.
+    pub fn prepare(&self, session: u64, txs: &[TxPrepare]) -> Vec<TxVote> {
+        let mut tx = self.tx.lock();
+        txs.iter()
+            .map(|p| self.prepare_one(&mut tx, session, p))
+            .collect()
+    }
+
+    /// Applies and unlocks prepared transactions. Unknown ids (never prepared, or
+    /// dropped by a fence) are reported after the known ones are applied.
+    pub fn commit(&self, session: u64, txids: &[u64]) -> Result<(), VerbsError> {
+        let mut tx = self.tx.lock();
+        let mut unknown = None;
+        for &id in txids {
+            match Self::release(&mut tx, (session, id)) {
+                Some(p) => {
+                    for (mem, offset, new) in &p.writes {
+                        // Bounds and alignment were checked at prepare.
+                        let _ = mem.store(*offset, *new);
+                    }
+                    self.counters.committed.fetch_add(1, Ordering::Relaxed);
+                }
+                None => unknown = unknown.or(Some(id)),
+            }
+        }
+        match unknown {
+            Some(id) => Err(VerbsError::UnknownTx(id)),
+            None => Ok(()),
+        }
+    }
+
+    pub fn abort(&self, session: u64, txids: &[u64]) {
+        let mut tx = self.tx.lock();
+        for &id in txids {
+            if Self::release(&mut tx, (session, id)).is_some() {
+                self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Raises a shard's epoch and drops its prepared transactions of older epochs.
+    pub fn fence(&self, shard: u32, epoch: u64) {
+        let mut tx = self.tx.lock();
+        let current = tx.epochs.entry(shard).or_insert(0);
+        *current = (*current).max(epoch);
+        let victims: Vec<TxKey> = tx
+            .pending
+            .iter()
+            .filter(|(_, p)| p.shard == shard && p.epoch < epoch)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in victims {
+            Self::release(&mut tx, key);
+            self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn run_verbs(&self, verbs: Vec<WireVerb>) -> Result<Vec<VerbOut>, VerbsError> {
+        let mut outs = Vec::with_capacity(verbs.len());
+        for v in verbs {
+            match v {
+                WireVerb::Read {
+                    region,
+                    offset,
+                    len,
+                } => {
+                    let mut buf = vec![0u8; len as usize];
+                    execute(
+                        &*self.region(region)?,
+                        &mut Verb::Read {
+                            region,
+                            offset,
+                            buf: &mut buf,
+                        },
+                    )?;
+                    outs.push(VerbOut::Data(Bytes::from(buf)));
+                }
+                WireVerb::Write {
+                    region,
+                    offset,
+                    data,
+                } => {
+                    self.region(region)?.write(offset, &data)?;
+                    outs.push(VerbOut::Done);
+                }
+                WireVerb::Cas {
+                    region,
+                    offset,
+                    expected,
+                    new,
+                } => outs.push(VerbOut::Word(
+                    self.region(region)?.cas(offset, expected, new)?,
+                )),
+                WireVerb::Faa {
+                    region,
+                    offset,
+                    add,
+                } => outs.push(VerbOut::Word(self.region(region)?.faa(offset, add)?)),
+            }
+        }
+        Ok(outs)
+    }
+
+    /// Serves one request for `session`. `Hello` and `CopyRegion` belong to the
+    /// connection layer and are refused here.
+    pub fn handle(&self, session: u64, req: Request) -> Response {
+        let result = match req {
+            Request::Ping => Ok(Response::Pong {
+                node: self.config.id,
+                uptime_ms: self.started.elapsed().as_millis() as u64,
+            }),
+            Request::Stats => Ok(Response::Stats(self.stats())),
+            Request::CreateRegion { region, size } => {
+                self.create_region(region, size)
+                    .map(|path| Response::Region {
+                        region,
+                        size,
+                        path: path.display().to_string(),
+                    })
+            }
+            Request::DropRegion { region } => self.drop_region(region).map(|_| Response::Ok),
+            Request::OpenRegion { region } => {
+                let regions = self.regions.read();
+                match regions.get(&region) {
+                    None => Err(VerbsError::NoSuchRegion(region)),
+                    Some(HeldRegion { path: None, .. }) => Err(VerbsError::Remote(
+                        "this node keeps regions in process memory; use the tcp backend".into(),
+                    )),
+                    Some(HeldRegion {
+                        mem,
+                        path: Some(path),
+                    }) => Ok(Response::Region {
+                        region,
+                        size: mem.len(),
+                        path: path.display().to_string(),
+                    }),
+                }
+            }
+            Request::ListRegions => {
+                let mut list: Vec<(RegionId, u64)> = self
+                    .regions
+                    .read()
+                    .iter()
+                    .map(|(r, h)| (*r, h.mem.len()))
+                    .collect();
+                list.sort_unstable();
+                Ok(Response::Regions(list))
+            }
+            Request::Verbs(verbs) => self.run_verbs(verbs).map(Response::Verbs),
+            Request::Prepare(txs) => Ok(Response::Votes(self.prepare(session, &txs))),
+            Request::Commit(ids) => self.commit(session, &ids).map(|_| Response::Ok),
+            Request::Abort(ids) => {
+                self.abort(session, &ids);
+                Ok(Response::Ok)
+            }
+            Request::Fence { shard, epoch } => {
+                self.fence(shard, epoch);
+                Ok(Response::Ok)
+            }
+            Request::Hello { .. } | Request::CopyRegion { .. } => Err(VerbsError::Malformed(
+                "request is handled by the connection layer".into(),
+            )),
+        };
+        result.unwrap_or_else(|e| {
+            self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
+            Response::Error(e)
+        })
+    }
+
+    /// Counts an error answered by the connection layer.
+    pub fn count_error(&self) {
+        self.counters.rpc_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::WordWrite;
+
+    fn heap_node() -> Arc<NodeCore> {
+        NodeCore::open(NodeConfig {
+            id: 1,
+            capacity: 1 << 20,
+            storage: Storage::Heap,
+            secret: None,
+        })
+        .unwrap()
+    }
+
+    fn tx(txid: u64, epoch: u64, expect: Option<u64>, new: u64) -> TxPrepare {
+        TxPrepare {
+            txid,
+            shard: 7,
+            epoch,
+            writes: vec![WordWrite {
+                region: 1,
+                offset: 8,
+                expect,
+                new,
+            }],
+        }
+    }
+
+    #[test]
+    fn prepare_commit_and_conflicts() {
+        let n = heap_node();
+        n.create_region(1, 4096).unwrap();
+        assert_eq!(n.prepare(1, &[tx(1, 1, Some(0), 5)]), vec![TxVote::Yes]);
+        // A second transaction on the locked word is refused, not queued.
+        assert_eq!(
+            n.prepare(2, &[tx(1, 1, Some(0), 6)]),
+            vec![TxVote::Locked { index: 0 }]
+        );
+        n.commit(1, &[1]).unwrap();
+        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 5);
+        assert_eq!(
+            n.prepare(2, &[tx(2, 1, Some(0), 6)]),
+            vec![TxVote::Conflict {
+                index: 0,
+                actual: 5
+            }]
+        );
+        assert_eq!(n.commit(2, &[2]), Err(VerbsError::UnknownTx(2)));
+    }
+
+    #[test]
+    fn stale_epoch_changes_nothing() {
+        let n = heap_node();
+        n.create_region(1, 4096).unwrap();
+        n.fence(7, 5);
+        assert_eq!(
+            n.prepare(1, &[tx(1, 4, None, 9)]),
+            vec![TxVote::StaleEpoch { current: 5 }]
+        );
+        assert!(n.commit(1, &[1]).is_err());
+        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
+    }
+
+    #[test]
+    fn fence_drops_prepared_older_transactions() {
+        let n = heap_node();
+        n.create_region(1, 4096).unwrap();
+        assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
+        n.fence(7, 4);
+        assert_eq!(n.commit(1, &[1]), Err(VerbsError::UnknownTx(1)));
+        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
+        // The lock went with it.
+        assert_eq!(n.prepare(2, &[tx(1, 4, Some(0), 1)]), vec![TxVote::Yes]);
+    }
+
+    #[test]
+    fn ended_session_releases_locks() {
+        let n = heap_node();
+        n.create_region(1, 4096).unwrap();
+        assert_eq!(n.prepare(1, &[tx(1, 1, None, 9)]), vec![TxVote::Yes]);
+        n.end_session(1);
+        assert_eq!(n.prepare(2, &[tx(1, 1, Some(0), 1)]), vec![TxVote::Yes]);
+    }
+
+    #[test]
+    fn capacity_and_region_errors() {
+        let n = heap_node();
+        assert_eq!(
+            n.create_region(1, 2 << 20),
+            Err(VerbsError::CapacityExceeded {
+                need: 2 << 20,
+                free: 1 << 20
+            })
+        );
+        assert_eq!(n.create_region(1, 12), Err(VerbsError::BadRegionSize(12)));
+        n.create_region(1, 4096).unwrap();
+        assert_eq!(n.create_region(1, 4096), Err(VerbsError::RegionExists(1)));
+        assert!(matches!(
+            n.handle(1, Request::DropRegion { region: 9 }),
+            Response::Error(VerbsError::NoSuchRegion(9))
+        ));
+    }
+
+    #[test]
+    fn dir_storage_reloads_regions() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = NodeConfig {
+            id: 1,
+            capacity: 1 << 20,
+            storage: Storage::Dir(dir.path().to_path_buf()),
+            secret: None,
+        };
+        {
+            let n = NodeCore::open(cfg.clone()).unwrap();
+            n.create_region(3, 4096).unwrap();
+            n.region(3).unwrap().store(16, 77).unwrap();
+        }
+        let n = NodeCore::open(cfg).unwrap();
+        assert_eq!(n.region(3).unwrap().load(16).unwrap(), 77);
+    }
+}

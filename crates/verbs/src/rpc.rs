@@ -1,0 +1,275 @@
+//! The client end of the memory-node RPC channel.
+//!
+//! One [`RpcClient`] is one pipelined connection: many requests may be in flight, each
+//! tagged with an id; a writer task coalesces queued frames into few `write` calls and a
+//! reader task hands each response to its waiter. A broken connection fails every waiter
+//! with [`VerbsError::Closed`] and is re-dialled on the next call.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::VerbsError;
+use crate::wire::{self, Request, Response, WIRE_VERSION};
+
+/// Where a memory node listens: `host:port` (or `tcp://host:port`) or `unix:/path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+impl FromStr for Endpoint {
+    type Err = VerbsError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        let addr = s.strip_prefix("tcp://").unwrap_or(s);
+        if addr.rsplit_once(':').is_none() {
+            return Err(VerbsError::Malformed(format!(
+                "endpoint {s:?} is neither host:port nor unix:/path"
+            )));
+        }
+        Ok(Endpoint::Tcp(addr.to_string()))
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+pub(crate) async fn dial(endpoint: &Endpoint) -> Result<Box<dyn Stream>, VerbsError> {
+    Ok(match endpoint {
+        Endpoint::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|e| VerbsError::io(&format!("connecting to memory node {addr}"), e))?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+        Endpoint::Unix(path) => Box::new(
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| VerbsError::io(&format!("connecting to {}", path.display()), e))?,
+        ),
+    })
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, VerbsError>>>>>;
+
+struct Conn {
+    frames: mpsc::UnboundedSender<Bytes>,
+    waiters: Waiters,
+    dead: Arc<AtomicBool>,
+}
+
+/// Options of an [`RpcClient`].
+#[derive(Debug, Clone)]
+pub struct RpcOptions {
+    pub secret: Bytes,
+    pub timeout: Duration,
+    pub max_frame: u64,
+}
+
+impl Default for RpcOptions {
+    fn default() -> Self {
+        Self {
+            secret: Bytes::new(),
+            timeout: Duration::from_secs(10),
+            max_frame: wire::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+pub struct RpcClient {
+    endpoint: Endpoint,
+    options: RpcOptions,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicU64,
+}
+
+impl RpcClient {
+    /// Connects and authenticates; returns the client and the node's `Hello` answer.
+    pub async fn connect(
+        endpoint: Endpoint,
+        options: RpcOptions,
+    ) -> Result<(Self, Response), VerbsError> {
+        let client = RpcClient {
+            endpoint,
+            options,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        };
+        let (conn, hello) = client.open().await?;
+        *client.conn.lock().await = Some(conn);
+        Ok((client, hello))
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    async fn open(&self) -> Result<(Arc<Conn>, Response), VerbsError> {
+        let stream = dial(&self.endpoint).await?;
+        let (rd, wr) = tokio::io::split(stream);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn {
+            frames: tx,
+            waiters: Arc::new(Mutex::new(HashMap::new())),
+            dead: Arc::new(AtomicBool::new(false)),
+        });
+        tokio::spawn(write_loop(wr, rx, conn.dead.clone()));
+        tokio::spawn(read_loop(
+            rd,
+            conn.waiters.clone(),
+            conn.dead.clone(),
+            self.options.max_frame,
+        ));
+        let hello = self
+            .call_on(
+                &conn,
+                &Request::Hello {
+                    version: WIRE_VERSION,
+                    secret: self.options.secret.clone(),
+                },
+            )
+            .await?;
+        Ok((conn, hello))
+    }
+
+    async fn live_conn(&self) -> Result<Arc<Conn>, VerbsError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref()
+            && !c.dead.load(Ordering::Acquire)
+        {
+            return Ok(c.clone());
+        }
+        tracing::debug!(endpoint = %self.endpoint, "re-dialling memory node");
+        let (conn, _) = self.open().await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn call_on(&self, conn: &Conn, req: &Request) -> Result<Response, VerbsError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        conn.waiters.lock().insert(id, tx);
+        let mut buf = BytesMut::new();
+        req.encode(id, &mut buf);
+        if conn.frames.send(buf.freeze()).is_err() || conn.dead.load(Ordering::Acquire) {
+            conn.waiters.lock().remove(&id);
+            return Err(VerbsError::Closed);
+        }
+        match tokio::time::timeout(self.options.timeout, rx).await {
+            Ok(Ok(Ok(Response::Error(e)))) => Err(e),
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(VerbsError::Closed),
+            Err(_) => {
+                conn.waiters.lock().remove(&id);
+                Err(VerbsError::Timeout(self.options.timeout.as_millis() as u64))
+            }
+        }
+    }
+
+    /// Sends one request and waits for its response; an error response is `Err`.
+    pub async fn call(&self, req: &Request) -> Result<Response, VerbsError> {
+        let conn = self.live_conn().await?;
+        self.call_on(&conn, req).await
+    }
+}
+
+async fn write_loop(
+    mut wr: tokio::io::WriteHalf<Box<dyn Stream>>,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    dead: Arc<AtomicBool>,
+) {
+    let mut out = BytesMut::with_capacity(64 << 10);
+    while let Some(first) = rx.recv().await {
+        out.extend_from_slice(&first);
+        while out.len() < (1 << 20) {
+            match rx.try_recv() {
+                Ok(more) => out.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&out).await.is_err() {
+            break;
+        }
+        out.clear();
+    }
+    dead.store(true, Ordering::Release);
+}
+
+async fn read_loop(
+    mut rd: tokio::io::ReadHalf<Box<dyn Stream>>,
+    waiters: Waiters,
+    dead: Arc<AtomicBool>,
+    max_frame: u64,
+) {
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    'outer: loop {
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        loop {
+            match wire::split_frame(&mut buf, max_frame) {
+                Ok(Some(frame)) => {
+                    let resp = Response::decode(frame.tag, frame.payload);
+                    if frame.id == 0 {
+                        // A connection-level error: the node is closing this stream.
+                        tracing::warn!(?resp, "memory node reported a connection error");
+                        break 'outer;
+                    }
+                    if let Some(w) = waiters.lock().remove(&frame.id) {
+                        let _ = w.send(resp);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "bad frame from memory node");
+                    break 'outer;
+                }
+            }
+        }
+    }
+    dead.store(true, Ordering::Release);
+    for (_, w) in waiters.lock().drain() {
+        let _ = w.send(Err(VerbsError::Closed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            "127.0.0.1:7000".parse::<Endpoint>().unwrap(),
+            Endpoint::Tcp("127.0.0.1:7000".into())
+        );
+        assert_eq!(
+            "unix:/tmp/x.sock".parse::<Endpoint>().unwrap(),
+            Endpoint::Unix("/tmp/x.sock".into())
+        );
+        assert!("nonsense".parse::<Endpoint>().is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! The memory node's RPC server: accepts connections and feeds requests to a
+//! [`NodeCore`].
+//!
+//! Per connection: frames are split off the receive buffer, handled in order, and the
+//! responses of everything that arrived together are written with one `write`. A frame
+//! that fails to decode gets an error response and the connection goes on; a frame
+//! longer than the limit, or any request before a valid `Hello` when a secret is set,
+//! gets an error (id 0) and the connection is closed, since the stream cannot be
+//! trusted. Either way the node keeps serving everyone else.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::VerbsError;
+use crate::node::NodeCore;
+use crate::rpc::{Endpoint, RpcClient, RpcOptions, Stream};
+use crate::wire::{self, Request, Response, WIRE_VERSION, WireVerb};
+
+/// Receive buffer ceiling beyond the frame limit: a peer cannot grow a connection's
+/// memory past `max_frame + READ_SLACK`.
+const READ_SLACK: usize = 64 << 10;
+/// Bytes per `Write` verb when copying a region to a peer.
+const COPY_CHUNK: u64 = 4 << 20;
+
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    pub async fn bind(endpoint: &Endpoint) -> Result<Self, VerbsError> {
+        match endpoint {
+            Endpoint::Tcp(addr) => tokio::net::TcpListener::bind(addr)
+                .await
+                .map(Listener::Tcp)
+                .map_err(|e| VerbsError::io(&format!("binding {addr}"), e)),
+            Endpoint::Unix(path) => {
+                let _ = std::fs::remove_file(path);
+                tokio::net::UnixListener::bind(path)
+                    .map(|l| Listener::Unix(l, path.clone()))
+                    .map_err(|e| VerbsError::io(&format!("binding {}", path.display()), e))
+            }
+        }
+    }
+
+    /// The endpoint clients should dial (with the real port after binding port 0).
+    pub fn endpoint(&self) -> Result<Endpoint, VerbsError> {
+        match self {
+            Listener::Tcp(l) => {
+                let addr: SocketAddr = l
+                    .local_addr()
+                    .map_err(|e| VerbsError::io("reading bound address", e))?;
+                Ok(Endpoint::Tcp(addr.to_string()))
+            }
+            Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept().await?;
+                let _ = s.set_nodelay(true);
+                Box::new(s)
+            }
+            Listener::Unix(l, _) => Box::new(l.accept().await?.0),
+        })
+    }
+}
+
+/// Limits of the server side.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub max_frame: u64,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            max_frame: wire::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Serves `listener` until `shutdown` completes.
+pub async fn serve(
+    core: Arc<NodeCore>,
+    listener: Listener,
+    options: ServerOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(stream) => {
+                    let core = core.clone();
+                    let options = options.clone();
+                    tokio::spawn(async move {
+                        let session = core.new_session();
+                        if let Err(e) = serve_conn(&core, session, stream, &options).await {
+                            tracing::debug!(session, error = %e, "connection ended");
+                        }
+                        core.end_session(session);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn serve_conn(
+    core: &Arc<NodeCore>,
+    session: u64,
+    stream: Box<dyn Stream>,
+    options: &ServerOptions,
+) -> Result<(), VerbsError> {
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut out = BytesMut::with_capacity(64 << 10);
+    let mut authed = core.secret().is_none();
+    loop {
+        let n = rd
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| VerbsError::io("reading request", e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        loop {
+            let frame = match wire::split_frame(&mut buf, options.max_frame) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    core.count_error();
+                    Response::Error(e.clone()).encode(0, &mut out);
+                    let _ = wr.write_all(&out).await;
+                    return Err(e);
+                }
+            };
+            let req = match Request::decode(frame.tag, frame.payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    core.count_error();
+                    Response::Error(e).encode(frame.id, &mut out);
+                    continue;
+                }
+            };
+            let resp = match req {
+                Request::Hello { version, secret } => {
+                    if version != WIRE_VERSION {
+                        Response::Error(VerbsError::Malformed(format!(
+                            "wire version {version} is not supported (this node speaks {WIRE_VERSION})"
+                        )))
+                    } else if core.secret().is_some_and(|s| *s != secret) {
+                        Response::Error(VerbsError::Unauthenticated)
+                    } else {
+                        authed = true;
+                        core.handle(session, Request::Ping)
+                    }
+                }
+                _ if !authed => {
+                    core.count_error();
+                    Response::Error(VerbsError::Unauthenticated).encode(0, &mut out);
+                    let _ = wr.write_all(&out).await;
+                    return Err(VerbsError::Unauthenticated);
+                }
+                Request::CopyRegion { region, peer } => {
+                    match copy_region(core, region, &peer).await {
+                        Ok(()) => Response::Ok,
+                        Err(e) => Response::Error(e),
+                    }
+                }
+                other => core.handle(session, other),
+            };
+            resp.encode(frame.id, &mut out);
+        }
+        if !out.is_empty() {
+            wr.write_all(&out)
+                .await
+                .map_err(|e| VerbsError::io("writing response", e))?;
+            out.clear();
+        }
+        if buf.capacity() > options.max_frame as usize + READ_SLACK && buf.is_empty() {
+            buf = BytesMut::with_capacity(64 << 10);
+        }
+    }
+}
+
+/// Creates `region` on `peer` and streams this node's copy of it there.
+async fn copy_region(core: &NodeCore, region: u16, peer: &str) -> Result<(), VerbsError> {
+    let mem = core.region(region)?;
+    let endpoint: Endpoint = peer.parse()?;
+    let (client, _) = RpcClient::connect(
+        endpoint,
+        RpcOptions {
+            secret: core.secret().cloned().unwrap_or_default(),
+            ..RpcOptions::default()
+        },
+    )
+    .await?;
+    match client
+        .call(&Request::CreateRegion {
+            region,
+            size: mem.len(),
+        })
+        .await
+    {
+        Ok(_) | Err(VerbsError::RegionExists(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let mut offset = 0;
+    while offset < mem.len() {
+        let len = COPY_CHUNK.min(mem.len() - offset);
+        let mut chunk = vec![0u8; len as usize];
+        mem.read(offset, &mut chunk)?;
+        client
+            .call(&Request::Verbs(vec![WireVerb::Write {
+                region,
+                offset,
+                data: Bytes::from(chunk),
+            }]))
+            .await?;
+        offset += len;
+    }
+    tracing::info!(region, peer, bytes = mem.len(), "copied region to peer");
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! The transport interface every backend implements.
+//!
+//! A [`Transport`] is a connection to one memory node. It offers one-sided verbs, posted
+//! in batches ([`Transport::post`] is one doorbell: every verb of the slice is issued
+//! before any completion is awaited), and a request/response RPC channel
+//! ([`Transport::call`]) for region management and commits. Callers above (`umo`) hold
+//! one transport per memory node and never learn which backend they have.
+
+use futures::future::BoxFuture;
+
+use crate::error::VerbsError;
+use crate::memory::RegionMemory;
+use crate::wire::{Request, Response};
+use crate::{NodeId, RegionId};
+
+/// One one-sided verb. Results are written back in place: `Read` fills `buf`, `Cas`
+/// and `Faa` set `old` to the word's previous value.
+#[derive(Debug)]
+pub enum Verb<'a> {
+    Read {
+        region: RegionId,
+        offset: u64,
+        buf: &'a mut [u8],
+    },
+    Write {
+        region: RegionId,
+        offset: u64,
+        data: &'a [u8],
+    },
+    /// Swaps iff the word equals `expected`; `old` tells which happened.
+    Cas {
+        region: RegionId,
+        offset: u64,
+        expected: u64,
+        new: u64,
+        old: u64,
+    },
+    /// Wrapping add; `old` receives the previous value.
+    Faa {
+        region: RegionId,
+        offset: u64,
+        add: u64,
+        old: u64,
+    },
+}
+
+impl Verb<'_> {
+    pub fn region(&self) -> RegionId {
+        match self {
+            Verb::Read { region, .. }
+            | Verb::Write { region, .. }
+            | Verb::Cas { region, .. }
+            | Verb::Faa { region, .. } => *region,
+        }
+    }
+}
+
+/// Runs one verb against a region copy held in this address space.
+pub fn execute(mem: &RegionMemory, verb: &mut Verb<'_>) -> Result<(), VerbsError> {
+    match verb {
+        Verb::Read { offset, buf, .. } => mem.read(*offset, buf),
+        Verb::Write { offset, data, .. } => mem.write(*offset, data),
+        Verb::Cas {
+            offset,
+            expected,
+            new,
+            old,
+            ..
+        } => {
+            *old = mem.cas(*offset, *expected, *new)?;
+            Ok(())
+        }
+        Verb::Faa {
+            offset, add, old, ..
+        } => {
+            *old = mem.faa(*offset, *add)?;
+            Ok(())
+        }
+    }
+}
+
+/// A connection to one memory node.
+pub trait Transport: Send + Sync {
+    /// The node's id, as it reported itself.
+    fn node(&self) -> NodeId;
+
+    /// The backend's name (`local`, `shm`, `tcp`), for logs and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// Posts a batch of one-sided verbs and completes when all have completed. Verbs
+    /// execute in order; on the first failure the rest are not executed.
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>>;
+
+    /// Sends one RPC. An error response arrives as `Err`.
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>>;
+}
+
+/// Single-verb conveniences over [`Transport::post`].
+impl dyn Transport + '_ {
+    pub async fn read(
+        &self,
+        region: RegionId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), VerbsError> {
+        self.post(&mut [Verb::Read {
+            region,
+            offset,
+            buf,
+        }])
+        .await
+    }
+
+    pub async fn write(
+        &self,
+        region: RegionId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), VerbsError> {
+        self.post(&mut [Verb::Write {
+            region,
+            offset,
+            data,
+        }])
+        .await
+    }
+
+    /// Returns the word's previous value.
+    pub async fn cas(
+        &self,
+        region: RegionId,
+        offset: u64,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, VerbsError> {
+        let mut v = [Verb::Cas {
+            region,
+            offset,
+            expected,
+            new,
+            old: 0,
+        }];
+        self.post(&mut v).await?;
+        match v {
+            [Verb::Cas { old, .. }] => Ok(old),
+            _ => unreachable!("the batch holds the CAS it was built with"),
+        }
+    }
+
+    /// Returns the word's previous value.
+    pub async fn faa(&self, region: RegionId, offset: u64, add: u64) -> Result<u64, VerbsError> {
+        let mut v = [Verb::Faa {
+            region,
+            offset,
+            add,
+            old: 0,
+        }];
+        self.post(&mut v).await?;
+        match v {
+            [Verb::Faa { old, .. }] => Ok(old),
+            _ => unreachable!("the batch holds the FAA it was built with"),
+        }
+    }
+
+    pub async fn create_region(&self, region: RegionId, size: u64) -> Result<(), VerbsError> {
+        self.call(Request::CreateRegion { region, size })
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn drop_region(&self, region: RegionId) -> Result<(), VerbsError> {
+        self.call(Request::DropRegion { region }).await.map(|_| ())
+    }
+
+    pub async fn list_regions(&self) -> Result<Vec<(RegionId, u64)>, VerbsError> {
+        match self.call(Request::ListRegions).await? {
+            Response::Regions(list) => Ok(list),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// The error for a response of the wrong kind.
+pub fn unexpected(resp: &Response) -> VerbsError {
+    VerbsError::Malformed(format!("unexpected response {resp:?}"))
+}

@@ -1,0 +1,187 @@
+//! Every backend runs the same conformance suite: `local` in-process, `shm` and `tcp`
+//! against a memory-node server running in this process on a loopback port.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dmc_verbs::backend::{self, BackendKind};
+use dmc_verbs::server::{self, Listener, ServerOptions};
+use dmc_verbs::wire::{self, Request};
+use dmc_verbs::{
+    Endpoint, LocalTransport, NodeConfig, NodeCore, RpcOptions, Storage, Transport, VerbsError,
+    conformance,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn start_node(
+    dir: &std::path::Path,
+    secret: &[u8],
+) -> (Endpoint, tokio::sync::oneshot::Sender<()>) {
+    let core = NodeCore::open(NodeConfig {
+        id: 7,
+        capacity: 64 << 20,
+        storage: Storage::Dir(dir.to_path_buf()),
+        secret: Some(Bytes::copy_from_slice(secret)),
+    })
+    .unwrap();
+    let listener = Listener::bind(&"127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let endpoint = listener.endpoint().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server::serve(
+        core,
+        listener,
+        ServerOptions { max_frame: 1 << 20 },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    (endpoint, stop)
+}
+
+fn options(secret: &[u8]) -> RpcOptions {
+    RpcOptions {
+        secret: Bytes::copy_from_slice(secret),
+        ..RpcOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_backend_conforms() {
+    let core = NodeCore::open(NodeConfig {
+        id: 1,
+        capacity: 64 << 20,
+        storage: Storage::Heap,
+        secret: None,
+    })
+    .unwrap();
+    let t: Arc<dyn Transport> = Arc::new(LocalTransport::new(core));
+    conformance::run_all(t, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shm_backend_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"secret").await;
+    let t = backend::connect(BackendKind::Shm, ep, options(b"secret"))
+        .await
+        .unwrap();
+    assert_eq!(t.node(), 7);
+    conformance::run_all(t, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_backend_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"secret").await;
+    let t = backend::connect(BackendKind::Tcp, ep, options(b"secret"))
+        .await
+        .unwrap();
+    conformance::run_all(t, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"secret").await;
+    let err = backend::connect(BackendKind::Shm, ep, options(b"guess"))
+        .await
+        .err();
+    assert_eq!(
+        err.map(|e| e.to_string()),
+        Some(VerbsError::Unauthenticated.to_string())
+    );
+}
+
+/// Raw bytes on the socket: garbage, a malformed payload and an oversized frame each get
+/// an error, and the node keeps serving a well-behaved client throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_rpcs_get_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"").await;
+    let Endpoint::Tcp(addr) = &ep else {
+        unreachable!()
+    };
+    let good = backend::connect(BackendKind::Tcp, ep.clone(), options(b""))
+        .await
+        .unwrap();
+    good.create_region(1, 4096).await.unwrap();
+
+    async fn read_frame(
+        (s, buf): &mut (tokio::net::TcpStream, bytes::BytesMut),
+    ) -> Option<Option<wire::Frame>> {
+        let fut = async move {
+            loop {
+                if let Some(f) = wire::split_frame(buf, 1 << 20).unwrap() {
+                    return Some(f);
+                }
+                if s.read_buf(buf).await.ok()? == 0 {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), fut)
+            .await
+            .ok()
+    }
+
+    // A well-framed request with an unknown tag and a truncated payload: error replies,
+    // and the same connection still answers a ping.
+    let mut s = (
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+        bytes::BytesMut::new(),
+    );
+    let mut out = bytes::BytesMut::new();
+    Request::Hello {
+        version: wire::WIRE_VERSION,
+        secret: Bytes::new(),
+    }
+    .encode(1, &mut out);
+    out.extend_from_slice(&[9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 200]); // tag 200
+    out.extend_from_slice(&[11, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0]); // CreateRegion cut short
+    Request::Ping.encode(4, &mut out);
+    s.0.write_all(&out).await.unwrap();
+    let mut tags = Vec::new();
+    for _ in 0..4 {
+        let f = read_frame(&mut s).await.unwrap().unwrap();
+        tags.push((f.id, f.tag));
+    }
+    assert_eq!(
+        tags,
+        vec![(1, 2), (2, 0), (3, 0), (4, 2)],
+        "errors for the bad frames, pongs for the good"
+    );
+
+    // An oversized frame: an error with id 0, then the connection closes.
+    let mut s = (
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+        bytes::BytesMut::new(),
+    );
+    s.0.write_all(&[0xff, 0xff, 0xff, 0x7f, 1, 2, 3])
+        .await
+        .unwrap();
+    let f = read_frame(&mut s).await.unwrap().unwrap();
+    assert_eq!((f.id, f.tag), (0, 0));
+    assert!(
+        read_frame(&mut s).await.unwrap().is_none(),
+        "connection closed after an oversized frame"
+    );
+
+    // Binary garbage.
+    let mut s = (
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+        bytes::BytesMut::new(),
+    );
+    s.0.write_all(&[5, 0, 0, 0, 1, 2, 3, 4, 5]).await.unwrap();
+    let _ = read_frame(&mut s).await;
+
+    // The node kept serving.
+    good.write(1, 0, b"still here").await.unwrap();
+    let mut buf = [0u8; 10];
+    good.read(1, 0, &mut buf).await.unwrap();
+    assert_eq!(&buf, b"still here");
+    assert!(
+        matches!(good.call(Request::Stats).await.unwrap(), wire::Response::Stats(s) if s.rpc_errors >= 3)
+    );
+}
