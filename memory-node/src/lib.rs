@@ -1,0 +1,245 @@
+//! The `memory-node` process: configuration and the serve loop around
+//! [`dmc_verbs::NodeCore`].
+//!
+//! `main.rs` parses flags and calls [`run`]; tests build a [`Config`] and call [`run`]
+//! the same way. Once listening, the node prints one line to stdout,
+//! `memory-node ready listen=ADDR node=ID`, so a launcher that asked for port 0 can learn
+//! the real port.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use clap::Parser;
+use dmc_proto::ByteSize;
+use dmc_verbs::server::{self, Listener, ServerOptions};
+use dmc_verbs::{Endpoint, NodeConfig, NodeCore, Storage};
+use serde::{Deserialize, Serialize};
+
+/// Effective configuration: the TOML file, then flags on top.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// This node's id in the pool; unique among memory nodes.
+    pub id: u32,
+    /// `host:port` or `unix:/path`.
+    pub listen: String,
+    /// Directory of region files; a tmpfs (`/dev/shm`) keeps the pool in memory.
+    /// Defaults to `/dev/shm/dmc-node-<id>`.
+    pub dir: Option<PathBuf>,
+    /// Most bytes of regions this node will hold.
+    pub capacity: ByteSize,
+    /// The cluster secret peers must present (`secret_file` wins if both are set).
+    pub secret: String,
+    pub secret_file: Option<PathBuf>,
+    /// Largest RPC frame accepted.
+    pub max_frame: ByteSize,
+    /// `tracing` filter, e.g. `info` or `dmc_verbs=debug`.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            id: 1,
+            listen: "127.0.0.1:7000".into(),
+            dir: None,
+            capacity: ByteSize(4 << 30),
+            secret: String::new(),
+            secret_file: None,
+            max_frame: ByteSize(dmc_verbs::wire::DEFAULT_MAX_FRAME),
+            log: "info".into(),
+        }
+    }
+}
+
+/// DMC memory node: holds replicated pool regions and serves commit RPCs.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Args {
+    /// TOML config file; flags override it.
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    /// Node id, unique in the pool.
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// Listen address: host:port or unix:/path (port 0 picks a free port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Directory for region files (default /dev/shm/dmc-node-<id>).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Capacity in bytes, e.g. 4gb.
+    #[arg(long)]
+    pub capacity: Option<ByteSize>,
+    /// File holding the cluster secret.
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Largest RPC frame accepted, e.g. 64mb.
+    #[arg(long)]
+    pub max_frame: Option<ByteSize>,
+    /// Log filter (also RUST_LOG).
+    #[arg(long)]
+    pub log: Option<String>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl Args {
+    /// Loads the config file (if any) and applies the flags.
+    pub fn resolve(&self) -> Result<Config> {
+        let mut cfg = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("parsing config {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = self.id {
+            cfg.id = v;
+        }
+        if let Some(v) = &self.listen {
+            cfg.listen = v.clone();
+        }
+        if let Some(v) = &self.dir {
+            cfg.dir = Some(v.clone());
+        }
+        if let Some(v) = self.capacity {
+            cfg.capacity = v;
+        }
+        if let Some(v) = &self.secret_file {
+            cfg.secret_file = Some(v.clone());
+        }
+        if let Some(v) = self.max_frame {
+            cfg.max_frame = v;
+        }
+        if let Some(v) = &self.log {
+            cfg.log = v.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<()> {
+        self.listen
+            .parse::<Endpoint>()
+            .map_err(|e| anyhow::anyhow!("listen: {e}"))?;
+        anyhow::ensure!(self.capacity.0 > 0, "capacity must be positive");
+        anyhow::ensure!(self.max_frame.0 >= 4096, "max_frame must be at least 4kb");
+        Ok(())
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/dmc-node-{}", self.id)))
+    }
+
+    fn secret_bytes(&self) -> Result<Option<Bytes>> {
+        let secret = match &self.secret_file {
+            Some(p) => std::fs::read_to_string(p)
+                .with_context(|| format!("reading secret file {}", p.display()))?
+                .trim()
+                .to_string(),
+            None => self.secret.clone(),
+        };
+        Ok((!secret.is_empty()).then(|| Bytes::from(secret)))
+    }
+}
+
+/// Runs the node until `shutdown` completes.
+pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+    let dir = cfg.dir();
+    let core = NodeCore::open(NodeConfig {
+        id: cfg.id,
+        capacity: cfg.capacity.0,
+        storage: Storage::Dir(dir.clone()),
+        secret: cfg.secret_bytes()?,
+    })
+    .with_context(|| format!("opening region directory {}", dir.display()))?;
+    let endpoint: Endpoint = cfg
+        .listen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("listen: {e}"))?;
+    let listener = Listener::bind(&endpoint)
+        .await
+        .context("binding listen address")?;
+    let bound = listener.endpoint()?;
+    let stats = core.stats();
+    tracing::info!(
+        node = cfg.id,
+        listen = %bound,
+        dir = %dir.display(),
+        capacity = cfg.capacity.0,
+        regions = stats.regions,
+        "memory node serving"
+    );
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "memory-node ready listen={bound} node={}", cfg.id)?;
+        out.flush()?;
+    }
+    server::serve(
+        core,
+        listener,
+        ServerOptions {
+            max_frame: cfg.max_frame.0,
+        },
+        shutdown,
+    )
+    .await;
+    tracing::info!("memory node stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "id = 3\ncapacity = \"1gb\"\nlisten = \"127.0.0.1:7100\"\n",
+        )
+        .unwrap();
+        let args = Args::parse_from([
+            "memory-node",
+            "-c",
+            path.to_str().unwrap(),
+            "--capacity",
+            "2mb",
+        ]);
+        let cfg = args.resolve().unwrap();
+        assert_eq!(
+            (cfg.id, cfg.capacity.0, cfg.listen.as_str()),
+            (3, 2 << 20, "127.0.0.1:7100")
+        );
+        assert_eq!(cfg.dir(), PathBuf::from("/dev/shm/dmc-node-3"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        assert!(toml::from_str::<Config>("bogus = 1").is_err());
+        let args = Args::parse_from(["memory-node", "--listen", "nowhere"]);
+        assert!(args.resolve().is_err());
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let text = include_str!("../memory-node.example.toml");
+        let cfg: Config = toml::from_str(text).unwrap();
+        cfg.validate().unwrap();
+    }
+}
