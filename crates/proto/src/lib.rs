@@ -46,7 +46,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (unit, m) in [("gb", 1u64 << 30), ("mb", 1 << 20), ("kb", 1 << 10)] {
-            if n >= m && n % m == 0 {
+            if n >= m && n.is_multiple_of(m) {
                 return write!(f, "{}{unit}", n / m);
             }
         }

@@ -162,8 +162,9 @@ impl Transport for ShmTransport {
             }
         }
         Box::pin(async move {
-            for i in 0..verbs.len() {
-                self.map(verbs[i].region()).await?;
+            let regions: Vec<RegionId> = verbs.iter().map(|v| v.region()).collect();
+            for region in regions {
+                self.map(region).await?;
             }
             let maps = self.maps.read();
             run_all(

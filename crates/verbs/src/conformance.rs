@@ -198,7 +198,12 @@ pub async fn transactions(t: &dyn Transport, region: RegionId) {
             .unwrap(),
     );
     assert_eq!(v, vec![TxVote::Yes]);
-    t.call(Request::Commit(vec![1])).await.unwrap();
+    let v = votes(t.call(Request::Commit(vec![1])).await.unwrap());
+    assert_eq!(
+        v,
+        vec![TxVote::Yes],
+        "commit answers with one vote per transaction"
+    );
     let mut w = [0u8; 8];
     t.read(region, 128, &mut w).await.unwrap();
     assert_eq!(u64::from_le_bytes(w), 42, "commit applies the write");
@@ -229,7 +234,12 @@ pub async fn transactions(t: &dyn Transport, region: RegionId) {
         vec![TxVote::StaleEpoch { current: 9 }],
         "stale epochs are refused"
     );
-    assert!(t.call(Request::Commit(vec![3])).await.is_err());
+    let v = votes(t.call(Request::Commit(vec![3])).await.unwrap());
+    assert_eq!(
+        v,
+        vec![TxVote::Failed(VerbsError::UnknownTx(3))],
+        "a refused prepare cannot commit"
+    );
     t.read(region, 128, &mut w).await.unwrap();
     assert_eq!(u64::from_le_bytes(w), 42, "a fenced commit changes nothing");
 

@@ -75,7 +75,7 @@ impl RegionMemory {
             .map_raw(file)
             .map_err(|e| VerbsError::io("mapping region file", e))?;
         let len = map.len();
-        if len % 8 != 0 || (map.as_mut_ptr() as usize) % 8 != 0 {
+        if len % 8 != 0 || !(map.as_mut_ptr() as usize).is_multiple_of(8) {
             return Err(VerbsError::Io {
                 context: "mapping region file".into(),
                 message: format!("length {len} is not a multiple of 8"),
@@ -119,7 +119,7 @@ impl RegionMemory {
     }
 
     fn word(&self, offset: u64) -> Result<&AtomicU64, VerbsError> {
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(VerbsError::Misaligned { offset });
         }
         let at = self.check(offset, 8)?;

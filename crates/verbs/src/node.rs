@@ -182,7 +182,7 @@ impl NodeCore {
     }
 
     pub fn create_region(&self, region: RegionId, size: u64) -> Result<PathBuf, VerbsError> {
-        if size == 0 || size % 8 != 0 {
+        if size == 0 || !size.is_multiple_of(8) {
             return Err(VerbsError::BadRegionSize(size));
         }
         let mut regions = self.regions.write();
@@ -328,27 +328,24 @@ impl NodeCore {
             .collect()
     }
 
-    /// Applies and unlocks prepared transactions. Unknown ids (never prepared, or
-    /// dropped by a fence) are reported after the known ones are applied.
-    pub fn commit(&self, session: u64, txids: &[u64]) -> Result<(), VerbsError> {
+    /// Applies and unlocks prepared transactions: one vote each, `Yes` when applied and
+    /// `Failed(UnknownTx)` for ids never prepared or dropped by a fence.
+    pub fn commit(&self, session: u64, txids: &[u64]) -> Vec<TxVote> {
         let mut tx = self.tx.lock();
-        let mut unknown = None;
-        for &id in txids {
-            match Self::release(&mut tx, (session, id)) {
+        txids
+            .iter()
+            .map(|&id| match Self::release(&mut tx, (session, id)) {
                 Some(p) => {
                     for (mem, offset, new) in &p.writes {
                         // Bounds and alignment were checked at prepare.
                         let _ = mem.store(*offset, *new);
                     }
                     self.counters.committed.fetch_add(1, Ordering::Relaxed);
+                    TxVote::Yes
                 }
-                None => unknown = unknown.or(Some(id)),
-            }
-        }
-        match unknown {
-            Some(id) => Err(VerbsError::UnknownTx(id)),
-            None => Ok(()),
-        }
+                None => TxVote::Failed(VerbsError::UnknownTx(id)),
+            })
+            .collect()
     }
 
     pub fn abort(&self, session: u64, txids: &[u64]) {
@@ -470,7 +467,7 @@ impl NodeCore {
             }
             Request::Verbs(verbs) => self.run_verbs(verbs).map(Response::Verbs),
             Request::Prepare(txs) => Ok(Response::Votes(self.prepare(session, &txs))),
-            Request::Commit(ids) => self.commit(session, &ids).map(|_| Response::Ok),
+            Request::Commit(ids) => Ok(Response::Votes(self.commit(session, &ids))),
             Request::Abort(ids) => {
                 self.abort(session, &ids);
                 Ok(Response::Ok)
@@ -534,7 +531,7 @@ mod tests {
             n.prepare(2, &[tx(1, 1, Some(0), 6)]),
             vec![TxVote::Locked { index: 0 }]
         );
-        n.commit(1, &[1]).unwrap();
+        assert_eq!(n.commit(1, &[1]), vec![TxVote::Yes]);
         assert_eq!(n.region(1).unwrap().load(8).unwrap(), 5);
         assert_eq!(
             n.prepare(2, &[tx(2, 1, Some(0), 6)]),
@@ -543,7 +540,10 @@ mod tests {
                 actual: 5
             }]
         );
-        assert_eq!(n.commit(2, &[2]), Err(VerbsError::UnknownTx(2)));
+        assert_eq!(
+            n.commit(2, &[2]),
+            vec![TxVote::Failed(VerbsError::UnknownTx(2))]
+        );
     }
 
     #[test]
@@ -555,7 +555,10 @@ mod tests {
             n.prepare(1, &[tx(1, 4, None, 9)]),
             vec![TxVote::StaleEpoch { current: 5 }]
         );
-        assert!(n.commit(1, &[1]).is_err());
+        assert_eq!(
+            n.commit(1, &[1]),
+            vec![TxVote::Failed(VerbsError::UnknownTx(1))]
+        );
         assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
     }
 
@@ -565,7 +568,10 @@ mod tests {
         n.create_region(1, 4096).unwrap();
         assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
         n.fence(7, 4);
-        assert_eq!(n.commit(1, &[1]), Err(VerbsError::UnknownTx(1)));
+        assert_eq!(
+            n.commit(1, &[1]),
+            vec![TxVote::Failed(VerbsError::UnknownTx(1))]
+        );
         assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
         // The lock went with it.
         assert_eq!(n.prepare(2, &[tx(1, 4, Some(0), 1)]), vec![TxVote::Yes]);

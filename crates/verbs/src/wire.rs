@@ -135,7 +135,9 @@ pub enum Request {
     ListRegions,
     /// A batch of one-sided verbs executed by the node (the `tcp` backend).
     Verbs(Vec<WireVerb>),
+    /// Answered with one [`TxVote`] per transaction.
     Prepare(Vec<TxPrepare>),
+    /// Answered with one [`TxVote`] per id: `Yes` or `Failed(UnknownTx)`.
     Commit(Vec<u64>),
     Abort(Vec<u64>),
     /// Raise a shard's epoch: commits with a lower epoch are rejected from now on.

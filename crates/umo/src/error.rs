@@ -1,0 +1,29 @@
+//! The ways a pool operation fails.
+
+use dmc_verbs::{NodeId, RegionId, VerbsError};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UmoError {
+    #[error("memory node {node}: {source}")]
+    Node {
+        node: NodeId,
+        #[source]
+        source: VerbsError,
+    },
+    #[error("the pool is out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("value of {0} bytes exceeds the {max} byte limit", max = crate::object::MAX_OBJECT)]
+    TooLarge(u64),
+    #[error("region {0} is not in the region map")]
+    UnknownRegion(RegionId),
+    #[error("pool layout: {0}")]
+    Layout(String),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl UmoError {
+    pub fn node(node: NodeId) -> impl FnOnce(VerbsError) -> UmoError {
+        move |source| UmoError::Node { node, source }
+    }
+}

@@ -1,0 +1,971 @@
+//! The pool client: one per process that uses the pool (a compute agent's DI client).
+//!
+//! It holds a transport per memory node, the region map (which node holds the primary
+//! and the backups of each region), and the allocator, and it offers the operations the
+//! hash table is built from:
+//!
+//! * [`Pool::alloc`] / [`Pool::free`]: blocks from size classes; the pool grows by a
+//!   region, placed on the `r` memory nodes with the most free capacity, when the
+//!   allocator runs out of segments;
+//! * [`Pool::write_object`]: an object written out of place to every copy, chained
+//!   over several blocks when it is larger than one;
+//! * [`Pool::read_object`]: one-sided reads on the primary that verify key and checksum;
+//! * [`Pool::commit`]: OCC + two-phase commit of word updates over the commit RPCs,
+//!   batched per memory node, backups before primaries, fenced by shard epoch.
+//!
+//! Until the cluster manager owns the region map, the superblock in region 1 records it,
+//! so a restarted client finds the pool it left.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use dmc_verbs::wire::{Request, Response, TxPrepare, TxVote, WordWrite};
+use dmc_verbs::{LocalTransport, NodeConfig, NodeCore, NodeId, RegionId, Storage, Transport, Verb};
+use futures::future::join_all;
+use parking_lot::{Mutex, RwLock};
+
+use crate::addr::GlobalAddr;
+use crate::alloc::{AllocStats, Allocator, Block, Need};
+use crate::error::UmoError;
+use crate::layout::{self, RegionRecord, SUPER_REGION, Superblock};
+use crate::object::{self, ChunkRef, Head};
+
+/// The fencing domain of pool-level metadata (the superblock root).
+pub const POOL_SHARD: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Copies of every region (`r`), on distinct memory nodes.
+    pub replicas: usize,
+    pub region_size: u64,
+    pub segment_size: u64,
+    /// How long a freed block waits before reuse.
+    pub grace: Duration,
+    /// This client's id, recorded as the owner of the segments it claims.
+    pub client_id: u32,
+    /// Most regions the pool may grow to (0: as many as the nodes hold).
+    pub max_regions: u32,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 2,
+            region_size: 1 << 30,
+            segment_size: 16 << 20,
+            grace: Duration::from_millis(500),
+            client_id: 1,
+            max_regions: 0,
+        }
+    }
+}
+
+/// Where a region's copies are: indexes into the pool's node list.
+#[derive(Debug, Clone)]
+struct RegionEntry {
+    primary: usize,
+    backups: Vec<usize>,
+}
+
+impl RegionEntry {
+    fn copies(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.primary).chain(self.backups.iter().copied())
+    }
+}
+
+/// An object's head block, as a hash-table slot records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    pub block: Block,
+    pub chained: bool,
+}
+
+/// What a verified read found at an object's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadObject {
+    /// The object holds the requested key; this is its value.
+    Value(Bytes),
+    /// Another key, a torn or freed block: the index entry was stale, retry.
+    Mismatch,
+}
+
+/// One word update of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxWrite {
+    pub addr: GlobalAddr,
+    /// The value the word must still hold; `None` writes without validating.
+    pub expect: Option<u64>,
+    pub new: u64,
+}
+
+/// A transaction: word updates committed atomically on every copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tx {
+    pub shard: u32,
+    pub epoch: u64,
+    pub writes: Vec<TxWrite>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxOutcome {
+    Committed,
+    /// Write `index` found `actual` instead of its expected value.
+    Conflict {
+        index: usize,
+        actual: u64,
+    },
+    /// Another transaction holds one of the words.
+    Locked,
+    /// The shard has a newer epoch: this client no longer owns it.
+    StaleEpoch {
+        current: u64,
+    },
+    Failed(UmoError),
+}
+
+/// Counters of the pool as this client sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub regions: u32,
+    pub region_size: u64,
+    pub alloc: AllocStats,
+}
+
+pub struct Pool {
+    config: PoolConfig,
+    nodes: Vec<Arc<dyn Transport>>,
+    node_index: HashMap<NodeId, usize>,
+    regions: RwLock<Vec<Option<RegionEntry>>>,
+    alloc: Mutex<Allocator>,
+    grow_lock: tokio::sync::Mutex<()>,
+    next_txid: AtomicU64,
+    created_ms: u64,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Pool {
+    /// A pool of `replicas` in-process memory nodes of `capacity` bytes each: the
+    /// standalone agent's embedded pool.
+    pub async fn embedded(capacity: u64, config: PoolConfig) -> Result<Arc<Pool>, UmoError> {
+        let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
+        for id in 1..=config.replicas.max(1) as u32 {
+            let core = NodeCore::open(NodeConfig {
+                id,
+                capacity,
+                storage: Storage::Heap,
+                secret: None,
+            })
+            .map_err(UmoError::node(id))?;
+            nodes.push(Arc::new(LocalTransport::new(core)));
+        }
+        Pool::open(config, nodes).await
+    }
+
+    /// Opens the pool held by `nodes`: loads the superblock if region 1 exists on any of
+    /// them, or formats a new pool.
+    pub async fn open(
+        config: PoolConfig,
+        nodes: Vec<Arc<dyn Transport>>,
+    ) -> Result<Arc<Pool>, UmoError> {
+        if config.replicas == 0 || config.replicas > 1 + layout::MAX_BACKUPS {
+            return Err(UmoError::Config(format!(
+                "replicas must be 1..={}, got {}",
+                1 + layout::MAX_BACKUPS,
+                config.replicas
+            )));
+        }
+        if nodes.len() < config.replicas {
+            return Err(UmoError::Config(format!(
+                "{} replicas need as many memory nodes, {} configured",
+                config.replicas,
+                nodes.len()
+            )));
+        }
+        if config.segment_size < (1 << 20)
+            || config.region_size < layout::REGION_HEADER + config.segment_size
+        {
+            return Err(UmoError::Config(
+                "segment_size must be at least 1mb and a region must hold a segment".into(),
+            ));
+        }
+        let mut node_index = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if node_index.insert(n.node(), i).is_some() {
+                return Err(UmoError::Config(format!(
+                    "memory node id {} appears twice",
+                    n.node()
+                )));
+            }
+        }
+        // Who holds region 1?
+        let mut holder = None;
+        for (i, n) in nodes.iter().enumerate() {
+            let list = n.list_regions().await.map_err(UmoError::node(n.node()))?;
+            if list.iter().any(|(r, _)| *r == SUPER_REGION) {
+                holder = Some(i);
+                break;
+            }
+        }
+        let mut pool = Pool {
+            alloc: Mutex::new(Allocator::new(
+                config.client_id,
+                config.segment_size,
+                config.grace,
+            )),
+            config,
+            nodes,
+            node_index,
+            regions: RwLock::new(vec![None; 1 << 16]),
+            grow_lock: tokio::sync::Mutex::new(()),
+            next_txid: AtomicU64::new(1),
+            created_ms: 0,
+        };
+        match holder {
+            Some(i) => pool.load(i).await?,
+            None => pool.format().await?,
+        }
+        Ok(Arc::new(pool))
+    }
+
+    async fn load(&mut self, holder: usize) -> Result<(), UmoError> {
+        let node = &self.nodes[holder];
+        let mut sb = [0u8; layout::SB_LEN];
+        node.read(SUPER_REGION, 0, &mut sb)
+            .await
+            .map_err(UmoError::node(node.node()))?;
+        let sb = Superblock::decode(&sb)?;
+        if sb.replicas as usize != self.config.replicas
+            || sb.region_size != self.config.region_size
+            || sb.segment_size != self.config.segment_size
+        {
+            tracing::warn!(
+                replicas = sb.replicas,
+                region_size = sb.region_size,
+                segment_size = sb.segment_size,
+                "the pool was formatted with other settings; using the pool's"
+            );
+            self.config.replicas = sb.replicas as usize;
+            self.config.region_size = sb.region_size;
+            self.config.segment_size = sb.segment_size;
+            *self.alloc.get_mut() =
+                Allocator::new(self.config.client_id, sb.segment_size, self.config.grace);
+        }
+        self.created_ms = sb.created_ms;
+        let table_len = (layout::MAX_REGIONS * layout::REGION_ENTRY) as usize;
+        let mut table = vec![0u8; table_len];
+        node.read(SUPER_REGION, layout::REGION_TABLE, &mut table)
+            .await
+            .map_err(UmoError::node(node.node()))?;
+        let mut found = 0;
+        for (i, rec) in table.chunks(layout::REGION_ENTRY as usize).enumerate() {
+            let Some(rec) = RegionRecord::decode(rec) else {
+                continue;
+            };
+            let region = (i + 1) as RegionId;
+            let entry = self.entry_for(region, &rec)?;
+            let primary = &self.nodes[entry.primary];
+            let nseg =
+                layout::segments_per_region(self.config.region_size, self.config.segment_size);
+            let mut seg_table = vec![0u8; (nseg * 8) as usize];
+            primary
+                .read(region, layout::SEGMENT_TABLE, &mut seg_table)
+                .await
+                .map_err(UmoError::node(primary.node()))?;
+            // Segments claimed before a restart stay claimed: their free blocks are found
+            // by the hash table's recovery scan, not here.
+            self.alloc
+                .get_mut()
+                .add_region(region, self.config.region_size, |i| {
+                    seg_table[(i * 8) as usize] != 0
+                });
+            self.regions.get_mut()[region as usize] = Some(entry);
+            found += 1;
+        }
+        tracing::info!(
+            regions = found,
+            created_ms = self.created_ms,
+            "opened existing pool"
+        );
+        Ok(())
+    }
+
+    fn entry_for(&self, region: RegionId, rec: &RegionRecord) -> Result<RegionEntry, UmoError> {
+        let idx = |n: NodeId| {
+            self.node_index.get(&n).copied().ok_or_else(|| {
+                UmoError::Config(format!(
+                    "region {region} lives on memory node {n}, which is not configured"
+                ))
+            })
+        };
+        Ok(RegionEntry {
+            primary: idx(rec.primary)?,
+            backups: rec
+                .backups
+                .iter()
+                .map(|n| idx(*n))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    async fn format(&mut self) -> Result<(), UmoError> {
+        self.created_ms = unix_ms();
+        let sb = Superblock {
+            replicas: self.config.replicas as u32,
+            region_size: self.config.region_size,
+            segment_size: self.config.segment_size,
+            created_ms: self.created_ms,
+            root: 0,
+        };
+        let rec = self.create_region_copies(SUPER_REGION).await?;
+        let entry = self.entry_for(SUPER_REGION, &rec)?;
+        self.regions.get_mut()[SUPER_REGION as usize] = Some(entry);
+        self.write_all(&[(GlobalAddr::new(SUPER_REGION, 0), &sb.encode()[..])])
+            .await?;
+        self.record_region(SUPER_REGION, &rec).await?;
+        self.alloc
+            .get_mut()
+            .add_region(SUPER_REGION, self.config.region_size, |_| false);
+        tracing::info!(
+            replicas = self.config.replicas,
+            region_size = self.config.region_size,
+            "formatted a new pool"
+        );
+        Ok(())
+    }
+
+    /// Creates `region` on the `r` nodes with the most free bytes.
+    async fn create_region_copies(&self, region: RegionId) -> Result<RegionRecord, UmoError> {
+        let stats = join_all(self.nodes.iter().map(|n| n.call(Request::Stats))).await;
+        let mut free: Vec<(u64, usize)> = stats
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Ok(Response::Stats(s)) => Some((s.capacity.saturating_sub(s.used), i)),
+                _ => None,
+            })
+            .filter(|(free, _)| *free >= self.config.region_size)
+            .collect();
+        free.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        if free.len() < self.config.replicas {
+            return Err(UmoError::OutOfMemory(format!(
+                "{} memory nodes have room for another {} byte region, {} needed",
+                free.len(),
+                self.config.region_size,
+                self.config.replicas
+            )));
+        }
+        let chosen: Vec<usize> = free
+            .iter()
+            .take(self.config.replicas)
+            .map(|f| f.1)
+            .collect();
+        for (k, &i) in chosen.iter().enumerate() {
+            if let Err(e) = self.nodes[i]
+                .create_region(region, self.config.region_size)
+                .await
+            {
+                for &j in &chosen[..k] {
+                    let _ = self.nodes[j].drop_region(region).await;
+                }
+                return Err(UmoError::node(self.nodes[i].node())(e));
+            }
+        }
+        Ok(RegionRecord {
+            primary: self.nodes[chosen[0]].node(),
+            backups: chosen[1..].iter().map(|&i| self.nodes[i].node()).collect(),
+        })
+    }
+
+    async fn record_region(&self, region: RegionId, rec: &RegionRecord) -> Result<(), UmoError> {
+        let at = GlobalAddr::new(SUPER_REGION, RegionRecord::offset(region));
+        self.write_all(&[(at, &rec.encode()[..])]).await
+    }
+
+    /// Adds a region to the pool.
+    async fn grow(&self) -> Result<(), UmoError> {
+        let _guard = self.grow_lock.lock().await;
+        if self.alloc.lock().stats().free_segments > 0 {
+            return Ok(()); // another task grew the pool while we waited
+        }
+        let count = self.regions.read().iter().filter(|r| r.is_some()).count() as u32;
+        if self.config.max_regions > 0 && count >= self.config.max_regions {
+            return Err(UmoError::OutOfMemory(format!(
+                "the pool reached its limit of {} regions",
+                self.config.max_regions
+            )));
+        }
+        let mut region = (self
+            .regions
+            .read()
+            .iter()
+            .rposition(|r| r.is_some())
+            .unwrap_or(0)
+            + 1) as u64;
+        loop {
+            if region > layout::MAX_REGIONS {
+                return Err(UmoError::OutOfMemory("no free region id".into()));
+            }
+            match self.create_region_copies(region as RegionId).await {
+                Ok(rec) => {
+                    let entry = self.entry_for(region as RegionId, &rec)?;
+                    self.record_region(region as RegionId, &rec).await?;
+                    self.regions.write()[region as usize] = Some(entry);
+                    self.alloc.lock().add_region(
+                        region as RegionId,
+                        self.config.region_size,
+                        |_| false,
+                    );
+                    tracing::info!(region, primary = rec.primary, backups = ?rec.backups, "pool grew by a region");
+                    return Ok(());
+                }
+                // Another client took this id: try the next one.
+                Err(UmoError::Node {
+                    source: dmc_verbs::VerbsError::RegionExists(_),
+                    ..
+                }) => region += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Wall-clock milliseconds when the pool was formatted (a time base for metadata).
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+
+    pub fn nodes(&self) -> &[Arc<dyn Transport>] {
+        &self.nodes
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            regions: self.regions.read().iter().filter(|r| r.is_some()).count() as u32,
+            region_size: self.config.region_size,
+            alloc: self.alloc.lock().stats(),
+        }
+    }
+
+    /// The largest single block; larger objects are chained.
+    pub fn max_block(&self) -> u32 {
+        self.alloc.lock().max_block()
+    }
+
+    fn entry(&self, region: RegionId) -> Result<RegionEntry, UmoError> {
+        self.regions.read()[region as usize]
+            .clone()
+            .ok_or(UmoError::UnknownRegion(region))
+    }
+
+    fn primary(&self, region: RegionId) -> Result<usize, UmoError> {
+        self.regions.read()[region as usize]
+            .as_ref()
+            .map(|e| e.primary)
+            .ok_or(UmoError::UnknownRegion(region))
+    }
+
+    // ------------------------------------------------------------ allocation
+
+    /// Allocates a block of at least `len` bytes, growing the pool if needed.
+    pub async fn alloc(&self, len: u64, aligned: bool) -> Result<Block, UmoError> {
+        if len > self.max_block() as u64 {
+            return Err(UmoError::TooLarge(len));
+        }
+        loop {
+            let got = self.alloc.lock().alloc(len, aligned, Instant::now());
+            match got {
+                Ok((block, claim)) => {
+                    if let Some(c) = claim {
+                        let at = GlobalAddr::new(c.region, c.entry_offset);
+                        self.write_all(&[(at, &c.entry.to_le_bytes()[..])]).await?;
+                    }
+                    return Ok(block);
+                }
+                Err(Need::Region) => self.grow().await?,
+            }
+        }
+    }
+
+    /// Frees a block after the grace period.
+    pub fn free(&self, block: Block) {
+        self.alloc.lock().free(block, Instant::now());
+    }
+
+    // ------------------------------------------------------------ verbs
+
+    /// Reads from the primary copy.
+    pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
+        let node = &self.nodes[self.primary(addr.region())?];
+        node.read(addr.region(), addr.offset(), buf)
+            .await
+            .map_err(UmoError::node(node.node()))
+    }
+
+    /// Reads several ranges from their primaries: one posted batch per node.
+    pub async fn read_batch(&self, reads: &mut [(GlobalAddr, &mut [u8])]) -> Result<(), UmoError> {
+        let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
+        for (addr, buf) in reads.iter_mut() {
+            let n = self.primary(addr.region())?;
+            by_node.entry(n).or_default().push(Verb::Read {
+                region: addr.region(),
+                offset: addr.offset(),
+                buf,
+            });
+        }
+        self.post_per_node(by_node).await
+    }
+
+    /// Reads from copy `copy` of the region (0 = primary, 1.. = backups).
+    pub async fn read_copy(
+        &self,
+        addr: GlobalAddr,
+        copy: usize,
+        buf: &mut [u8],
+    ) -> Result<(), UmoError> {
+        let entry = self.entry(addr.region())?;
+        let n = entry.copies().nth(copy).ok_or_else(|| {
+            UmoError::Config(format!("region {} has no copy {copy}", addr.region()))
+        })?;
+        let node = &self.nodes[n];
+        node.read(addr.region(), addr.offset(), buf)
+            .await
+            .map_err(UmoError::node(node.node()))
+    }
+
+    /// Writes every range to every copy of its region: one posted batch per node.
+    pub async fn write_all(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
+        let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
+        {
+            let regions = self.regions.read();
+            for (addr, data) in writes {
+                let entry = regions[addr.region() as usize]
+                    .as_ref()
+                    .ok_or(UmoError::UnknownRegion(addr.region()))?;
+                for n in entry.copies() {
+                    by_node.entry(n).or_default().push(Verb::Write {
+                        region: addr.region(),
+                        offset: addr.offset(),
+                        data,
+                    });
+                }
+            }
+        }
+        self.post_per_node(by_node).await
+    }
+
+    async fn post_per_node(
+        &self,
+        mut by_node: BTreeMap<usize, Vec<Verb<'_>>>,
+    ) -> Result<(), UmoError> {
+        if by_node.len() == 1 {
+            let (n, mut verbs) = by_node.pop_first().expect("one entry");
+            let node = &self.nodes[n];
+            return node
+                .post(&mut verbs)
+                .await
+                .map_err(UmoError::node(node.node()));
+        }
+        let results = join_all(by_node.iter_mut().map(|(n, verbs)| {
+            let node = &self.nodes[*n];
+            async move { node.post(verbs).await.map_err(UmoError::node(node.node())) }
+        }))
+        .await;
+        results.into_iter().collect()
+    }
+
+    /// Fetch-and-add on the primary copy (metadata counters; backups do not follow).
+    pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
+        let node = &self.nodes[self.primary(addr.region())?];
+        node.faa(addr.region(), addr.offset(), add)
+            .await
+            .map_err(UmoError::node(node.node()))
+    }
+
+    // ------------------------------------------------------------ objects
+
+    /// Writes `key` → `value` out of place to every copy and returns where it is. The
+    /// object is invisible until a committed index update points at it.
+    pub async fn write_object(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<ObjectRef, UmoError> {
+        let total = key.len() as u64 + value.len() as u64;
+        if total > object::MAX_OBJECT + u16::MAX as u64 {
+            return Err(UmoError::TooLarge(total));
+        }
+        let max = self.max_block() as usize;
+        if let Some(len) = object::inline_len(key, value.len())
+            && len <= max
+        {
+            let block = self.alloc(len as u64, false).await?;
+            let mut buf = Vec::new();
+            object::encode_inline(db, key, value, &mut buf);
+            if let Err(e) = self.write_all(&[(block.addr, &buf)]).await {
+                self.free(block);
+                return Err(e);
+            }
+            return Ok(ObjectRef {
+                block,
+                chained: false,
+            });
+        }
+        self.write_chained(db, key, value, max).await
+    }
+
+    async fn write_chained(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+        chunk: usize,
+    ) -> Result<ObjectRef, UmoError> {
+        let total = key.len() + value.len();
+        let n = total.div_ceil(chunk);
+        let mut blocks: Vec<Block> = Vec::with_capacity(n + 1);
+        let result = async {
+            let mut buf = Vec::with_capacity(chunk);
+            for i in 0..n {
+                let (start, end) = (i * chunk, ((i + 1) * chunk).min(total));
+                buf.clear();
+                if start < key.len() {
+                    buf.extend_from_slice(&key[start..end.min(key.len())]);
+                }
+                if end > key.len() {
+                    buf.extend_from_slice(
+                        &value[start.max(key.len()) - key.len()..end - key.len()],
+                    );
+                }
+                let b = self.alloc(buf.len() as u64, false).await?;
+                blocks.push(b);
+                self.write_all(&[(b.addr, &buf)]).await?;
+            }
+            let refs: Vec<ChunkRef> = blocks
+                .iter()
+                .map(|b| ChunkRef {
+                    addr: b.addr,
+                    class: b.class,
+                })
+                .collect();
+            let head = object::encode_chained_head(db, key, value, &refs);
+            let hb = self.alloc(head.len() as u64, false).await?;
+            blocks.push(hb);
+            self.write_all(&[(hb.addr, &head)]).await?;
+            Ok(ObjectRef {
+                block: hb,
+                chained: true,
+            })
+        }
+        .await;
+        if result.is_err() {
+            for b in blocks {
+                self.free(b);
+            }
+        }
+        result
+    }
+
+    /// Reads the object at `obj` from the primary and returns its value if it holds
+    /// `db`/`key` and its checksum is right.
+    pub async fn read_object(
+        &self,
+        obj: ObjectRef,
+        db: u8,
+        key: &[u8],
+    ) -> Result<ReadObject, UmoError> {
+        let mut head = vec![0u8; obj.block.size() as usize];
+        self.read(obj.block.addr, &mut head).await?;
+        self.finish_read(head, db, key).await
+    }
+
+    /// Completes a verified read given the head block's bytes.
+    pub async fn finish_read(
+        &self,
+        head: Vec<u8>,
+        db: u8,
+        key: &[u8],
+    ) -> Result<ReadObject, UmoError> {
+        match object::parse_head(&head) {
+            Head::Inline {
+                db: d,
+                key: k,
+                value,
+            } => {
+                if d != db || head[k] != *key {
+                    return Ok(ReadObject::Mismatch);
+                }
+                Ok(ReadObject::Value(Bytes::from(head).slice(value)))
+            }
+            Head::Chained {
+                db: d,
+                klen,
+                vlen,
+                chunks,
+                crc,
+                head_len,
+            } => {
+                if d != db || klen != key.len() {
+                    return Ok(ReadObject::Mismatch);
+                }
+                let total = klen + vlen;
+                let mut payload = vec![0u8; total];
+                let mut reads = Vec::with_capacity(chunks.len());
+                let mut rest = &mut payload[..];
+                for c in &chunks {
+                    let take = if (c.class as usize).lt(&crate::classes::NUM_CLASSES) {
+                        crate::classes::size(c.class) as usize
+                    } else {
+                        0
+                    }
+                    .min(rest.len());
+                    if take == 0 || self.primary(c.addr.region()).is_err() {
+                        return Ok(ReadObject::Mismatch);
+                    }
+                    let (now, later) = rest.split_at_mut(take);
+                    reads.push((c.addr, now));
+                    rest = later;
+                }
+                if !rest.is_empty() {
+                    return Ok(ReadObject::Mismatch);
+                }
+                if self.read_batch(&mut reads).await.is_err() {
+                    // Freed-and-reused chunk refs may point anywhere: a failed read is
+                    // a stale index entry, not a pool failure.
+                    return Ok(ReadObject::Mismatch);
+                }
+                if !object::chained_crc_ok(&head, head_len, crc, &payload, klen)
+                    || payload[..klen] != *key
+                {
+                    return Ok(ReadObject::Mismatch);
+                }
+                Ok(ReadObject::Value(Bytes::from(payload).slice(klen..)))
+            }
+            Head::Invalid => Ok(ReadObject::Mismatch),
+        }
+    }
+
+    /// Frees an object (and its chunks) after the grace period.
+    pub async fn free_object(&self, obj: ObjectRef) {
+        if obj.chained {
+            let mut head = vec![0u8; obj.block.size() as usize];
+            if self.read(obj.block.addr, &mut head).await.is_ok()
+                && let Head::Chained { chunks, .. } = object::parse_head(&head)
+            {
+                for c in chunks {
+                    self.free(Block {
+                        addr: c.addr,
+                        class: c.class,
+                    });
+                }
+            }
+        }
+        self.free(obj.block);
+    }
+
+    // ------------------------------------------------------------ transactions
+
+    /// The hash table's root pointer from the superblock.
+    pub async fn root(&self) -> Result<u64, UmoError> {
+        let mut w = [0u8; 8];
+        self.read(GlobalAddr::new(SUPER_REGION, layout::SB_ROOT), &mut w)
+            .await?;
+        Ok(u64::from_le_bytes(w))
+    }
+
+    /// Sets the root pointer if it still holds `expect`.
+    pub async fn set_root(&self, expect: u64, new: u64) -> Result<TxOutcome, UmoError> {
+        let tx = Tx {
+            shard: POOL_SHARD,
+            epoch: 0,
+            writes: vec![TxWrite {
+                addr: GlobalAddr::new(SUPER_REGION, layout::SB_ROOT),
+                expect: Some(expect),
+                new,
+            }],
+        };
+        Ok(self.commit(std::slice::from_ref(&tx)).await.remove(0))
+    }
+
+    /// Commits transactions with OCC + 2PC: prepare (lock and validate under the shard
+    /// epoch) on every copy, then commit on backups, then on primaries, so a reader of a
+    /// primary never sees a word that a backup lacks. One RPC per node per phase.
+    pub async fn commit(&self, txs: &[Tx]) -> Vec<TxOutcome> {
+        let base = self
+            .next_txid
+            .fetch_add(txs.len() as u64, Ordering::Relaxed);
+        let mut outcomes: Vec<Option<TxOutcome>> = vec![None; txs.len()];
+        // node -> prepares, and for each: (tx index, write indexes, node is a primary)
+        let mut plan: BTreeMap<usize, (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>)> =
+            BTreeMap::new();
+        {
+            let regions = self.regions.read();
+            'tx: for (t, tx) in txs.iter().enumerate() {
+                let mut per_node: BTreeMap<usize, (Vec<WordWrite>, Vec<usize>, bool)> =
+                    BTreeMap::new();
+                for (w, write) in tx.writes.iter().enumerate() {
+                    let Some(entry) = regions[write.addr.region() as usize].as_ref() else {
+                        outcomes[t] = Some(TxOutcome::Failed(UmoError::UnknownRegion(
+                            write.addr.region(),
+                        )));
+                        continue 'tx;
+                    };
+                    for n in entry.copies() {
+                        let slot = per_node.entry(n).or_default();
+                        slot.0.push(WordWrite {
+                            region: write.addr.region(),
+                            offset: write.addr.offset(),
+                            expect: write.expect,
+                            new: write.new,
+                        });
+                        slot.1.push(w);
+                        slot.2 |= n == entry.primary;
+                    }
+                }
+                for (n, (writes, idx, is_primary)) in per_node {
+                    let p = plan.entry(n).or_default();
+                    p.0.push(TxPrepare {
+                        txid: base + t as u64,
+                        shard: tx.shard,
+                        epoch: tx.epoch,
+                        writes,
+                    });
+                    p.1.push((t, idx, is_primary));
+                }
+            }
+        }
+
+        // Phase 1: prepare everywhere.
+        let votes = join_all(plan.iter_mut().map(|(n, (prepares, _))| {
+            let node = &self.nodes[*n];
+            let prepares = std::mem::take(prepares);
+            async move { node.call(Request::Prepare(prepares)).await }
+        }))
+        .await;
+        let mut yes_on: Vec<Vec<usize>> = vec![Vec::new(); txs.len()];
+        for ((n, (_, meta)), result) in plan.iter().zip(votes) {
+            let node_id = self.nodes[*n].node();
+            let list = match result {
+                Ok(Response::Votes(v)) if v.len() == meta.len() => Ok(v),
+                Ok(other) => Err(dmc_verbs::transport::unexpected(&other)),
+                Err(e) => Err(e),
+            };
+            for (k, (t, idx, _)) in meta.iter().enumerate() {
+                let vote = match &list {
+                    Ok(v) => v[k].clone(),
+                    Err(e) => TxVote::Failed(e.clone()),
+                };
+                match vote {
+                    TxVote::Yes => yes_on[*t].push(*n),
+                    TxVote::Conflict { index, actual } => {
+                        let w = idx.get(index as usize).copied().unwrap_or(0);
+                        outcomes[*t].get_or_insert(TxOutcome::Conflict { index: w, actual });
+                    }
+                    TxVote::Locked { .. } => {
+                        outcomes[*t].get_or_insert(TxOutcome::Locked);
+                    }
+                    TxVote::StaleEpoch { current } => {
+                        // A stale epoch outranks any other reason: the caller must stop.
+                        outcomes[*t] = Some(TxOutcome::StaleEpoch { current });
+                    }
+                    TxVote::Failed(e) => {
+                        outcomes[*t].get_or_insert(TxOutcome::Failed(UmoError::Node {
+                            node: node_id,
+                            source: e,
+                        }));
+                    }
+                }
+            }
+        }
+
+        // Abort what some participant refused; commit the rest, primaries last.
+        let mut aborts: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut first: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut last: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        for (n, (_, meta)) in &plan {
+            for (t, _, is_primary) in meta {
+                let txid = base + *t as u64;
+                if outcomes[*t].is_some() {
+                    if yes_on[*t].contains(n) {
+                        aborts.entry(*n).or_default().push(txid);
+                    }
+                } else if *is_primary {
+                    last.entry(*n).or_default().push(txid);
+                } else {
+                    first.entry(*n).or_default().push(txid);
+                }
+            }
+        }
+        let abort_calls = join_all(
+            aborts
+                .into_iter()
+                .map(|(n, ids)| self.nodes[n].call(Request::Abort(ids))),
+        );
+        let failed_first = self.commit_phase(first).await;
+        let failed_last = self.commit_phase(last).await;
+        abort_calls.await;
+        for (t, o) in outcomes.iter_mut().enumerate() {
+            let txid = base + t as u64;
+            if o.is_none() {
+                *o = Some(match failed_first.get(&txid).or(failed_last.get(&txid)) {
+                    Some(e) => TxOutcome::Failed(e.clone()),
+                    None => TxOutcome::Committed,
+                });
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(TxOutcome::Committed))
+            .collect()
+    }
+
+    async fn commit_phase(&self, calls: BTreeMap<usize, Vec<u64>>) -> HashMap<u64, UmoError> {
+        let results = join_all(
+            calls
+                .iter()
+                .map(|(n, ids)| self.nodes[*n].call(Request::Commit(ids.clone()))),
+        )
+        .await;
+        let mut failed = HashMap::new();
+        for ((n, ids), r) in calls.iter().zip(results) {
+            let node = self.nodes[*n].node();
+            match r {
+                Ok(Response::Votes(votes)) if votes.len() == ids.len() => {
+                    for (id, v) in ids.iter().zip(votes) {
+                        if let TxVote::Failed(e) = v {
+                            failed.insert(*id, UmoError::Node { node, source: e });
+                        }
+                    }
+                }
+                other => {
+                    let e = match other {
+                        Err(e) => e,
+                        Ok(resp) => dmc_verbs::transport::unexpected(&resp),
+                    };
+                    for id in ids {
+                        failed.insert(
+                            *id,
+                            UmoError::Node {
+                                node,
+                                source: e.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        failed
+    }
+}

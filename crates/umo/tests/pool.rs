@@ -1,0 +1,245 @@
+//! Pool client tests on the embedded (`local`) pool and on two in-process memory-node
+//! servers reached over `shm` with `r = 2`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dmc_umo::{GlobalAddr, Pool, PoolConfig, ReadObject, Tx, TxOutcome, TxWrite};
+use dmc_verbs::backend::{self, BackendKind};
+use dmc_verbs::server::{self, Listener, ServerOptions};
+use dmc_verbs::{NodeConfig, NodeCore, RpcOptions, Storage, Transport};
+
+fn small(replicas: usize) -> PoolConfig {
+    PoolConfig {
+        replicas,
+        region_size: 4 << 20,
+        segment_size: 1 << 20,
+        grace: Duration::from_millis(50),
+        ..PoolConfig::default()
+    }
+}
+
+struct Nodes {
+    _dirs: Vec<tempfile::TempDir>,
+    endpoints: Vec<dmc_verbs::Endpoint>,
+    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+async fn start_nodes(n: u32, capacity: u64) -> Nodes {
+    let mut nodes = Nodes {
+        _dirs: vec![],
+        endpoints: vec![],
+        _stops: vec![],
+    };
+    for id in 1..=n {
+        let dir = tempfile::tempdir().unwrap();
+        let core = NodeCore::open(NodeConfig {
+            id,
+            capacity,
+            storage: Storage::Dir(dir.path().to_path_buf()),
+            secret: None,
+        })
+        .unwrap();
+        let l = Listener::bind(&"127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        nodes.endpoints.push(l.endpoint().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server::serve(core, l, ServerOptions::default(), async {
+            let _ = stopped.await;
+        }));
+        nodes._dirs.push(dir);
+        nodes._stops.push(stop);
+    }
+    nodes
+}
+
+async fn connect(nodes: &Nodes) -> Vec<Arc<dyn Transport>> {
+    let mut out = Vec::new();
+    for ep in &nodes.endpoints {
+        out.push(
+            backend::connect(BackendKind::Shm, ep.clone(), RpcOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn objects_roundtrip_and_grow_the_pool() {
+    let pool = Pool::embedded(64 << 20, small(2)).await.unwrap();
+    let mut refs = Vec::new();
+    for i in 0..2000u32 {
+        let key = format!("key:{i:08}");
+        let value = vec![(i % 251) as u8; (i % 300) as usize];
+        refs.push((
+            key.clone(),
+            value.clone(),
+            pool.write_object(0, key.as_bytes(), &value).await.unwrap(),
+        ));
+    }
+    for (key, value, obj) in &refs {
+        assert_eq!(
+            pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
+            ReadObject::Value(value.clone().into())
+        );
+        assert_eq!(
+            pool.read_object(*obj, 1, key.as_bytes()).await.unwrap(),
+            ReadObject::Mismatch,
+            "db is checked"
+        );
+        assert_eq!(
+            pool.read_object(*obj, 0, b"other").await.unwrap(),
+            ReadObject::Mismatch,
+            "key is checked"
+        );
+    }
+    assert!(pool.stats().regions >= 1);
+}
+
+#[tokio::test]
+async fn large_values_chain_blocks() {
+    let pool = Pool::embedded(64 << 20, small(2)).await.unwrap();
+    assert_eq!(pool.max_block(), 235_000);
+    let value: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let obj = pool.write_object(0, b"big", &value).await.unwrap();
+    assert!(obj.chained);
+    assert_eq!(
+        pool.read_object(obj, 0, b"big").await.unwrap(),
+        ReadObject::Value(value.into())
+    );
+    let long_key = vec![b'k'; 70_000];
+    let obj = pool.write_object(0, &long_key, b"v").await.unwrap();
+    assert!(obj.chained, "keys beyond 16 bits of length chain");
+    assert_eq!(
+        pool.read_object(obj, 0, &long_key).await.unwrap(),
+        ReadObject::Value("v".into())
+    );
+}
+
+#[tokio::test]
+async fn commits_validate_and_fence() {
+    let pool = Pool::embedded(64 << 20, small(2)).await.unwrap();
+    let word = pool.alloc(8, true).await.unwrap().addr;
+    let tx = |epoch, expect, new| Tx {
+        shard: 3,
+        epoch,
+        writes: vec![TxWrite {
+            addr: word,
+            expect,
+            new,
+        }],
+    };
+    assert_eq!(
+        pool.commit(&[tx(1, Some(0), 5)]).await,
+        vec![TxOutcome::Committed]
+    );
+    assert_eq!(
+        pool.commit(&[tx(1, Some(0), 6)]).await,
+        vec![TxOutcome::Conflict {
+            index: 0,
+            actual: 5
+        }]
+    );
+    assert_eq!(
+        pool.commit(&[tx(2, Some(5), 7)]).await,
+        vec![TxOutcome::Committed]
+    );
+    // Epoch 2 was seen: epoch 1 is now stale, on every copy, and changes nothing.
+    assert_eq!(
+        pool.commit(&[tx(1, None, 9)]).await,
+        vec![TxOutcome::StaleEpoch { current: 2 }]
+    );
+    for copy in 0..2 {
+        let mut w = [0u8; 8];
+        pool.read_copy(word, copy, &mut w).await.unwrap();
+        assert_eq!(u64::from_le_bytes(w), 7);
+    }
+    // A batch: independent transactions succeed or fail on their own.
+    let other = pool.alloc(8, true).await.unwrap().addr;
+    let out = pool
+        .commit(&[
+            tx(2, Some(7), 8),
+            Tx {
+                shard: 3,
+                epoch: 2,
+                writes: vec![TxWrite {
+                    addr: other,
+                    expect: Some(1),
+                    new: 2,
+                }],
+            },
+        ])
+        .await;
+    assert_eq!(
+        out,
+        vec![
+            TxOutcome::Committed,
+            TxOutcome::Conflict {
+                index: 0,
+                actual: 0
+            }
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shm_r2_writes_reach_both_copies_and_the_pool_reopens() {
+    let nodes = start_nodes(2, 64 << 20).await;
+    let mut objs = Vec::new();
+    {
+        let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+        for i in 0..500u32 {
+            let key = format!("k{i}");
+            let obj = pool
+                .write_object(0, key.as_bytes(), format!("v{i}").as_bytes())
+                .await
+                .unwrap();
+            objs.push((key, obj));
+        }
+        // Every object reads back identically from the backup copy alone.
+        for (key, obj) in &objs {
+            let mut a = vec![0u8; obj.block.size() as usize];
+            let mut b = a.clone();
+            pool.read_copy(obj.block.addr, 0, &mut a).await.unwrap();
+            pool.read_copy(obj.block.addr, 1, &mut b).await.unwrap();
+            assert_eq!(a, b, "{key}: primary and backup differ");
+        }
+        assert_eq!(pool.set_root(0, 42).await.unwrap(), TxOutcome::Committed);
+    }
+    // A new client (a restarted agent) finds the same pool.
+    let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+    assert_eq!(pool.root().await.unwrap(), 42);
+    for (key, obj) in &objs {
+        assert!(matches!(
+            pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
+            ReadObject::Value(_)
+        ));
+    }
+    // New allocations do not land on segments the first client claimed.
+    let fresh = pool.write_object(0, b"new", b"value").await.unwrap();
+    assert!(objs.iter().all(|(_, o)| o.block.addr != fresh.block.addr));
+    let _ = GlobalAddr::NULL;
+}
+
+#[tokio::test]
+async fn pool_refuses_to_grow_past_its_limit() {
+    let mut cfg = small(1);
+    cfg.max_regions = 1;
+    let pool = Pool::embedded(64 << 20, cfg).await.unwrap();
+    let mut err = None;
+    for i in 0..10_000u32 {
+        if let Err(e) = pool
+            .write_object(0, format!("{i}").as_bytes(), &[0u8; 1000])
+            .await
+        {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(err, Some(dmc_umo::UmoError::OutOfMemory(_))),
+        "{err:?}"
+    );
+}
