@@ -47,7 +47,7 @@ impl GlobalAddr {
     }
 
     /// The address `delta` bytes further into the same region.
-    pub fn add(self, delta: u64) -> Self {
+    pub fn offset_by(self, delta: u64) -> Self {
         GlobalAddr::new(self.region(), self.offset() + delta)
     }
 }
@@ -69,6 +69,6 @@ mod tests {
         assert_eq!((a.region(), a.offset()), (0xffff, 0xffff_ffff));
         assert_eq!(GlobalAddr::from_bits(a.bits() | (0xab << 48)), a);
         assert!(GlobalAddr::NULL.is_null());
-        assert_eq!(GlobalAddr::new(3, 8).add(8), GlobalAddr::new(3, 16));
+        assert_eq!(GlobalAddr::new(3, 8).offset_by(8), GlobalAddr::new(3, 16));
     }
 }

@@ -157,7 +157,7 @@ impl Allocator {
         }
         let state = &mut self.classes[class as usize];
         let (addr, left) = state.bump.expect("a segment was just claimed");
-        state.bump = Some((addr.add(size), left - 1));
+        state.bump = Some((addr.offset_by(size), left - 1));
         Ok((self.count(Block { addr, class }), claim))
     }
 

@@ -33,6 +33,10 @@ use crate::error::UmoError;
 use crate::layout::{self, RegionRecord, SUPER_REGION, Superblock};
 use crate::object::{self, ChunkRef, Head};
 
+/// What one commit sends one node: its prepares and, for each, the transaction's index,
+/// the transaction's write indexes on this node, and whether the node is a primary.
+type NodePlan = (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>);
+
 /// The fencing domain of pool-level metadata (the superblock root).
 pub const POOL_SHARD: u32 = u32::MAX;
 
@@ -808,8 +812,7 @@ impl Pool {
             .fetch_add(txs.len() as u64, Ordering::Relaxed);
         let mut outcomes: Vec<Option<TxOutcome>> = vec![None; txs.len()];
         // node -> prepares, and for each: (tx index, write indexes, node is a primary)
-        let mut plan: BTreeMap<usize, (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>)> =
-            BTreeMap::new();
+        let mut plan: BTreeMap<usize, NodePlan> = BTreeMap::new();
         {
             let regions = self.regions.read();
             'tx: for (t, tx) in txs.iter().enumerate() {
