@@ -63,6 +63,15 @@ pub struct AllocStats {
     pub segments: u64,
     pub free_segments: u64,
     pub limbo_blocks: u64,
+    /// Bytes of freed blocks still in their grace period (part of `allocated`).
+    pub limbo_bytes: u64,
+}
+
+impl AllocStats {
+    /// Bytes of blocks in use: allocated minus those waiting out their grace period.
+    pub fn live(&self) -> u64 {
+        self.allocated - self.limbo_bytes
+    }
 }
 
 pub struct Allocator {
@@ -169,6 +178,7 @@ impl Allocator {
 
     /// Frees a block; it is reused only after the grace period.
     pub fn free(&mut self, block: Block, now: Instant) {
+        self.stats.limbo_bytes += block.size() as u64;
         self.limbo.push_back((now, block));
     }
 
@@ -180,6 +190,7 @@ impl Allocator {
             }
             self.limbo.pop_front();
             self.stats.allocated -= b.size() as u64;
+            self.stats.limbo_bytes -= b.size() as u64;
             self.stats.live_blocks -= 1;
             self.classes[b.class as usize].free.push(b.addr);
         }

@@ -2,7 +2,8 @@
 //!
 //! 13 classes from 16 to 64 bytes in 4-byte steps (small objects dominate caches and a
 //! 4-byte step wastes at most 3 bytes), then classes growing by 1.25× in multiples of 8
-//! up to 1 MiB: 56 classes in all. Classes above 64 bytes are multiples of 8, so blocks
+//! up to 1 MiB, plus the powers of two from 128 B to 8 KiB (hash-table subtables):
+//! 63 classes in all. Classes above 64 bytes are multiples of 8, so blocks
 //! of them hold 8-byte atomic words. A class id is stored in every hash-table slot, so
 //! this table is part of the pool's wire format: [`CLASSES_VERSION`] changes with it.
 
@@ -10,11 +11,12 @@
 pub const CLASSES_VERSION: u32 = 1;
 
 const fn build() -> ([u32; 64], usize) {
-    let mut t = [0u32; 64];
+    // The geometric sequence first.
+    let mut g = [0u32; 64];
     let mut n = 0;
     let mut s = 16;
     while s <= 64 {
-        t[n] = s;
+        g[n] = s;
         n += 1;
         s += 4;
     }
@@ -24,14 +26,32 @@ const fn build() -> ([u32; 64], usize) {
         if next >= 1 << 20 {
             next = 1 << 20;
         }
-        t[n] = next;
+        g[n] = next;
         n += 1;
         if next == 1 << 20 {
             break;
         }
         prev = next;
     }
-    (t, n)
+    // Then merge in the powers of two from 128 B to 8 KiB: hash-table subtables are
+    // power-of-two sized and would otherwise waste up to 25 % of their class.
+    let mut t = [0u32; 64];
+    let (mut i, mut m) = (0, 0);
+    let mut pow2: u32 = 128;
+    while i < n {
+        if pow2 <= 8192 && pow2 < g[i] {
+            t[m] = pow2;
+            pow2 *= 2;
+        } else {
+            if pow2 == g[i] {
+                pow2 *= 2;
+            }
+            t[m] = g[i];
+            i += 1;
+        }
+        m += 1;
+    }
+    (t, m)
 }
 
 const TABLE: ([u32; 64], usize) = build();
@@ -42,7 +62,7 @@ pub const NUM_CLASSES: usize = TABLE.1;
 pub const MAX_CLASS_SIZE: u32 = 1 << 20;
 
 const _: () = assert!(
-    NUM_CLASSES == 56,
+    NUM_CLASSES == 63,
     "class table changed: bump CLASSES_VERSION"
 );
 const _: () = assert!(TABLE.0[NUM_CLASSES - 1] == MAX_CLASS_SIZE);

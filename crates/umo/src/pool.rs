@@ -695,6 +695,18 @@ impl Pool {
         self.finish_read(head, db, key).await
     }
 
+    /// Reads whatever object is at `obj`, verifying only its checksum: the key, db and
+    /// value, or `None` if the block holds no valid object (eviction uses this to learn
+    /// which key it removes).
+    pub async fn read_any(&self, obj: ObjectRef) -> Result<Option<(u8, Bytes, Bytes)>, UmoError> {
+        let mut head = vec![0u8; obj.block.size() as usize];
+        self.read(obj.block.addr, &mut head).await?;
+        Ok(self.verify(head, None).await?.map(|(db, payload, klen)| {
+            let key = payload.slice(..klen);
+            (db, key, payload.slice(klen..))
+        }))
+    }
+
     /// Completes a verified read given the head block's bytes.
     pub async fn finish_read(
         &self,
@@ -702,62 +714,73 @@ impl Pool {
         db: u8,
         key: &[u8],
     ) -> Result<ReadObject, UmoError> {
+        Ok(match self.verify(head, Some((db, key))).await? {
+            Some((_, payload, klen)) => ReadObject::Value(payload.slice(klen..)),
+            None => ReadObject::Mismatch,
+        })
+    }
+
+    /// Checks a head block (and a chained object's chunks) and, if `expect` is given,
+    /// the db and key. Returns the db, the bytes holding key ‖ value, and the key length.
+    async fn verify(
+        &self,
+        head: Vec<u8>,
+        expect: Option<(u8, &[u8])>,
+    ) -> Result<Option<(u8, Bytes, usize)>, UmoError> {
         match object::parse_head(&head) {
-            Head::Inline {
-                db: d,
-                key: k,
-                value,
-            } => {
-                if d != db || head[k] != *key {
-                    return Ok(ReadObject::Mismatch);
+            Head::Inline { db, key: k, value } => {
+                if expect.is_some_and(|(d, key)| d != db || head[k.clone()] != *key) {
+                    return Ok(None);
                 }
-                Ok(ReadObject::Value(Bytes::from(head).slice(value)))
+                Ok(Some((
+                    db,
+                    Bytes::from(head).slice(k.start..value.end),
+                    k.len(),
+                )))
             }
             Head::Chained {
-                db: d,
+                db,
                 klen,
                 vlen,
                 chunks,
                 crc,
                 head_len,
             } => {
-                if d != db || klen != key.len() {
-                    return Ok(ReadObject::Mismatch);
+                if expect.is_some_and(|(d, key)| d != db || klen != key.len()) {
+                    return Ok(None);
                 }
-                let total = klen + vlen;
-                let mut payload = vec![0u8; total];
+                let mut payload = vec![0u8; klen + vlen];
                 let mut reads = Vec::with_capacity(chunks.len());
                 let mut rest = &mut payload[..];
                 for c in &chunks {
-                    let take = if (c.class as usize).lt(&crate::classes::NUM_CLASSES) {
-                        crate::classes::size(c.class) as usize
+                    let take = if (c.class as usize) < crate::classes::NUM_CLASSES {
+                        (crate::classes::size(c.class) as usize).min(rest.len())
                     } else {
                         0
-                    }
-                    .min(rest.len());
+                    };
                     if take == 0 || self.primary(c.addr.region()).is_err() {
-                        return Ok(ReadObject::Mismatch);
+                        return Ok(None);
                     }
                     let (now, later) = rest.split_at_mut(take);
                     reads.push((c.addr, now));
                     rest = later;
                 }
                 if !rest.is_empty() {
-                    return Ok(ReadObject::Mismatch);
+                    return Ok(None);
                 }
                 if self.read_batch(&mut reads).await.is_err() {
                     // Freed-and-reused chunk refs may point anywhere: a failed read is
                     // a stale index entry, not a pool failure.
-                    return Ok(ReadObject::Mismatch);
+                    return Ok(None);
                 }
                 if !object::chained_crc_ok(&head, head_len, crc, &payload, klen)
-                    || payload[..klen] != *key
+                    || expect.is_some_and(|(_, key)| payload[..klen] != *key)
                 {
-                    return Ok(ReadObject::Mismatch);
+                    return Ok(None);
                 }
-                Ok(ReadObject::Value(Bytes::from(payload).slice(klen..)))
+                Ok(Some((db, Bytes::from(payload), klen)))
             }
-            Head::Invalid => Ok(ReadObject::Mismatch),
+            Head::Invalid => Ok(None),
         }
     }
 
