@@ -1,1 +1,28 @@
-//! placeholder
+//! The disaggregated hash table and its client-centric caching (DESIGN.md §4).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`layout`] | root, directories, subtables, buckets, slot words and metadata |
+//! | [`hash`] | Redis hash slots (CRC16) and placement hashes |
+//! | [`table`] | [`Dht`]: get, set (NX/XX, expiry), delete, expire, scan, eviction |
+//! | [`policy`] | the `update`/`priority` policy interface and Redis's policies |
+//! | [`owner`] | which hash slots this client writes, under which epoch |
+//! | [`clock`] | time as an input |
+//!
+//! Below it is `dmc-umo` (pool memory, objects, transactions); above it the compute
+//! agent's engine. The table stores bytes; Redis types are the engine's business.
+
+pub mod clock;
+pub mod hash;
+pub mod layout;
+pub mod owner;
+pub mod policy;
+mod rng;
+pub mod table;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use owner::{Lease, Ownership};
+pub use policy::{Policy, RedisPolicy};
+pub use table::{
+    Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, Ttl,
+};

@@ -187,12 +187,10 @@ impl Pool {
                 config.replicas
             )));
         }
-        if nodes.len() < config.replicas {
-            return Err(UmoError::Config(format!(
-                "{} replicas need as many memory nodes, {} configured",
-                config.replicas,
-                nodes.len()
-            )));
+        if nodes.is_empty() {
+            return Err(UmoError::Config(
+                "a pool needs at least one memory node".into(),
+            ));
         }
         if config.segment_size < (1 << 20)
             || config.region_size < layout::REGION_HEADER + config.segment_size
@@ -302,25 +300,35 @@ impl Pool {
         Ok(())
     }
 
+    /// Maps a region record to configured nodes. A copy on a node this client was not
+    /// given is skipped; if that was the primary, the first configured backup serves
+    /// reads (degraded: writes reach the remaining copies only).
     fn entry_for(&self, region: RegionId, rec: &RegionRecord) -> Result<RegionEntry, UmoError> {
-        let idx = |n: NodeId| {
-            self.node_index.get(&n).copied().ok_or_else(|| {
-                UmoError::Config(format!(
-                    "region {region} lives on memory node {n}, which is not configured"
-                ))
-            })
-        };
-        Ok(RegionEntry {
-            primary: idx(rec.primary)?,
-            backups: rec
-                .backups
-                .iter()
-                .map(|n| idx(*n))
-                .collect::<Result<_, _>>()?,
-        })
+        let mut copies = std::iter::once(rec.primary)
+            .chain(rec.backups.iter().copied())
+            .filter_map(|n| self.node_index.get(&n).copied());
+        let primary = copies.next().ok_or_else(|| {
+            UmoError::Config(format!(
+                "no configured memory node holds region {region} (primary {}, backups {:?})",
+                rec.primary, rec.backups
+            ))
+        })?;
+        let backups: Vec<usize> = copies.collect();
+        if self.nodes[primary].node() != rec.primary || backups.len() < rec.backups.len() {
+            tracing::warn!(region, primary = rec.primary, backups = ?rec.backups, serving = self.nodes[primary].node(),
+                "region is missing copies on unconfigured nodes: serving it degraded");
+        }
+        Ok(RegionEntry { primary, backups })
     }
 
     async fn format(&mut self) -> Result<(), UmoError> {
+        if self.nodes.len() < self.config.replicas {
+            return Err(UmoError::Config(format!(
+                "{} replicas need as many memory nodes, {} configured",
+                self.config.replicas,
+                self.nodes.len()
+            )));
+        }
         self.created_ms = unix_ms();
         let sb = Superblock {
             replicas: self.config.replicas as u32,

@@ -1,0 +1,197 @@
+//! The hash table's layout in pool memory. Every structure here is a wire format.
+//!
+//! ```text
+//! root block (the pool superblock's root points here):
+//! +------------------+----------------+-----------------------------+
+//! | magic "DMCDHT01" | version:u32    | buckets_per_subtable:u32    |  ... to 64 B
+//! +------------------+----------------+-----------------------------+
+//! | slot table: 16384 × u64 directory refs (class << 48 | address, 0 = empty) |
+//! +----------------------------------------------------------------------------+
+//!
+//! directory (one per Redis hash slot, extendible hashing):
+//! +-------------------------+-------------------------------------------+
+//! | global_depth:u64        | 2^global_depth × u64 subtable address     |
+//! +-------------------------+-------------------------------------------+
+//!
+//! subtable: buckets_per_subtable × bucket
+//! bucket (128 B, read with one READ):
+//! +----------------+-------------+---------------------------------------+
+//! | header:u64     | reserved:u64| 7 × slot (word:u64, meta:u64)         |
+//! +----------------+-------------+---------------------------------------+
+//! header: local_depth:8 | suffix:32 << 8 | MOVED << 63
+//!
+//! slot word (changed only by committed transactions):
+//!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
+//!   size = object head class + 1, | 0x80 when the object is chained
+//! slot meta (eviction metadata):
+//!   lfu:8 << 56 | access:16 << 40 | expire:40
+//!   expire = ms since the pool was formatted + 1 (0 = no TTL);
+//!   access = seconds since the pool was formatted, mod 2^16 (LRU clock);
+//!   lfu = Redis's logarithmic frequency counter, at the top so that an FAA carry
+//!         falls off the word instead of into another field.
+//! ```
+
+use dmc_umo::{Block, GlobalAddr, ObjectRef};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"DMCDHT01");
+pub const VERSION: u32 = 1;
+pub const ROOT_HEADER: u64 = 64;
+pub const HASH_SLOTS: usize = 16384;
+pub const ROOT_LEN: u64 = ROOT_HEADER + 8 * HASH_SLOTS as u64;
+
+pub const BUCKET: u64 = 128;
+pub const BUCKET_HEADER: u64 = 16;
+pub const SLOT: u64 = 16;
+pub const SLOTS_PER_BUCKET: usize = 7;
+pub const DIR_HEADER: u64 = 8;
+/// Deepest a hash slot's directory may grow (2^20 subtables).
+pub const MAX_DEPTH: u32 = 20;
+
+const _: () = assert!(BUCKET_HEADER + SLOT * SLOTS_PER_BUCKET as u64 == BUCKET);
+const _: () = assert!(ROOT_HEADER >= 16);
+
+pub const MOVED: u64 = 1 << 63;
+const CHAINED: u8 = 0x80;
+
+pub const EXPIRE_BITS: u32 = 40;
+pub const EXPIRE_MASK: u64 = (1 << EXPIRE_BITS) - 1;
+pub const ACCESS_SHIFT: u32 = 40;
+pub const LFU_SHIFT: u32 = 56;
+
+/// A bucket header.
+pub fn header(local_depth: u32, suffix: u64) -> u64 {
+    (local_depth as u64) | ((suffix & 0xffff_ffff) << 8)
+}
+
+pub fn header_depth(h: u64) -> u32 {
+    (h & 0xff) as u32
+}
+
+pub fn header_suffix(h: u64) -> u64 {
+    (h >> 8) & 0xffff_ffff
+}
+
+/// Whether a bucket with header `h` is live and covers `hash`.
+pub fn header_covers(h: u64, hash: u64) -> bool {
+    let d = header_depth(h);
+    h & MOVED == 0 && d <= 32 && (hash & ((1u64 << d) - 1)) == header_suffix(h)
+}
+
+/// A slot's atomic word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotWord(pub u64);
+
+impl SlotWord {
+    pub const EMPTY: SlotWord = SlotWord(0);
+
+    pub fn new(fp: u8, obj: ObjectRef) -> Self {
+        let size = (obj.block.class + 1) | if obj.chained { CHAINED } else { 0 };
+        SlotWord(((fp as u64) << 56) | ((size as u64) << 48) | obj.block.addr.bits())
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn fp(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+
+    /// The object this slot points at, or `None` if the word is empty or malformed.
+    pub fn object(self) -> Option<ObjectRef> {
+        let size = (self.0 >> 48) as u8;
+        let class = (size & !CHAINED).checked_sub(1)?;
+        if class as usize >= dmc_umo::classes::NUM_CLASSES {
+            return None;
+        }
+        let addr = GlobalAddr::from_bits(self.0);
+        (!addr.is_null()).then_some(ObjectRef {
+            block: Block { addr, class },
+            chained: size & CHAINED != 0,
+        })
+    }
+}
+
+/// A slot's metadata word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotMeta(pub u64);
+
+impl SlotMeta {
+    pub fn new(expire: u64, access: u16, lfu: u8) -> Self {
+        SlotMeta(
+            (expire & EXPIRE_MASK)
+                | ((access as u64) << ACCESS_SHIFT)
+                | ((lfu as u64) << LFU_SHIFT),
+        )
+    }
+    /// Encoded expiry: 0 = none, else ms since the pool epoch + 1.
+    pub fn expire(self) -> u64 {
+        self.0 & EXPIRE_MASK
+    }
+    pub fn access(self) -> u16 {
+        (self.0 >> ACCESS_SHIFT) as u16
+    }
+    pub fn lfu(self) -> u8 {
+        (self.0 >> LFU_SHIFT) as u8
+    }
+    pub fn with_expire(self, expire: u64) -> Self {
+        SlotMeta((self.0 & !EXPIRE_MASK) | (expire & EXPIRE_MASK))
+    }
+}
+
+/// Reads a little-endian u64 at `at` (callers index inside blocks they read whole).
+pub fn le64(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// A directory reference in the slot table: the directory's class and address.
+pub fn dir_ref(block: Block) -> u64 {
+    ((block.class as u64) << 48) | block.addr.bits()
+}
+
+pub fn dir_block(r: u64) -> Option<Block> {
+    let addr = GlobalAddr::from_bits(r);
+    let class = (r >> 48) as u8;
+    (!addr.is_null() && (class as usize) < dmc_umo::classes::NUM_CLASSES)
+        .then_some(Block { addr, class })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_pack_and_unpack() {
+        let obj = ObjectRef {
+            block: Block {
+                addr: GlobalAddr::new(3, 4096),
+                class: 11,
+            },
+            chained: true,
+        };
+        let w = SlotWord::new(0xab, obj);
+        assert_eq!(w.fp(), 0xab);
+        assert_eq!(w.object(), Some(obj));
+        assert!(SlotWord::EMPTY.object().is_none());
+        let m = SlotMeta::new(12345, 777, 9);
+        assert_eq!((m.expire(), m.access(), m.lfu()), (12345, 777, 9));
+        assert_eq!(m.with_expire(0).access(), 777);
+        // An FAA carry out of the LFU byte leaves the other fields alone.
+        let carried = SlotMeta(
+            m.0.wrapping_add(255u64 << LFU_SHIFT)
+                .wrapping_add(2u64 << LFU_SHIFT),
+        );
+        assert_eq!((carried.expire(), carried.access()), (12345, 777));
+    }
+
+    #[test]
+    fn headers_cover_their_suffix() {
+        let h = header(2, 0b10);
+        assert!(header_covers(h, 0b1110));
+        assert!(!header_covers(h, 0b1101));
+        assert!(!header_covers(h | MOVED, 0b1110));
+        assert!(header_covers(header(0, 0), 12345));
+    }
+}

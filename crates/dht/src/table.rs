@@ -1,0 +1,1497 @@
+//! The disaggregated hash table: [`Dht`] is one client's handle on the table all agents
+//! of an instance share.
+//!
+//! Reads are one-sided: a get reads the key's two candidate buckets in one batch, then
+//! the object a fingerprint-matching slot points at, and verifies key and checksum.
+//! Writes are out of place and owned: the owner of the key's hash slot writes the object
+//! to every copy, then commits the slot word (validated against the bucket header, so a
+//! concurrent split is detected) through a group committer that batches transactions per
+//! memory node. Subtables split on demand (extendible hashing per hash slot); a split
+//! retires the old subtable by setting MOVED in its bucket headers in the same
+//! transaction that updates the directory, so readers with a stale directory notice.
+//!
+//! Expired keys are never returned; a reader that owns the slot deletes them on the way
+//! (lazy expiry) and [`Dht::active_expire`] samples for them. When used memory passes
+//! `maxmemory`, the owner samples `K` slots and evicts the lowest priority of its policy.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use dmc_umo::{Block, GlobalAddr, ObjectRef, Pool, ReadObject, Tx, TxOutcome, TxWrite, UmoError};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::Clock;
+use crate::hash::{self, fingerprint, key_hash, key_slot};
+use crate::layout::{self, HASH_SLOTS, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
+use crate::owner::{Lease, Ownership};
+use crate::policy::{self, Now, Policy, RedisPolicy};
+use crate::rng;
+
+/// Transactions one commit RPC batch carries at most.
+const MAX_COMMIT_BATCH: usize = 256;
+/// Optimistic retries before an operation gives up.
+const MAX_RETRIES: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DhtError {
+    #[error(transparent)]
+    Pool(#[from] UmoError),
+    /// Redis's `noeviction` error, or nothing left that the policy may evict.
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    OutOfMemory,
+    /// This client does not own the key's hash slot (or was fenced off it).
+    #[error("hash slot {0} is owned by another agent")]
+    NotOwner(u16),
+    #[error("the table is corrupt or was written by an incompatible version: {0}")]
+    Corrupt(String),
+    #[error("too much contention on hash slot {0}; try again")]
+    Contention(u16),
+}
+
+#[derive(Debug, Clone)]
+pub struct DhtConfig {
+    /// Buckets per subtable (a power of two); 4 buckets are 512 bytes.
+    pub buckets_per_subtable: u32,
+    /// Bytes of pool memory this instance may use (0: unlimited).
+    pub maxmemory: u64,
+    pub policy: RedisPolicy,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    pub samples: usize,
+    /// Local hits combined before their metadata updates are sent.
+    pub hit_batch: usize,
+}
+
+impl Default for DhtConfig {
+    fn default() -> Self {
+        Self {
+            buckets_per_subtable: 4,
+            maxmemory: 0,
+            policy: RedisPolicy::NoEviction,
+            samples: 5,
+            hit_batch: 64,
+        }
+    }
+}
+
+/// The condition of a set (`NX` / `XX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetCond {
+    #[default]
+    Always,
+    IfAbsent,
+    IfPresent,
+}
+
+/// What a set does to the key's time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetExpiry {
+    /// Remove any TTL (plain `SET`).
+    #[default]
+    Clear,
+    /// Keep the existing TTL (`KEEPTTL`).
+    Keep,
+    /// Expire at this Unix time in milliseconds.
+    At(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetOptions {
+    pub cond: SetCond,
+    pub expiry: SetExpiry,
+    /// Return the previous value (`SET … GET`).
+    pub get: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetOutcome {
+    pub written: bool,
+    /// The previous value, when asked for with [`SetOptions::get`].
+    pub old: Option<Bytes>,
+}
+
+/// A key's value with its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Bytes,
+    /// Unix time in ms when the key expires.
+    pub expire_at: Option<u64>,
+    /// Seconds since the last access (LRU clock).
+    pub idle_secs: u64,
+    /// The LFU counter, decayed.
+    pub lfu: u8,
+}
+
+/// A key's time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    Missing,
+    Persistent,
+    /// Unix time in ms.
+    ExpiresAt(u64),
+}
+
+/// Counters of one client's view of the table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DhtStats {
+    pub keys: i64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evicted: u64,
+    pub expired: u64,
+    pub splits: u64,
+    pub retries: u64,
+    pub used_memory: u64,
+    pub partitions: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evicted: AtomicU64,
+    expired: AtomicU64,
+    splits: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// A hash slot's directory, as cached.
+#[derive(Debug)]
+struct Dir {
+    block: Block,
+    depth: u32,
+    subtables: Vec<GlobalAddr>,
+}
+
+impl Dir {
+    fn subtable(&self, hash: u64) -> GlobalAddr {
+        self.subtables[(hash & ((1u64 << self.depth) - 1)) as usize]
+    }
+}
+
+/// A key's coordinates.
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    db: u8,
+    slot: u16,
+    hash: u64,
+    fp: u8,
+}
+
+/// The two candidate buckets of a key as read.
+struct Probe {
+    /// Bucket addresses and bytes.
+    buckets: [(GlobalAddr, [u8; layout::BUCKET as usize]); 2],
+}
+
+impl Probe {
+    fn header(&self, b: usize) -> u64 {
+        le64(&self.buckets[b].1, 0)
+    }
+    fn slot(&self, b: usize, i: usize) -> (GlobalAddr, SlotWord, SlotMeta) {
+        let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+        let bytes = &self.buckets[b].1;
+        (
+            self.buckets[b].0.offset_by(at as u64),
+            SlotWord(le64(bytes, at)),
+            SlotMeta(le64(bytes, at + 8)),
+        )
+    }
+}
+
+/// A key found in the table.
+#[derive(Debug, Clone)]
+struct Found {
+    bucket: usize,
+    addr: GlobalAddr,
+    word: SlotWord,
+    meta: SlotMeta,
+    value: Option<Bytes>,
+}
+
+struct PendingHit {
+    lfu_add: u8,
+    access: u16,
+    base_access: u16,
+}
+
+type CommitJob = (Tx, oneshot::Sender<TxOutcome>);
+
+pub struct Dht {
+    pool: Arc<Pool>,
+    clock: Arc<dyn Clock>,
+    root: GlobalAddr,
+    buckets: u64,
+    maxmemory: AtomicU64,
+    samples: AtomicU64,
+    policy: RwLock<RedisPolicy>,
+    hit_batch: usize,
+    owner: Ownership,
+    dirs: Vec<RwLock<Option<Arc<Dir>>>>,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    partitions: RwLock<Vec<u16>>,
+    commits: mpsc::UnboundedSender<CommitJob>,
+    hits: Mutex<std::collections::HashMap<GlobalAddr, PendingHit>>,
+    keys: AtomicI64,
+    counters: Counters,
+}
+
+fn corrupt(what: impl Into<String>) -> DhtError {
+    DhtError::Corrupt(what.into())
+}
+
+impl Dht {
+    /// Opens the table in `pool`, creating it if the pool has none, with this client
+    /// owning the slots `owner` says.
+    pub async fn open(
+        pool: Arc<Pool>,
+        config: DhtConfig,
+        clock: Arc<dyn Clock>,
+        owner: Ownership,
+    ) -> Result<Arc<Dht>, DhtError> {
+        if !config.buckets_per_subtable.is_power_of_two() || config.buckets_per_subtable > 1 << 12 {
+            return Err(corrupt(
+                "buckets_per_subtable must be a power of two up to 4096",
+            ));
+        }
+        let (root, buckets) = Self::open_root(&pool, config.buckets_per_subtable).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(commit_loop(pool.clone(), rx));
+        let dht = Dht {
+            pool,
+            clock,
+            root,
+            buckets,
+            maxmemory: AtomicU64::new(config.maxmemory),
+            samples: AtomicU64::new(config.samples.max(1) as u64),
+            policy: RwLock::new(config.policy),
+            hit_batch: config.hit_batch.max(1),
+            owner,
+            dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
+            locks: (0..HASH_SLOTS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            partitions: RwLock::new(Vec::new()),
+            commits: tx,
+            hits: Mutex::new(std::collections::HashMap::new()),
+            keys: AtomicI64::new(0),
+            counters: Counters::default(),
+        };
+        dht.recover().await?;
+        Ok(Arc::new(dht))
+    }
+
+    async fn open_root(pool: &Pool, buckets: u32) -> Result<(GlobalAddr, u64), DhtError> {
+        loop {
+            let root = pool.root().await?;
+            if root != 0 {
+                let addr = GlobalAddr::from_bits(root);
+                let mut head = [0u8; 16];
+                pool.read(addr, &mut head).await?;
+                if le64(&head, 0) != layout::MAGIC {
+                    return Err(corrupt("the pool root does not point at a hash table"));
+                }
+                let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+                if version != layout::VERSION {
+                    return Err(corrupt(format!(
+                        "table version {version}, this build reads {}",
+                        layout::VERSION
+                    )));
+                }
+                let b = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as u64;
+                if !b.is_power_of_two() {
+                    return Err(corrupt("bad buckets_per_subtable in the table header"));
+                }
+                return Ok((addr, b));
+            }
+            let block = pool.alloc(layout::ROOT_LEN, true).await?;
+            let mut bytes = vec![0u8; layout::ROOT_LEN as usize];
+            bytes[0..8].copy_from_slice(&layout::MAGIC.to_le_bytes());
+            bytes[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
+            bytes[12..16].copy_from_slice(&buckets.to_le_bytes());
+            pool.write_all(&[(block.addr, &bytes)]).await?;
+            match pool.set_root(0, block.addr.bits()).await? {
+                TxOutcome::Committed => {
+                    tracing::info!(root = %block.addr, buckets, "created the hash table");
+                    return Ok((block.addr, buckets as u64));
+                }
+                _ => pool.free(block), // another client created it first: use theirs
+            }
+        }
+    }
+
+    /// Learns which hash slots have directories and counts the keys of owned ones.
+    async fn recover(&self) -> Result<(), DhtError> {
+        let mut table = vec![0u8; 8 * HASH_SLOTS];
+        self.pool
+            .read(self.root.offset_by(layout::ROOT_HEADER), &mut table)
+            .await?;
+        let mut parts = Vec::new();
+        let mut keys = 0i64;
+        for slot in 0..HASH_SLOTS {
+            if le64(&table, slot * 8) == 0 {
+                continue;
+            }
+            parts.push(slot as u16);
+            if self.owner.lease(slot as u16).is_some() {
+                keys += self.scan_words(slot as u16).await?.len() as i64;
+            }
+        }
+        tracing::info!(partitions = parts.len(), keys, "hash table opened");
+        *self.partitions.write() = parts;
+        self.keys.store(keys, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ settings, stats
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.owner
+    }
+
+    pub fn set_maxmemory(&self, bytes: u64) {
+        self.maxmemory.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn maxmemory(&self) -> u64 {
+        self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    pub fn set_policy(&self, p: RedisPolicy) {
+        *self.policy.write() = p;
+    }
+
+    pub fn policy(&self) -> RedisPolicy {
+        *self.policy.read()
+    }
+
+    pub fn set_samples(&self, k: usize) {
+        self.samples.store(k.max(1) as u64, Ordering::Relaxed);
+    }
+
+    pub fn samples(&self) -> usize {
+        self.samples.load(Ordering::Relaxed) as usize
+    }
+
+    /// Pool bytes in use by this instance: objects and index, as allocated.
+    pub fn used_memory(&self) -> u64 {
+        self.pool.stats().alloc.live()
+    }
+
+    /// Keys in the slots this client owns (expired ones not yet reclaimed included, as
+    /// Redis's `DBSIZE`).
+    pub fn key_count(&self) -> i64 {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> DhtStats {
+        DhtStats {
+            keys: self.key_count(),
+            hits: self.counters.hits.load(Ordering::Relaxed),
+            misses: self.counters.misses.load(Ordering::Relaxed),
+            evicted: self.counters.evicted.load(Ordering::Relaxed),
+            expired: self.counters.expired.load(Ordering::Relaxed),
+            splits: self.counters.splits.load(Ordering::Relaxed),
+            retries: self.counters.retries.load(Ordering::Relaxed),
+            used_memory: self.used_memory(),
+            partitions: self.partitions.read().len() as u64,
+        }
+    }
+
+    fn now(&self) -> (u64, Now) {
+        let abs = self.clock.now_ms();
+        let pool_ms = abs.saturating_sub(self.pool.created_ms());
+        (
+            abs,
+            Now {
+                pool_ms,
+                access: (pool_ms / 1000) as u16,
+            },
+        )
+    }
+
+    fn encode_expire(&self, at_ms: u64) -> u64 {
+        (at_ms.saturating_sub(self.pool.created_ms()) + 1).min(layout::EXPIRE_MASK)
+    }
+
+    fn decode_expire(&self, enc: u64) -> Option<u64> {
+        (enc != 0).then(|| self.pool.created_ms() + enc - 1)
+    }
+
+    fn is_expired(&self, meta: SlotMeta, now_abs: u64) -> bool {
+        self.decode_expire(meta.expire())
+            .is_some_and(|at| now_abs >= at)
+    }
+
+    fn loc(db: u8, key: &[u8]) -> Loc {
+        let hash = key_hash(db, key);
+        Loc {
+            db,
+            slot: key_slot(key),
+            hash,
+            fp: fingerprint(hash),
+        }
+    }
+
+    fn lease(&self, slot: u16) -> Result<Lease, DhtError> {
+        self.owner.lease(slot).ok_or(DhtError::NotOwner(slot))
+    }
+
+    // ------------------------------------------------------------ directories
+
+    fn slot_entry(&self, slot: u16) -> GlobalAddr {
+        self.root.offset_by(layout::ROOT_HEADER + 8 * slot as u64)
+    }
+
+    async fn load_dir(&self, slot: u16) -> Result<Option<Arc<Dir>>, DhtError> {
+        let mut w = [0u8; 8];
+        self.pool.read(self.slot_entry(slot), &mut w).await?;
+        let r = u64::from_le_bytes(w);
+        if r == 0 {
+            *self.dirs[slot as usize].write() = None;
+            return Ok(None);
+        }
+        let block = layout::dir_block(r)
+            .ok_or_else(|| corrupt(format!("bad directory ref {r:#x} for slot {slot}")))?;
+        let mut bytes = vec![0u8; block.size() as usize];
+        self.pool.read(block.addr, &mut bytes).await?;
+        let depth = le64(&bytes, 0) as u32;
+        let n = 1usize << depth.min(layout::MAX_DEPTH);
+        if depth > layout::MAX_DEPTH || 8 + 8 * n > bytes.len() {
+            return Err(corrupt(format!(
+                "directory of slot {slot} has depth {depth}"
+            )));
+        }
+        let subtables = (0..n)
+            .map(|i| GlobalAddr::from_bits(le64(&bytes, 8 + 8 * i)))
+            .collect();
+        let dir = Arc::new(Dir {
+            block,
+            depth,
+            subtables,
+        });
+        *self.dirs[slot as usize].write() = Some(dir.clone());
+        Ok(Some(dir))
+    }
+
+    async fn dir(&self, slot: u16) -> Result<Option<Arc<Dir>>, DhtError> {
+        if let Some(d) = self.dirs[slot as usize].read().clone() {
+            return Ok(Some(d));
+        }
+        self.load_dir(slot).await
+    }
+
+    /// Reads the key's two candidate buckets, refreshing a stale directory.
+    async fn probe(&self, loc: &Loc) -> Result<Option<Probe>, DhtError> {
+        for _ in 0..MAX_RETRIES {
+            let Some(dir) = self.dir(loc.slot).await? else {
+                return Ok(None);
+            };
+            let st = dir.subtable(loc.hash);
+            let (a, b) = hash::buckets(loc.hash, self.buckets);
+            let mut probe = Probe {
+                buckets: [
+                    (
+                        st.offset_by(a * layout::BUCKET),
+                        [0u8; layout::BUCKET as usize],
+                    ),
+                    (
+                        st.offset_by(b * layout::BUCKET),
+                        [0u8; layout::BUCKET as usize],
+                    ),
+                ],
+            };
+            {
+                let [(a_addr, a_buf), (b_addr, b_buf)] = &mut probe.buckets;
+                let mut reads = [(*a_addr, &mut a_buf[..]), (*b_addr, &mut b_buf[..])];
+                self.pool.read_batch(&mut reads).await?;
+            }
+            if layout::header_covers(probe.header(0), loc.hash)
+                && layout::header_covers(probe.header(1), loc.hash)
+            {
+                return Ok(Some(probe));
+            }
+            // A split retired this subtable (or the cache is older than a reuse).
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            self.load_dir(loc.slot).await?;
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+
+    /// Finds `key` among the probe's slots.
+    async fn find(
+        &self,
+        loc: &Loc,
+        key: &[u8],
+        probe: &Probe,
+        want_value: bool,
+    ) -> Result<Option<Found>, DhtError> {
+        for b in 0..2 {
+            if b == 1 && probe.buckets[0].0 == probe.buckets[1].0 {
+                break;
+            }
+            for i in 0..SLOTS_PER_BUCKET {
+                let (addr, word, meta) = probe.slot(b, i);
+                if word.is_empty() || word.fp() != loc.fp {
+                    continue;
+                }
+                let Some(obj) = word.object() else { continue };
+                match self.pool.read_object(obj, loc.db, key).await {
+                    Ok(ReadObject::Value(v)) => {
+                        return Ok(Some(Found {
+                            bucket: b,
+                            addr,
+                            word,
+                            meta,
+                            value: want_value.then_some(v),
+                        }));
+                    }
+                    // A fingerprint collision, or a slot that changed under us: the
+                    // caller's commit validates the words it relies on.
+                    Ok(ReadObject::Mismatch) | Err(_) => continue,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Probes and finds in one go; `None` probe means the hash slot has no table yet.
+    async fn lookup(
+        &self,
+        loc: &Loc,
+        key: &[u8],
+        want_value: bool,
+    ) -> Result<(Option<Probe>, Option<Found>), DhtError> {
+        let Some(probe) = self.probe(loc).await? else {
+            return Ok((None, None));
+        };
+        let found = self.find(loc, key, &probe, want_value).await?;
+        Ok((Some(probe), found))
+    }
+
+    // ------------------------------------------------------------ reads
+
+    /// The live value of `key` in `db`, or `None`.
+    pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
+        let loc = Self::loc(db, key);
+        let (probe, found) = self.lookup(&loc, key, true).await?;
+        let (abs, now) = self.now();
+        let Some(f) = found else {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        if self.is_expired(f.meta, abs) {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &probe {
+                self.reclaim_expired(&loc, p, &f).await;
+            }
+            return Ok(None);
+        }
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        let entry = Entry {
+            value: f.value.clone().unwrap_or_default(),
+            expire_at: self.decode_expire(f.meta.expire()),
+            idle_secs: now.idle_secs(f.meta),
+            lfu: policy::lfu_decayed(f.meta, &now),
+        };
+        self.touch_meta(f.addr.offset_by(8), f.meta, &now).await;
+        Ok(Some(entry))
+    }
+
+    /// Whether `key` exists (and has not expired), without fetching its value.
+    pub async fn exists(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
+        Ok(self.ttl(db, key).await? != Ttl::Missing)
+    }
+
+    /// The key's time to live.
+    pub async fn ttl(&self, db: u8, key: &[u8]) -> Result<Ttl, DhtError> {
+        let loc = Self::loc(db, key);
+        let (_, found) = self.lookup(&loc, key, false).await?;
+        let abs = self.clock.now_ms();
+        Ok(match found {
+            Some(f) if !self.is_expired(f.meta, abs) => match self.decode_expire(f.meta.expire()) {
+                Some(at) => Ttl::ExpiresAt(at),
+                None => Ttl::Persistent,
+            },
+            _ => Ttl::Missing,
+        })
+    }
+
+    /// Records an access to a key's metadata: combined locally, sent as one FAA per key
+    /// per batch. The engine calls this for hits served from its own cache too.
+    async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
+        let t = self.policy.read().update(meta, now, rng::next_f64());
+        let flush = {
+            let mut hits = self.hits.lock();
+            let e = hits.entry(meta_addr).or_insert(PendingHit {
+                lfu_add: 0,
+                access: t.access,
+                base_access: meta.access(),
+            });
+            let room = u8::MAX.saturating_sub(meta.lfu()).saturating_sub(e.lfu_add);
+            e.lfu_add += t.lfu_add.min(room);
+            e.access = t.access;
+            (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+        };
+        if let Some(batch) = flush {
+            self.send_hits(batch).await;
+        }
+    }
+
+    /// Sends the combined metadata updates now.
+    pub async fn flush_hits(&self) {
+        let batch = std::mem::take(&mut *self.hits.lock());
+        self.send_hits(batch).await;
+    }
+
+    async fn send_hits(&self, batch: std::collections::HashMap<GlobalAddr, PendingHit>) {
+        for (addr, h) in batch {
+            let add = ((h.lfu_add as u64) << layout::LFU_SHIFT).wrapping_add(
+                (h.access.wrapping_sub(h.base_access) as u64) << layout::ACCESS_SHIFT,
+            );
+            if add != 0 {
+                // Metadata is advisory: a failed update only ages the key a little.
+                let _ = self.pool.faa(addr, add).await;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ writes
+
+    async fn commit(&self, tx: Tx) -> TxOutcome {
+        let (done, wait) = oneshot::channel();
+        if self.commits.send((tx, done)).is_err() {
+            return TxOutcome::Failed(UmoError::Config("the commit task stopped".into()));
+        }
+        wait.await.unwrap_or_else(|_| {
+            TxOutcome::Failed(UmoError::Config("the commit task stopped".into()))
+        })
+    }
+
+    /// The header of `probe`'s bucket `b`, validated (unchanged) by a transaction.
+    fn header_guard(probe: &Probe, b: usize) -> TxWrite {
+        let h = probe.header(b);
+        TxWrite {
+            addr: probe.buckets[b].0,
+            expect: Some(h),
+            new: h,
+        }
+    }
+
+    /// Sets `key` to `value` in `db`.
+    pub async fn set(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+        opts: SetOptions,
+    ) -> Result<SetOutcome, DhtError> {
+        let loc = Self::loc(db, key);
+        let lease = self.lease(loc.slot)?;
+        let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
+        self.make_room(need).await?;
+        let obj = match self.pool.write_object(db, key, value).await {
+            Ok(o) => o,
+            Err(UmoError::OutOfMemory(_)) => {
+                // The pool itself is full: evict if the policy allows, then retry once.
+                if !self.policy().evicts() || self.evict_one().await?.is_none() {
+                    return Err(DhtError::OutOfMemory);
+                }
+                self.pool
+                    .write_object(db, key, value)
+                    .await
+                    .map_err(|e| match e {
+                        UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
+                        e => e.into(),
+                    })?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match self.install(&loc, lease, key, obj, opts).await {
+            Ok(out) => {
+                if !out.written {
+                    self.pool.free_object(obj).await;
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                // An in-doubt commit may have made the object reachable: leak it rather
+                // than risk freeing live data.
+                if !matches!(e, DhtError::Pool(_)) {
+                    self.pool.free_object(obj).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn install(
+        &self,
+        loc: &Loc,
+        lease: Lease,
+        key: &[u8],
+        obj: ObjectRef,
+        opts: SetOptions,
+    ) -> Result<SetOutcome, DhtError> {
+        let new_word = SlotWord::new(loc.fp, obj);
+        for _ in 0..MAX_RETRIES {
+            let (probe, found) = self.lookup(loc, key, opts.get).await?;
+            let Some(probe) = probe else {
+                self.create_partition(loc.slot, lease).await?;
+                continue;
+            };
+            let (abs, now) = self.now();
+            let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+            let old = live.and_then(|f| f.value.clone());
+            let blocked = match opts.cond {
+                SetCond::Always => false,
+                SetCond::IfAbsent => live.is_some(),
+                SetCond::IfPresent => live.is_none(),
+            };
+            if blocked {
+                return Ok(SetOutcome {
+                    written: false,
+                    old,
+                });
+            }
+            let expire = match opts.expiry {
+                SetExpiry::Clear => 0,
+                SetExpiry::Keep => live.map(|f| f.meta.expire()).unwrap_or(0),
+                SetExpiry::At(at) => self.encode_expire(at),
+            };
+            let lfu = found
+                .as_ref()
+                .map(|f| f.meta.lfu())
+                .unwrap_or(policy::LFU_INIT);
+            let meta = SlotMeta::new(expire, now.access, lfu);
+            let (bucket, addr, expect) = match &found {
+                Some(f) => (f.bucket, f.addr, f.word),
+                None => match Self::empty_slot(&probe) {
+                    Some((b, addr)) => (b, addr, SlotWord::EMPTY),
+                    None => {
+                        self.split(loc, lease).await?;
+                        continue;
+                    }
+                },
+            };
+            let tx = Tx {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                writes: vec![
+                    Self::header_guard(&probe, bucket),
+                    TxWrite {
+                        addr,
+                        expect: Some(expect.0),
+                        new: new_word.0,
+                    },
+                    TxWrite {
+                        addr: addr.offset_by(8),
+                        expect: None,
+                        new: meta.0,
+                    },
+                ],
+            };
+            match self.commit(tx).await {
+                TxOutcome::Committed => {
+                    match found.and_then(|f| f.word.object()) {
+                        Some(prev) => self.pool.free_object(prev).await,
+                        None => {
+                            self.keys.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    return Ok(SetOutcome { written: true, old });
+                }
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => {
+                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
+                TxOutcome::Failed(e) => return Err(e.into()),
+            }
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+
+    /// An empty slot in the emptier of the two buckets.
+    fn empty_slot(probe: &Probe) -> Option<(usize, GlobalAddr)> {
+        let empties = |b: usize| {
+            (0..SLOTS_PER_BUCKET)
+                .filter(|&i| probe.slot(b, i).1.is_empty())
+                .count()
+        };
+        let order = if empties(1) > empties(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        };
+        order.into_iter().find_map(|b| {
+            (0..SLOTS_PER_BUCKET)
+                .map(|i| probe.slot(b, i))
+                .find(|(_, w, _)| w.is_empty())
+                .map(|(addr, _, _)| (b, addr))
+        })
+    }
+
+    /// Clears a found slot (delete, eviction, expiry) and frees its object.
+    async fn clear(
+        &self,
+        loc_slot: u16,
+        probe_bucket: (GlobalAddr, u64),
+        f: &Found,
+    ) -> Result<bool, DhtError> {
+        let lease = self.lease(loc_slot)?;
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes: vec![
+                TxWrite {
+                    addr: probe_bucket.0,
+                    expect: Some(probe_bucket.1),
+                    new: probe_bucket.1,
+                },
+                TxWrite {
+                    addr: f.addr,
+                    expect: Some(f.word.0),
+                    new: 0,
+                },
+                TxWrite {
+                    addr: f.addr.offset_by(8),
+                    expect: None,
+                    new: 0,
+                },
+            ],
+        };
+        match self.commit(tx).await {
+            TxOutcome::Committed => {
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+                if let Some(obj) = f.word.object() {
+                    self.pool.free_object(obj).await;
+                }
+                Ok(true)
+            }
+            TxOutcome::Conflict { .. } | TxOutcome::Locked => Ok(false),
+            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(loc_slot)),
+            TxOutcome::Failed(e) => Err(e.into()),
+        }
+    }
+
+    async fn reclaim_expired(&self, loc: &Loc, probe: &Probe, f: &Found) {
+        if self.owner.lease(loc.slot).is_some()
+            && let Ok(true) = self
+                .clear(
+                    loc.slot,
+                    (probe.buckets[f.bucket].0, probe.header(f.bucket)),
+                    f,
+                )
+                .await
+        {
+            self.counters.expired.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Deletes `key`; returns whether a live key was removed.
+    pub async fn delete(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
+        let loc = Self::loc(db, key);
+        self.lease(loc.slot)?;
+        for _ in 0..MAX_RETRIES {
+            let (probe, found) = self.lookup(&loc, key, false).await?;
+            let (Some(probe), Some(f)) = (probe, found) else {
+                return Ok(false);
+            };
+            let live = !self.is_expired(f.meta, self.clock.now_ms());
+            if self
+                .clear(
+                    loc.slot,
+                    (probe.buckets[f.bucket].0, probe.header(f.bucket)),
+                    &f,
+                )
+                .await?
+            {
+                if !live {
+                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(live);
+            }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+
+    /// Sets (`Some(unix ms)`) or removes (`None`) the key's expiry. Returns whether the
+    /// key existed. An expiry in the past deletes the key, as Redis does.
+    pub async fn expire(&self, db: u8, key: &[u8], at: Option<u64>) -> Result<bool, DhtError> {
+        let loc = Self::loc(db, key);
+        let lease = self.lease(loc.slot)?;
+        for _ in 0..MAX_RETRIES {
+            let (probe, found) = self.lookup(&loc, key, false).await?;
+            let (Some(probe), Some(f)) = (probe, found) else {
+                return Ok(false);
+            };
+            let abs = self.clock.now_ms();
+            if self.is_expired(f.meta, abs) {
+                self.reclaim_expired(&loc, &probe, &f).await;
+                return Ok(false);
+            }
+            if let Some(at) = at
+                && at <= abs
+            {
+                return self.delete(db, key).await;
+            }
+            let meta = f
+                .meta
+                .with_expire(at.map(|a| self.encode_expire(a)).unwrap_or(0));
+            let tx = Tx {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                writes: vec![
+                    Self::header_guard(&probe, f.bucket),
+                    TxWrite {
+                        addr: f.addr,
+                        expect: Some(f.word.0),
+                        new: f.word.0,
+                    },
+                    TxWrite {
+                        addr: f.addr.offset_by(8),
+                        expect: None,
+                        new: meta.0,
+                    },
+                ],
+            };
+            match self.commit(tx).await {
+                TxOutcome::Committed => return Ok(true),
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => {
+                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
+                TxOutcome::Failed(e) => return Err(e.into()),
+            }
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+
+    // ------------------------------------------------------------ growth
+
+    fn subtable_bytes(&self, depth: u32, suffix: u64) -> Vec<u8> {
+        let mut bytes = vec![0u8; (self.buckets * layout::BUCKET) as usize];
+        let h = layout::header(depth, suffix).to_le_bytes();
+        for b in 0..self.buckets as usize {
+            let at = b * layout::BUCKET as usize;
+            bytes[at..at + 8].copy_from_slice(&h);
+        }
+        bytes
+    }
+
+    /// Places split entries into 2^k child subtables of depth `depth + k`; `None` if a
+    /// child cannot hold its share.
+    fn place(
+        &self,
+        entries: &[(u64, u64, u64)],
+        depth: u32,
+        suffix: u64,
+        k: u32,
+    ) -> Option<Vec<Vec<u8>>> {
+        let mut children: Vec<Vec<u8>> = (0..1u64 << k)
+            .map(|j| self.subtable_bytes(depth + k, suffix | (j << depth)))
+            .collect();
+        for (hash, word, meta) in entries {
+            let side = ((hash >> depth) & ((1 << k) - 1)) as usize;
+            let (a, b) = hash::buckets(*hash, self.buckets);
+            let table = &mut children[side];
+            let free = [a, b].into_iter().find_map(|bucket| {
+                let base = (bucket * layout::BUCKET) as usize;
+                (0..SLOTS_PER_BUCKET)
+                    .map(|i| base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize)
+                    .find(|&at| le64(table, at) == 0)
+            })?;
+            table[free..free + 8].copy_from_slice(&word.to_le_bytes());
+            table[free + 8..free + 16].copy_from_slice(&meta.to_le_bytes());
+        }
+        Some(children)
+    }
+
+    async fn create_partition(&self, slot: u16, lease: Lease) -> Result<(), DhtError> {
+        let _guard = self.locks[slot as usize].lock().await;
+        if self.load_dir(slot).await?.is_some() {
+            return Ok(());
+        }
+        let st_len = self.buckets * layout::BUCKET;
+        let st = self.pool.alloc(st_len, true).await?;
+        let dir = self.pool.alloc(layout::DIR_HEADER + 8, true).await?;
+        let mut dir_bytes = [0u8; 16];
+        dir_bytes[8..].copy_from_slice(&st.addr.bits().to_le_bytes());
+        self.pool
+            .write_all(&[
+                (st.addr, &self.subtable_bytes(0, 0)),
+                (dir.addr, &dir_bytes),
+            ])
+            .await?;
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes: vec![TxWrite {
+                addr: self.slot_entry(slot),
+                expect: Some(0),
+                new: layout::dir_ref(dir),
+            }],
+        };
+        match self.commit(tx).await {
+            TxOutcome::Committed => {
+                self.partitions.write().push(slot);
+                self.load_dir(slot).await?;
+                Ok(())
+            }
+            other => {
+                self.pool.free(st);
+                self.pool.free(dir);
+                match other {
+                    TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(slot)),
+                    TxOutcome::Failed(e) => Err(e.into()),
+                    _ => Ok(()), // somebody else created it: retry the operation
+                }
+            }
+        }
+    }
+
+    /// Splits the subtable `loc` maps to in two (extendible hashing).
+    async fn split(&self, loc: &Loc, lease: Lease) -> Result<(), DhtError> {
+        let _guard = self.locks[loc.slot as usize].lock().await;
+        let Some(dir) = self.load_dir(loc.slot).await? else {
+            return Ok(());
+        };
+        let old = dir.subtable(loc.hash);
+        let st_len = (self.buckets * layout::BUCKET) as usize;
+        let mut bytes = vec![0u8; st_len];
+        self.pool.read(old, &mut bytes).await?;
+        let h0 = le64(&bytes, 0);
+        let depth = layout::header_depth(h0);
+        let suffix = layout::header_suffix(h0);
+        if h0 & layout::MOVED != 0 {
+            return Ok(()); // split by someone else meanwhile; the caller retries
+        }
+        if depth >= layout::MAX_DEPTH.min(32) {
+            return Err(DhtError::OutOfMemory);
+        }
+        // Every entry's full hash decides its side; the slot keeps only a fingerprint,
+        // so read the keys.
+        let mut guards = Vec::new();
+        let mut entries = Vec::new();
+        for b in 0..self.buckets as usize {
+            let base = b * layout::BUCKET as usize;
+            let hdr = le64(&bytes, base);
+            guards.push(TxWrite {
+                addr: old.offset_by(base as u64),
+                expect: Some(hdr),
+                new: hdr | layout::MOVED,
+            });
+            for i in 0..SLOTS_PER_BUCKET {
+                let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                let word = SlotWord(le64(&bytes, at));
+                if word.is_empty() {
+                    continue;
+                }
+                guards.push(TxWrite {
+                    addr: old.offset_by(at as u64),
+                    expect: Some(word.0),
+                    new: word.0,
+                });
+                let meta = le64(&bytes, at + 8);
+                let obj = word
+                    .object()
+                    .ok_or_else(|| corrupt(format!("malformed slot word {:#x}", word.0)))?;
+                let (db, key, _) = self.pool.read_any(obj).await?.ok_or_else(|| {
+                    corrupt(format!("slot word {:#x} points at no valid object", word.0))
+                })?;
+                entries.push((key_hash(db, &key), word.0, meta));
+            }
+        }
+        // Split in two; in the rare case a half cannot hold its entries (two-choice
+        // placement failed), split into four or eight instead.
+        let mut placed = None;
+        for k in 1..=3u32 {
+            if depth + k > layout::MAX_DEPTH {
+                break;
+            }
+            if let Some(children) = self.place(&entries, depth, suffix, k) {
+                placed = Some((k, children));
+                break;
+            }
+        }
+        let Some((k, children)) = placed else {
+            return Err(DhtError::Contention(loc.slot));
+        };
+        let mut blocks = Vec::with_capacity(children.len());
+        for _ in 0..children.len() {
+            match self.pool.alloc(st_len as u64, true).await {
+                Ok(b) => blocks.push(b),
+                Err(e) => {
+                    blocks.into_iter().for_each(|b| self.pool.free(b));
+                    return Err(e.into());
+                }
+            }
+        }
+        let writes_out: Vec<(GlobalAddr, &[u8])> = blocks
+            .iter()
+            .zip(&children)
+            .map(|(b, c)| (b.addr, &c[..]))
+            .collect();
+        self.pool.write_all(&writes_out).await?;
+        let child = |i: usize| blocks[(i >> depth) & ((1 << k) - 1)].addr;
+
+        let mut writes = guards;
+        let mut new_dir = None;
+        if depth + k <= dir.depth {
+            for (i, st) in dir.subtables.iter().enumerate() {
+                if *st == old {
+                    writes.push(TxWrite {
+                        addr: dir.block.addr.offset_by(layout::DIR_HEADER + 8 * i as u64),
+                        expect: Some(old.bits()),
+                        new: child(i).bits(),
+                    });
+                }
+            }
+        } else {
+            let nd = depth + k;
+            let n = 1usize << nd;
+            let mut bytes = vec![0u8; 8 + 8 * n];
+            bytes[..8].copy_from_slice(&(nd as u64).to_le_bytes());
+            for i in 0..n {
+                let prev = dir.subtables[i & ((1 << dir.depth) - 1)];
+                let st = if prev == old { child(i) } else { prev };
+                bytes[8 + 8 * i..16 + 8 * i].copy_from_slice(&st.bits().to_le_bytes());
+            }
+            let block = self.pool.alloc(bytes.len() as u64, true).await?;
+            self.pool.write_all(&[(block.addr, &bytes)]).await?;
+            writes.push(TxWrite {
+                addr: self.slot_entry(loc.slot),
+                expect: Some(layout::dir_ref(dir.block)),
+                new: layout::dir_ref(block),
+            });
+            new_dir = Some(block);
+        }
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes,
+        };
+        let outcome = self.commit(tx).await;
+        if outcome == TxOutcome::Committed {
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            self.pool.free(Block {
+                addr: old,
+                class: blocks[0].class,
+            });
+            if new_dir.is_some() {
+                self.pool.free(dir.block);
+            }
+            self.load_dir(loc.slot).await?;
+            return Ok(());
+        }
+        blocks.into_iter().for_each(|b| self.pool.free(b));
+        if let Some(b) = new_dir {
+            self.pool.free(b);
+        }
+        self.load_dir(loc.slot).await?;
+        match outcome {
+            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(loc.slot)),
+            TxOutcome::Failed(e) => Err(e.into()),
+            _ => Ok(()), // a concurrent write changed the subtable: the caller retries
+        }
+    }
+
+    // ------------------------------------------------------------ eviction, expiry
+
+    /// Evicts until used memory plus `need` fits `maxmemory`.
+    async fn make_room(&self, need: u64) -> Result<(), DhtError> {
+        let max = self.maxmemory();
+        if max == 0 {
+            return Ok(());
+        }
+        while self.used_memory() + need > max {
+            if !self.policy().evicts() {
+                return Err(DhtError::OutOfMemory);
+            }
+            if self.evict_one().await?.is_none() {
+                return Err(DhtError::OutOfMemory);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one random bucket of a random owned partition: its slots as candidates.
+    async fn sample_bucket(
+        &self,
+        parts: &[u16],
+    ) -> Result<Vec<(u16, GlobalAddr, u64, Found)>, DhtError> {
+        let slot = parts[rng::below(parts.len() as u64) as usize];
+        let Some(dir) = self.dir(slot).await? else {
+            return Ok(Vec::new());
+        };
+        let st = dir.subtables[rng::below(dir.subtables.len() as u64) as usize];
+        let bucket = st.offset_by(rng::below(self.buckets) * layout::BUCKET);
+        let mut bytes = [0u8; layout::BUCKET as usize];
+        self.pool.read(bucket, &mut bytes).await?;
+        let header = le64(&bytes, 0);
+        if header & layout::MOVED != 0 {
+            self.load_dir(slot).await?;
+            return Ok(Vec::new());
+        }
+        let probe = Probe {
+            buckets: [(bucket, bytes), (bucket, bytes)],
+        };
+        Ok((0..SLOTS_PER_BUCKET)
+            .map(|i| probe.slot(0, i))
+            .filter(|(_, w, _)| !w.is_empty())
+            .map(|(addr, word, meta)| {
+                (
+                    slot,
+                    bucket,
+                    header,
+                    Found {
+                        bucket: 0,
+                        addr,
+                        word,
+                        meta,
+                        value: None,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Evicts one key by sampling: at least `maxmemory-samples` eligible candidates
+    /// (expired keys first), the lowest priority goes. Returns the evicted key, or
+    /// `None` if nothing this client owns may be evicted.
+    pub async fn evict_one(&self) -> Result<Option<(u8, Bytes)>, DhtError> {
+        let policy = self.policy();
+        if !policy.evicts() {
+            return Ok(None);
+        }
+        let parts: Vec<u16> = self
+            .partitions
+            .read()
+            .iter()
+            .copied()
+            .filter(|s| self.owner.lease(*s).is_some())
+            .collect();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let k = self.samples();
+        let (abs, now) = self.now();
+        for _ in 0..MAX_RETRIES {
+            let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
+            let mut seen = 0;
+            // Bounded sampling: sparse tables may need many bucket reads to find K keys.
+            for _ in 0..(k * 8).max(64) {
+                for cand in self.sample_bucket(&parts).await? {
+                    let meta = cand.3.meta;
+                    let expired = self.is_expired(meta, abs);
+                    if !expired && !policy.eligible(meta) {
+                        continue;
+                    }
+                    let p = if expired {
+                        f64::NEG_INFINITY
+                    } else {
+                        policy.priority(meta, &now, rng::next_f64())
+                    };
+                    seen += 1;
+                    if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
+                        best = Some((p, cand));
+                    }
+                }
+                if seen >= k {
+                    break;
+                }
+            }
+            if best.is_none() {
+                // Sampling found nothing eligible (a sparse table, or few keys the
+                // policy may evict): look everywhere before declaring nothing evictable.
+                best = self
+                    .exhaustive_candidate(&parts, &policy, &now, abs)
+                    .await?;
+            }
+            let Some((_, (slot, bucket, header, victim))) = best else {
+                return Ok(None);
+            };
+            let Some(obj) = victim.word.object() else {
+                continue;
+            };
+            let key = self.pool.read_any(obj).await?;
+            if self.clear(slot, (bucket, header), &victim).await? {
+                self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                return Ok(key.map(|(db, k, _)| (db, k)));
+            }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(None)
+    }
+
+    /// The best eviction candidate over every bucket of the owned partitions.
+    async fn exhaustive_candidate(
+        &self,
+        parts: &[u16],
+        policy: &dyn Policy,
+        now: &Now,
+        abs: u64,
+    ) -> Result<Option<(f64, (u16, GlobalAddr, u64, Found))>, DhtError> {
+        let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
+        let st_len = (self.buckets * layout::BUCKET) as usize;
+        for &slot in parts {
+            let Some(dir) = self.load_dir(slot).await? else {
+                continue;
+            };
+            let mut subtables = dir.subtables.clone();
+            subtables.dedup();
+            for st in subtables {
+                let mut bytes = vec![0u8; st_len];
+                self.pool.read(st, &mut bytes).await?;
+                for b in 0..self.buckets as usize {
+                    let base = b * layout::BUCKET as usize;
+                    let header = le64(&bytes, base);
+                    let bucket = st.offset_by(base as u64);
+                    for i in 0..SLOTS_PER_BUCKET {
+                        let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                        let word = SlotWord(le64(&bytes, at));
+                        let meta = SlotMeta(le64(&bytes, at + 8));
+                        let expired = self.is_expired(meta, abs);
+                        if word.is_empty() || (!expired && !policy.eligible(meta)) {
+                            continue;
+                        }
+                        let p = if expired {
+                            f64::NEG_INFINITY
+                        } else {
+                            policy.priority(meta, now, rng::next_f64())
+                        };
+                        if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
+                            let addr = st.offset_by(at as u64);
+                            best = Some((
+                                p,
+                                (
+                                    slot,
+                                    bucket,
+                                    header,
+                                    Found {
+                                        bucket: 0,
+                                        addr,
+                                        word,
+                                        meta,
+                                        value: None,
+                                    },
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// One active-expiry pass: samples `buckets` random buckets of owned partitions and
+    /// deletes the expired keys found. Returns how many were deleted.
+    pub async fn active_expire(&self, buckets: usize) -> Result<usize, DhtError> {
+        let parts: Vec<u16> = self
+            .partitions
+            .read()
+            .iter()
+            .copied()
+            .filter(|s| self.owner.lease(*s).is_some())
+            .collect();
+        if parts.is_empty() {
+            return Ok(0);
+        }
+        let abs = self.clock.now_ms();
+        let mut n = 0;
+        for _ in 0..buckets {
+            for (slot, bucket, header, f) in self.sample_bucket(&parts).await? {
+                if self.is_expired(f.meta, abs) && self.clear(slot, (bucket, header), &f).await? {
+                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    // ------------------------------------------------------------ scanning
+
+    /// The occupied slot words of a hash slot's partition: (word, meta).
+    async fn scan_words(&self, slot: u16) -> Result<Vec<(SlotWord, SlotMeta)>, DhtError> {
+        let Some(dir) = self.load_dir(slot).await? else {
+            return Ok(Vec::new());
+        };
+        let mut subtables = dir.subtables.clone();
+        subtables.sort_unstable();
+        subtables.dedup();
+        let st_len = (self.buckets * layout::BUCKET) as usize;
+        let mut out = Vec::new();
+        for st in subtables {
+            let mut bytes = vec![0u8; st_len];
+            self.pool.read(st, &mut bytes).await?;
+            for b in 0..self.buckets as usize {
+                for i in 0..SLOTS_PER_BUCKET {
+                    let at = b * layout::BUCKET as usize
+                        + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                    let w = SlotWord(le64(&bytes, at));
+                    if !w.is_empty() {
+                        out.push((w, SlotMeta(le64(&bytes, at + 8))));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The live keys of hash slot `slot`, as (db, key). Keys present for the whole call
+    /// are all returned; keys written meanwhile may or may not be.
+    pub async fn scan_slot(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
+        let abs = self.clock.now_ms();
+        let mut keys = Vec::new();
+        for (w, m) in self.scan_words(slot).await? {
+            if self.is_expired(m, abs) {
+                continue;
+            }
+            if let Some(obj) = w.object()
+                && let Some((db, key, _)) = self.pool.read_any(obj).await?
+            {
+                keys.push((db, key));
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Keys (of every db) in hash slot `slot`, expired ones excluded.
+    pub async fn count_in_slot(&self, slot: u16) -> Result<usize, DhtError> {
+        let abs = self.clock.now_ms();
+        Ok(self
+            .scan_words(slot)
+            .await?
+            .into_iter()
+            .filter(|(_, m)| !self.is_expired(*m, abs))
+            .count())
+    }
+}
+
+/// Group commit: transactions queued while a batch is in flight go out together, so
+/// pipelined clients cost one commit RPC per node per batch.
+async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver<CommitJob>) {
+    let mut batch: Vec<CommitJob> = Vec::with_capacity(MAX_COMMIT_BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_COMMIT_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let txs: Vec<Tx> = batch.iter().map(|(tx, _)| tx.clone()).collect();
+        let outcomes = pool.commit(&txs).await;
+        for ((_, done), outcome) in batch.drain(..).zip(outcomes) {
+            let _ = done.send(outcome);
+        }
+    }
+}

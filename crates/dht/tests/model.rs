@@ -1,0 +1,396 @@
+//! Model-based tests: random sequences of set/get/delete/expire/evict on the table,
+//! against a `HashMap`, on the `local` and `shm` backends.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Backend;
+use dmc_dht::{
+    DhtConfig, DhtError, ManualClock, Policy, RedisPolicy, SetCond, SetExpiry, SetOptions, Ttl,
+};
+use proptest::prelude::*;
+
+const T0: u64 = 1_800_000_000_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set {
+        key: u8,
+        len: usize,
+        cond: u8,
+        ttl: Option<u64>,
+        keep: bool,
+        get: bool,
+    },
+    Get {
+        key: u8,
+    },
+    Del {
+        key: u8,
+    },
+    Expire {
+        key: u8,
+        ttl: Option<u64>,
+    },
+    Advance {
+        ms: u64,
+    },
+    Evict,
+}
+
+fn op(keys: u8) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..keys, 0usize..300, 0u8..3, proptest::option::of(1u64..5000), any::<bool>(), any::<bool>())
+            .prop_map(|(key, len, cond, ttl, keep, get)| Op::Set { key, len, cond, ttl, keep, get }),
+        3 => (0..keys).prop_map(|key| Op::Get { key }),
+        1 => (0..keys).prop_map(|key| Op::Del { key }),
+        1 => (0..keys, proptest::option::of(1u64..5000)).prop_map(|(key, ttl)| Op::Expire { key, ttl }),
+        1 => (1u64..3000).prop_map(|ms| Op::Advance { ms }),
+        1 => Just(Op::Evict),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key:{k}").into_bytes()
+}
+
+fn value(k: u8, len: usize, step: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (k as usize * 31 + step * 7 + i) as u8)
+        .collect()
+}
+
+/// The model: key -> (value, expiry in unix ms).
+#[derive(Default)]
+struct Model(HashMap<Vec<u8>, (Vec<u8>, Option<u64>)>);
+
+impl Model {
+    fn live(&self, k: &[u8], now: u64) -> Option<&(Vec<u8>, Option<u64>)> {
+        self.0.get(k).filter(|(_, exp)| exp.is_none_or(|e| now < e))
+    }
+}
+
+fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let clock = ManualClock::new(T0);
+        let config = DhtConfig {
+            policy,
+            buckets_per_subtable: 2,
+            ..DhtConfig::default()
+        };
+        let h = common::open(
+            backend,
+            config,
+            Arc::new(clock.clone()),
+            Duration::from_millis(0),
+        )
+        .await;
+        let dht = h.dht.clone();
+        let mut model = Model::default();
+        for (step, op) in ops.into_iter().enumerate() {
+            let now = T0 + clock_offset(&clock);
+            match op {
+                Op::Set {
+                    key: k,
+                    len,
+                    cond,
+                    ttl,
+                    keep,
+                    get,
+                } => {
+                    let kb = key(k);
+                    let v = value(k, len, step);
+                    let cond =
+                        [SetCond::Always, SetCond::IfAbsent, SetCond::IfPresent][cond as usize];
+                    let expiry = match (ttl, keep) {
+                        (Some(t), _) => SetExpiry::At(now + t),
+                        (None, true) => SetExpiry::Keep,
+                        (None, false) => SetExpiry::Clear,
+                    };
+                    let out = dht
+                        .set(0, &kb, &v, SetOptions { cond, expiry, get })
+                        .await
+                        .unwrap();
+                    let prev = model.live(&kb, now).cloned();
+                    if get {
+                        prop_assert_eq!(
+                            out.old.as_deref(),
+                            prev.as_ref().map(|p| &p.0[..]),
+                            "SET GET returns the old value"
+                        );
+                    }
+                    let should = match cond {
+                        SetCond::Always => true,
+                        SetCond::IfAbsent => prev.is_none(),
+                        SetCond::IfPresent => prev.is_some(),
+                    };
+                    prop_assert_eq!(out.written, should, "NX/XX semantics");
+                    if should {
+                        let exp = match expiry {
+                            SetExpiry::At(at) => Some(at),
+                            SetExpiry::Keep => prev.and_then(|p| p.1),
+                            SetExpiry::Clear => None,
+                        };
+                        model.0.insert(kb, (v, exp));
+                    }
+                }
+                Op::Get { key: k } => {
+                    let kb = key(k);
+                    let got = dht.get(0, &kb).await.unwrap();
+                    let want = model.live(&kb, now);
+                    prop_assert_eq!(
+                        got.as_ref().map(|e| &e.value[..]),
+                        want.map(|w| &w.0[..]),
+                        "get {}",
+                        k
+                    );
+                    if let (Some(g), Some(w)) = (got, want) {
+                        prop_assert_eq!(g.expire_at, w.1);
+                    }
+                    let ttl = dht.ttl(0, &kb).await.unwrap();
+                    let want_ttl = match model.live(&kb, now) {
+                        None => Ttl::Missing,
+                        Some((_, None)) => Ttl::Persistent,
+                        Some((_, Some(at))) => Ttl::ExpiresAt(*at),
+                    };
+                    prop_assert_eq!(ttl, want_ttl);
+                    // The owner reclaims an expired key it reads (lazy expiry).
+                    if model.live(&kb, now).is_none() {
+                        model.0.remove(&kb);
+                    }
+                }
+                Op::Del { key: k } => {
+                    let kb = key(k);
+                    let removed = dht.delete(0, &kb).await.unwrap();
+                    prop_assert_eq!(removed, model.live(&kb, now).is_some());
+                    model.0.remove(&kb);
+                }
+                Op::Expire { key: k, ttl } => {
+                    let kb = key(k);
+                    let existed = dht.expire(0, &kb, ttl.map(|t| now + t)).await.unwrap();
+                    prop_assert_eq!(existed, model.live(&kb, now).is_some());
+                    if existed {
+                        if let Some(e) = model.0.get_mut(&kb) {
+                            e.1 = ttl.map(|t| now + t);
+                        }
+                    } else {
+                        model.0.remove(&kb);
+                    }
+                }
+                Op::Advance { ms } => clock.advance(ms),
+                Op::Evict => {
+                    let victim = dht.evict_one().await.unwrap();
+                    match victim {
+                        Some((db, k)) => {
+                            prop_assert_eq!(db, 0);
+                            let entry = model.0.get(&k[..]).cloned();
+                            prop_assert!(entry.is_some(), "evicted a key the model never had");
+                            let (_, exp) = entry.unwrap();
+                            let expired = exp.is_some_and(|e| now >= e);
+                            let meta_has_ttl = if exp.is_some() { 1 } else { 0 };
+                            prop_assert!(
+                                expired
+                                    || policy.eligible(dmc_dht::layout::SlotMeta::new(
+                                        meta_has_ttl,
+                                        0,
+                                        0
+                                    )),
+                                "{} evicted a key it must not",
+                                policy.name()
+                            );
+                            model.0.remove(&k[..]);
+                        }
+                        None => {
+                            let evictable = model.0.values().any(|(_, exp)| {
+                                exp.is_some_and(|e| now >= e)
+                                    || policy.eligible(dmc_dht::layout::SlotMeta::new(
+                                        exp.is_some() as u64,
+                                        0,
+                                        0,
+                                    ))
+                            });
+                            prop_assert!(
+                                !(policy.evicts() && evictable),
+                                "{} found nothing to evict among {} keys",
+                                policy.name(),
+                                model.0.len()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // The table holds exactly the model's live keys.
+        let now = T0 + clock_offset(&clock);
+        for k in 0..=255u8 {
+            let kb = key(k);
+            let got = dht.get(0, &kb).await.unwrap();
+            prop_assert_eq!(
+                got.map(|e| e.value.to_vec()),
+                model.live(&kb, now).map(|w| w.0.clone())
+            );
+        }
+        Ok(())
+    })
+}
+
+fn clock_offset(c: &ManualClock) -> u64 {
+    use dmc_dht::Clock;
+    c.now_ms() - T0
+}
+
+fn policy() -> impl Strategy<Value = RedisPolicy> {
+    proptest::sample::select(RedisPolicy::ALL.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn local_table_matches_model(policy in policy(), ops in proptest::collection::vec(op(60), 1..150)) {
+        run(Backend::Local, policy, ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn shm_table_matches_model(policy in policy(), ops in proptest::collection::vec(op(60), 1..150)) {
+        run(Backend::Shm, policy, ops)?;
+    }
+}
+
+/// Keys spread over 16 hash slots, so the index stays small next to the objects.
+fn key16(i: u32) -> Vec<u8> {
+    format!("{{t{}}}k{i}", i % 16).into_bytes()
+}
+
+/// Under `maxmemory`, sets evict what the policy allows and fail with OOM otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxmemory_evicts_or_refuses_per_policy() {
+    for policy in RedisPolicy::ALL {
+        let clock = ManualClock::new(T0);
+        let h = common::open(
+            Backend::Local,
+            DhtConfig {
+                policy,
+                ..DhtConfig::default()
+            },
+            Arc::new(clock.clone()),
+            Duration::ZERO,
+        )
+        .await;
+        let dht = h.dht.clone();
+        // Fill without a limit: half the keys with a TTL.
+        for i in 0..2000u32 {
+            let expiry = if i % 2 == 0 {
+                SetExpiry::At(T0 + 3_600_000)
+            } else {
+                SetExpiry::Clear
+            };
+            dht.set(
+                0,
+                &key16(i),
+                &[1u8; 100],
+                SetOptions {
+                    expiry,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        }
+        // A quarter of the objects' bytes must go.
+        let used = dht.used_memory();
+        dht.set_maxmemory(used - 2000 * 128 / 4);
+        let mut ooms = 0;
+        for i in 2000..3000u32 {
+            match dht
+                .set(0, &key16(i), &[1u8; 100], SetOptions::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(DhtError::OutOfMemory) => ooms += 1,
+                Err(e) => panic!("{}: {e}", policy.name()),
+            }
+        }
+        if policy.name().starts_with("allkeys") {
+            // Like Redis, memory is checked before a write, so the last write (and a
+            // subtable split it caused) may overshoot by a few KiB.
+            assert!(
+                dht.used_memory() <= dht.maxmemory() + (16 << 10),
+                "{}: used {} stays under maxmemory {} ({:?})",
+                policy.name(),
+                dht.used_memory(),
+                dht.maxmemory(),
+                dht.stats()
+            );
+        }
+        // Keys without a TTL survive every volatile policy.
+        if policy.name().starts_with("volatile") {
+            for i in (1..2000u32).step_by(2) {
+                assert!(
+                    dht.get(0, &key16(i)).await.unwrap().is_some(),
+                    "{} evicted a persistent key",
+                    policy.name()
+                );
+            }
+        }
+        match policy {
+            RedisPolicy::NoEviction => assert_eq!(ooms, 1000, "noeviction refuses every write"),
+            p if p.name().starts_with("allkeys") => {
+                assert_eq!(ooms, 0, "{} always finds a victim", p.name())
+            }
+            _ => {} // volatile-*: OOM once the TTL keys are gone
+        }
+    }
+}
+
+/// Many keys in one table: subtables split repeatedly and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn splits_keep_every_key() {
+    for backend in [Backend::Local, Backend::Shm] {
+        let clock = ManualClock::new(T0);
+        let h = common::open(
+            backend,
+            DhtConfig::default(),
+            Arc::new(clock),
+            Duration::from_millis(10),
+        )
+        .await;
+        let dht = h.dht.clone();
+        for i in 0..20_000u32 {
+            dht.set(
+                0,
+                format!("{{tag}}:{i}").as_bytes(),
+                format!("v{i}").as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        assert!(
+            dht.stats().splits > 100,
+            "one hash slot holds all keys: it must split"
+        );
+        for i in 0..20_000u32 {
+            let e = dht.get(0, format!("{{tag}}:{i}").as_bytes()).await.unwrap();
+            assert_eq!(
+                e.map(|e| e.value),
+                Some(format!("v{i}").into()),
+                "{backend:?} key {i}"
+            );
+        }
+        assert_eq!(dht.key_count(), 20_000);
+        let slot = dmc_dht::hash::key_slot(b"{tag}");
+        assert_eq!(dht.count_in_slot(slot).await.unwrap(), 20_000);
+        assert_eq!(dht.scan_slot(slot).await.unwrap().len(), 20_000);
+    }
+}
