@@ -1,1 +1,99 @@
-//! End-to-end test helpers live in `tests/tests/`.
+//! Helpers for end-to-end tests: find the workspace's binaries, start them on free
+//! loopback ports, and kill them when the test ends.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// Path of a binary of this workspace, built next to the test executable.
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("test executable has no target directory")?;
+    let path = dir.join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: build the workspace first (cargo build --workspace)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A running `memory-node` process, killed on drop.
+pub struct MemoryNode {
+    pub child: Child,
+    /// `host:port` it listens on.
+    pub endpoint: String,
+    pub id: u32,
+    pub dir: PathBuf,
+}
+
+impl MemoryNode {
+    /// Starts a node on a free loopback port and waits (bounded) for its ready line.
+    pub fn start(id: u32, dir: &Path, capacity: &str) -> Result<Self> {
+        let mut child = Command::new(bin("memory-node")?)
+            .args([
+                "--id",
+                &id.to_string(),
+                "--listen",
+                "127.0.0.1:0",
+                "--capacity",
+                capacity,
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .args(["--log", "warn"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawning memory-node")?;
+        let stdout = child.stdout.take().context("memory-node stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            // Keep draining so the node never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                bail!("memory-node did not report ready within 20 s");
+            }
+        };
+        let endpoint = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("listen="))
+            .with_context(|| format!("unexpected ready line {line:?}"))?
+            .to_string();
+        Ok(MemoryNode {
+            child,
+            endpoint,
+            id,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// SIGKILL: the process dies without any cleanup.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MemoryNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

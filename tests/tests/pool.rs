@@ -1,0 +1,210 @@
+//! The memory pool across real processes: `memory-node` binaries on loopback, clients
+//! over `shm`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use dmc_dht::{Dht, DhtConfig, Ownership, SetOptions, SystemClock};
+use dmc_e2e::MemoryNode;
+use dmc_umo::{Pool, PoolConfig};
+use dmc_verbs::backend::{self, BackendKind};
+use dmc_verbs::wire::{self, Request, Response};
+use dmc_verbs::{RpcOptions, Transport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn pool_config() -> PoolConfig {
+    PoolConfig {
+        replicas: 2,
+        region_size: 16 << 20,
+        segment_size: 1 << 20,
+        ..PoolConfig::default()
+    }
+}
+
+async fn connect(node: &MemoryNode) -> Arc<dyn Transport> {
+    backend::connect(
+        BackendKind::Shm,
+        node.endpoint.parse().unwrap(),
+        RpcOptions::default(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Two memory nodes, `r = 2`: after a batch of writes the primary node is SIGKILLed and
+/// a new client, given only the backup node, reads every key back identically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_reads_back_from_the_backups_alone() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut n1 = MemoryNode::start(1, dirs[0].path(), "256mb").unwrap();
+    let n2 = MemoryNode::start(2, dirs[1].path(), "256mb").unwrap();
+    let keys = 5000u32;
+    {
+        let pool = Pool::open(pool_config(), vec![connect(&n1).await, connect(&n2).await])
+            .await
+            .unwrap();
+        let dht = Dht::open(
+            pool,
+            DhtConfig::default(),
+            Arc::new(SystemClock),
+            Ownership::all(0, 1),
+        )
+        .await
+        .unwrap();
+        for i in 0..keys {
+            let value = format!("value-{i}-").repeat(1 + (i % 40) as usize);
+            dht.set(
+                0,
+                format!("key:{i}").as_bytes(),
+                value.as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        // Every region's primary is node 1 or node 2; make sure node 1 was a primary of
+        // something, so killing it matters.
+        let regions = n1_regions(&*connect(&n1).await).await;
+        assert!(!regions.is_empty());
+    }
+    n1.kill();
+    let pool = Pool::open(pool_config(), vec![connect(&n2).await])
+        .await
+        .unwrap();
+    let dht = Dht::open(
+        pool,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Ownership::none(),
+    )
+    .await
+    .unwrap();
+    for i in 0..keys {
+        let want = format!("value-{i}-").repeat(1 + (i % 40) as usize);
+        let got = dht.get(0, format!("key:{i}").as_bytes()).await.unwrap();
+        assert_eq!(
+            got.map(|e| e.value),
+            Some(want.into()),
+            "key {i} from the backup copy"
+        );
+    }
+}
+
+async fn n1_regions(t: &dyn Transport) -> Vec<(u16, u64)> {
+    t.list_regions().await.unwrap()
+}
+
+/// The helper that runs in two child processes for the CAS/FAA race: it is this test
+/// binary itself, re-executed with the node's endpoint in the environment.
+#[test]
+#[ignore = "runs only as a child of two_processes_race_cas_and_faa"]
+fn race_child() {
+    let Ok(endpoint) = std::env::var("DMC_RACE_ENDPOINT") else {
+        return;
+    };
+    let rounds: u64 = std::env::var("DMC_RACE_ROUNDS").unwrap().parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let t = backend::connect(
+            BackendKind::Shm,
+            endpoint.parse().unwrap(),
+            RpcOptions::default(),
+        )
+        .await
+        .unwrap();
+        for _ in 0..rounds {
+            t.faa(1, 0, 1).await.unwrap();
+            let mut seen = 0;
+            loop {
+                let old = t.cas(1, 8, seen, seen + 1).await.unwrap();
+                if old == seen {
+                    break;
+                }
+                seen = old;
+            }
+        }
+    });
+}
+
+/// Two processes race FAA and CAS on the same words of one region: no update is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_race_cas_and_faa() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = MemoryNode::start(1, dir.path(), "64mb").unwrap();
+    let t = connect(&node).await;
+    t.create_region(1, 4096).await.unwrap();
+    let rounds = 20_000u64;
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--ignored", "--exact", "race_child", "--nocapture"])
+                .env("DMC_RACE_ENDPOINT", &node.endpoint)
+                .env("DMC_RACE_ROUNDS", rounds.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        let status = tokio::task::spawn_blocking(move || c.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "race child failed");
+    }
+    let mut words = [0u8; 16];
+    t.read(1, 0, &mut words).await.unwrap();
+    assert_eq!(
+        u64::from_le_bytes(words[..8].try_into().unwrap()),
+        2 * rounds,
+        "exact FAA total"
+    );
+    assert_eq!(
+        u64::from_le_bytes(words[8..].try_into().unwrap()),
+        2 * rounds,
+        "exact CAS-loop total"
+    );
+}
+
+/// The real binary answers malformed and oversized RPCs with errors and keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_node_survives_malformed_and_oversized_rpcs() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = MemoryNode::start(1, dir.path(), "64mb").unwrap();
+    let good = connect(&node).await;
+    good.create_region(1, 4096).await.unwrap();
+    for attack in [
+        vec![0xffu8, 0xff, 0xff, 0xff, 1, 2, 3],      // 4 GiB frame
+        vec![9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 99], // unknown tag
+        b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n".to_vec(), // RESP at a node
+        (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+            .collect(), // noise
+    ] {
+        let mut s = tokio::net::TcpStream::connect(&node.endpoint)
+            .await
+            .unwrap();
+        s.write_all(&attack).await.unwrap();
+        let mut buf = BytesMut::new();
+        // An error frame or a close, within a bounded time: never a hang.
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_buf(&mut buf))
+            .await
+            .expect("the node answered or closed");
+    }
+    // Half a frame, then silence: the connection just waits; others are unaffected.
+    let mut half = tokio::net::TcpStream::connect(&node.endpoint)
+        .await
+        .unwrap();
+    let mut out = BytesMut::new();
+    Request::Ping.encode(1, &mut out);
+    half.write_all(&out[..5]).await.unwrap();
+
+    good.write(1, 0, b"alive").await.unwrap();
+    match good.call(Request::Stats).await.unwrap() {
+        Response::Stats(s) => assert!(s.rpc_errors >= 2, "errors were counted: {s:?}"),
+        other => panic!("{other:?}"),
+    }
+    let _ = wire::WIRE_VERSION;
+}
