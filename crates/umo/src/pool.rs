@@ -375,11 +375,24 @@ impl Pool {
                 self.config.replicas
             )));
         }
-        let chosen: Vec<usize> = free
+        let mut chosen: Vec<usize> = free
             .iter()
             .take(self.config.replicas)
             .map(|f| f.1)
             .collect();
+        // Spread primaries: reads go to primaries, so the chosen node that is primary of
+        // the fewest regions becomes this one's primary.
+        let primaries = |n: usize| {
+            self.regions
+                .read()
+                .iter()
+                .flatten()
+                .filter(|e| e.primary == n)
+                .count()
+        };
+        if let Some(best) = (0..chosen.len()).min_by_key(|&k| (primaries(chosen[k]), k)) {
+            chosen.swap(0, best);
+        }
         for (k, &i) in chosen.iter().enumerate() {
             if let Err(e) = self.nodes[i]
                 .create_region(region, self.config.region_size)
