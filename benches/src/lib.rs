@@ -1,1 +1,146 @@
-//! Benchmarks live in `benches/benches/`.
+//! Shared setup for DMC's benches and measurement tools: a pool on the embedded
+//! backend or on in-process memory nodes reached over `shm`, and bulk loading.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use dmc_dht::{Dht, DhtConfig, Ownership, SetExpiry, SetOptions, SystemClock};
+use dmc_umo::{Pool, PoolConfig};
+use dmc_verbs::backend::{self, BackendKind};
+use dmc_verbs::server::{self, Listener, ServerOptions};
+use dmc_verbs::{NodeConfig, NodeCore, RpcOptions, Storage, Transport};
+use futures::StreamExt;
+
+/// A table over `replicas` memory nodes served in this process and reached over `shm`
+/// (region files under a temporary directory in /dev/shm when it exists).
+pub struct ShmTable {
+    pub dht: Arc<Dht>,
+    _dirs: Vec<tempfile::TempDir>,
+    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+pub fn shm_dir() -> Result<tempfile::TempDir> {
+    let base = std::path::Path::new("/dev/shm");
+    Ok(if base.is_dir() {
+        tempfile::tempdir_in(base)?
+    } else {
+        tempfile::tempdir()?
+    })
+}
+
+pub async fn shm_table(replicas: usize, capacity: u64) -> Result<ShmTable> {
+    let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
+    let (mut dirs, mut stops) = (Vec::new(), Vec::new());
+    for id in 1..=replicas as u32 {
+        let dir = shm_dir()?;
+        let core = NodeCore::open(NodeConfig {
+            id,
+            capacity,
+            storage: Storage::Dir(dir.path().to_path_buf()),
+            secret: None,
+        })?;
+        let l = Listener::bind(&"127.0.0.1:0".parse()?).await?;
+        let ep = l.endpoint()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server::serve(core, l, ServerOptions::default(), async {
+            let _ = stopped.await;
+        }));
+        nodes.push(backend::connect(BackendKind::Shm, ep, RpcOptions::default()).await?);
+        dirs.push(dir);
+        stops.push(stop);
+    }
+    let config = PoolConfig {
+        replicas,
+        region_size: 256 << 20,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::open(config, nodes).await?;
+    let dht = Dht::open(
+        pool,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Ownership::all(0, 1),
+    )
+    .await?;
+    Ok(ShmTable {
+        dht,
+        _dirs: dirs,
+        _stops: stops,
+    })
+}
+
+pub async fn embedded_table(capacity: u64) -> Result<Arc<Dht>> {
+    let config = PoolConfig {
+        replicas: 1,
+        region_size: 256 << 20,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::embedded(capacity, config).await?;
+    Ok(Dht::open(
+        pool,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Ownership::all(0, 1),
+    )
+    .await?)
+}
+
+/// The benchmark key `i`: 16 bytes.
+pub fn key(i: u64) -> [u8; 16] {
+    let mut k = *b"key:000000000000";
+    let digits = format!("{i:012}");
+    k[4..].copy_from_slice(digits.as_bytes());
+    k
+}
+
+/// The benchmark value: 32 bytes.
+pub fn value(i: u64) -> [u8; 32] {
+    let mut v = [b'v'; 32];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v
+}
+
+/// Loads keys `0..n` with `in_flight` sets outstanding; returns the elapsed time.
+pub async fn load(
+    dht: &Arc<Dht>,
+    n: u64,
+    in_flight: usize,
+    ttl: Option<Duration>,
+    progress: bool,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let expiry = match ttl {
+        Some(t) => SetExpiry::At(dmc_dht::Clock::now_ms(&SystemClock) + t.as_millis() as u64),
+        None => SetExpiry::Clear,
+    };
+    let mut done = 0u64;
+    let mut sets = futures::stream::iter(0..n)
+        .map(|i| {
+            let dht = dht.clone();
+            async move {
+                dht.set(
+                    0,
+                    &key(i),
+                    &value(i),
+                    SetOptions {
+                        expiry,
+                        ..Default::default()
+                    },
+                )
+                .await
+            }
+        })
+        .buffer_unordered(in_flight);
+    while let Some(r) = sets.next().await {
+        r?;
+        done += 1;
+        if progress && done % 100_000 == 0 {
+            eprintln!(
+                "  loaded {done}/{n} keys ({:.0} keys/s)",
+                done as f64 / start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(start.elapsed())
+}

@@ -1090,14 +1090,16 @@ impl Dht {
             for i in 0..SLOTS_PER_BUCKET {
                 let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
                 let word = SlotWord(le64(&bytes, at));
-                if word.is_empty() {
-                    continue;
-                }
+                // Empty slots are validated too: a set that fills one after this read
+                // must make the split fail, or its key would be left behind.
                 guards.push(TxWrite {
                     addr: old.offset_by(at as u64),
                     expect: Some(word.0),
                     new: word.0,
                 });
+                if word.is_empty() {
+                    continue;
+                }
                 let meta = le64(&bytes, at + 8);
                 let obj = word
                     .object()

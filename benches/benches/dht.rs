@@ -1,0 +1,80 @@
+//! Hash-table throughput on the `shm` backend with 1 M keys (16-byte keys, 32-byte
+//! values): one-sided gets on one core, and sets with `r = 2` and 64 in flight
+//! (batched commits). Run: `cargo bench -p dmc-benches --bench dht`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dmc_benches::{key, load, shm_table, value};
+use dmc_dht::SetOptions;
+use futures::future::join_all;
+
+const KEYS: u64 = 1_000_000;
+const GETS_PER_ITER: u64 = 1000;
+const IN_FLIGHT: usize = 64;
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let table = rt.block_on(async {
+        let t = shm_table(2, 2 << 30).await.unwrap();
+        let took = load(&t.dht, KEYS, IN_FLIGHT, None, true).await.unwrap();
+        eprintln!(
+            "loaded {KEYS} keys in {took:?}; bytes per key (one copy): {:.1}",
+            t.dht.used_memory() as f64 / KEYS as f64
+        );
+        t
+    });
+    let dht = table.dht.clone();
+
+    // Gets run on a current-thread runtime: one core, no task hand-offs.
+    let one_core = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("dht_shm");
+    g.measurement_time(Duration::from_secs(8));
+    g.throughput(Throughput::Elements(GETS_PER_ITER));
+    let mut next = 0u64;
+    g.bench_function("get_1M_keys_one_core", |b| {
+        b.iter(|| {
+            one_core.block_on(async {
+                for _ in 0..GETS_PER_ITER {
+                    next = (next + 7919) % KEYS;
+                    let e = dht.get(0, &key(next)).await.unwrap();
+                    assert!(e.is_some());
+                }
+            })
+        })
+    });
+
+    g.throughput(Throughput::Elements(IN_FLIGHT as u64));
+    let mut i = 0u64;
+    let set_dht: Arc<dmc_dht::Dht> = dht.clone();
+    g.bench_function("set_r2_64_in_flight", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let batch = (0..IN_FLIGHT as u64).map(|k| {
+                    let dht = set_dht.clone();
+                    let n = (i + k * 15_485_863) % KEYS;
+                    async move {
+                        dht.set(0, &key(n), &value(n + 1), SetOptions::default())
+                            .await
+                            .unwrap()
+                    }
+                });
+                join_all(batch.map(|f| tokio::spawn(f))).await;
+                i += IN_FLIGHT as u64;
+            })
+        })
+    });
+    g.finish();
+    drop(table);
+}
+
+criterion_group!(dht, benches);
+criterion_main!(dht);
