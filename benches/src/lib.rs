@@ -135,7 +135,7 @@ pub async fn load(
     while let Some(r) = sets.next().await {
         r?;
         done += 1;
-        if progress && done % 100_000 == 0 {
+        if progress && done.is_multiple_of(100_000) {
             eprintln!(
                 "  loaded {done}/{n} keys ({:.0} keys/s)",
                 done as f64 / start.elapsed().as_secs_f64()
