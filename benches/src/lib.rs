@@ -89,8 +89,11 @@ pub async fn embedded_table(capacity: u64) -> Result<Arc<Dht>> {
 /// The benchmark key `i`: 16 bytes.
 pub fn key(i: u64) -> [u8; 16] {
     let mut k = *b"key:000000000000";
-    let digits = format!("{i:012}");
-    k[4..].copy_from_slice(digits.as_bytes());
+    let mut n = i;
+    for d in k[4..].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
     k
 }
 

@@ -3,20 +3,33 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// CRC16-CCITT (XMODEM), the checksum Redis Cluster slots are built on.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= (b as u16) << 8;
-        for _ in 0..8 {
+const fn crc16_table() -> [u16; 256] {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut b = 0;
+        while b < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            b += 1;
         }
+        t[i] = crc;
+        i += 1;
     }
-    crc
+    t
+}
+
+static CRC16: [u16; 256] = crc16_table();
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster slots are built on.
+fn crc16(data: &[u8]) -> u16 {
+    data.iter().fold(0u16, |crc, &b| {
+        (crc << 8) ^ CRC16[((crc >> 8) as u8 ^ b) as usize]
+    })
 }
 
 /// The Redis Cluster hash slot of `key` (honouring `{hash tags}`), as `CLUSTER KEYSLOT`.

@@ -210,10 +210,13 @@ struct Found {
     value: Option<Bytes>,
 }
 
+/// One access not yet reported to the pool: the metadata word's address, the metadata
+/// as the reader saw it, and what the access adds.
 struct PendingHit {
+    addr: GlobalAddr,
+    seen: SlotMeta,
     lfu_add: u8,
     access: u16,
-    base_access: u16,
 }
 
 type CommitJob = (Tx, oneshot::Sender<TxOutcome>);
@@ -225,16 +228,21 @@ pub struct Dht {
     buckets: u64,
     maxmemory: AtomicU64,
     samples: AtomicU64,
-    policy: RwLock<RedisPolicy>,
+    /// Index into [`RedisPolicy::ALL`].
+    policy: std::sync::atomic::AtomicU8,
     hit_batch: usize,
     owner: Ownership,
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
-    hits: Mutex<std::collections::HashMap<GlobalAddr, PendingHit>>,
+    hits: Mutex<Vec<PendingHit>>,
     keys: AtomicI64,
     counters: Counters,
+}
+
+fn policy_index(p: RedisPolicy) -> u8 {
+    RedisPolicy::ALL.iter().position(|q| *q == p).unwrap_or(0) as u8
 }
 
 fn corrupt(what: impl Into<String>) -> DhtError {
@@ -265,7 +273,7 @@ impl Dht {
             buckets,
             maxmemory: AtomicU64::new(config.maxmemory),
             samples: AtomicU64::new(config.samples.max(1) as u64),
-            policy: RwLock::new(config.policy),
+            policy: std::sync::atomic::AtomicU8::new(policy_index(config.policy)),
             hit_batch: config.hit_batch.max(1),
             owner,
             dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
@@ -274,7 +282,7 @@ impl Dht {
                 .collect(),
             partitions: RwLock::new(Vec::new()),
             commits: tx,
-            hits: Mutex::new(std::collections::HashMap::new()),
+            hits: Mutex::new(Vec::new()),
             keys: AtomicI64::new(0),
             counters: Counters::default(),
         };
@@ -363,11 +371,11 @@ impl Dht {
     }
 
     pub fn set_policy(&self, p: RedisPolicy) {
-        *self.policy.write() = p;
+        self.policy.store(policy_index(p), Ordering::Relaxed);
     }
 
     pub fn policy(&self) -> RedisPolicy {
-        *self.policy.read()
+        RedisPolicy::ALL[self.policy.load(Ordering::Relaxed) as usize % RedisPolicy::ALL.len()]
     }
 
     pub fn set_samples(&self, k: usize) {
@@ -625,17 +633,15 @@ impl Dht {
     /// Records an access to a key's metadata: combined locally, sent as one FAA per key
     /// per batch. The engine calls this for hits served from its own cache too.
     async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
-        let t = self.policy.read().update(meta, now, rng::next_f64());
+        let t = self.policy().update(meta, now, rng::next_f64());
         let flush = {
             let mut hits = self.hits.lock();
-            let e = hits.entry(meta_addr).or_insert(PendingHit {
-                lfu_add: 0,
+            hits.push(PendingHit {
+                addr: meta_addr,
+                seen: meta,
+                lfu_add: t.lfu_add,
                 access: t.access,
-                base_access: meta.access(),
             });
-            let room = u8::MAX.saturating_sub(meta.lfu()).saturating_sub(e.lfu_add);
-            e.lfu_add += t.lfu_add.min(room);
-            e.access = t.access;
             (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
         };
         if let Some(batch) = flush {
@@ -649,15 +655,29 @@ impl Dht {
         self.send_hits(batch).await;
     }
 
-    async fn send_hits(&self, batch: std::collections::HashMap<GlobalAddr, PendingHit>) {
-        for (addr, h) in batch {
-            let add = ((h.lfu_add as u64) << layout::LFU_SHIFT).wrapping_add(
-                (h.access.wrapping_sub(h.base_access) as u64) << layout::ACCESS_SHIFT,
+    async fn send_hits(&self, mut batch: Vec<PendingHit>) {
+        // Combine the accesses of each key (in order) into one FAA.
+        batch.sort_by_key(|h| h.addr);
+        let mut i = 0;
+        while i < batch.len() {
+            let first = &batch[i];
+            let mut j = i;
+            let mut lfu = 0u32;
+            while j < batch.len() && batch[j].addr == first.addr {
+                lfu += batch[j].lfu_add as u32;
+                j += 1;
+            }
+            let last_access = batch[j - 1].access;
+            // Never carry the counter past 255: the word's other fields sit below it.
+            let lfu = lfu.min(u8::MAX.saturating_sub(first.seen.lfu()) as u32) as u64;
+            let add = (lfu << layout::LFU_SHIFT).wrapping_add(
+                (last_access.wrapping_sub(first.seen.access()) as u64) << layout::ACCESS_SHIFT,
             );
             if add != 0 {
                 // Metadata is advisory: a failed update only ages the key a little.
-                let _ = self.pool.faa(addr, add).await;
+                let _ = self.pool.faa(first.addr, add).await;
             }
+            i = j;
         }
     }
 

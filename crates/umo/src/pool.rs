@@ -533,7 +533,15 @@ impl Pool {
     /// Reads from the primary copy.
     pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
         let node = &self.nodes[self.primary(addr.region())?];
-        node.read(addr.region(), addr.offset(), buf)
+        let mut verbs = [Verb::Read {
+            region: addr.region(),
+            offset: addr.offset(),
+            buf,
+        }];
+        if let Some(r) = node.post_now(&mut verbs) {
+            return r.map_err(UmoError::node(node.node()));
+        }
+        node.post(&mut verbs)
             .await
             .map_err(UmoError::node(node.node()))
     }
@@ -590,19 +598,20 @@ impl Pool {
         self.post_per_node(by_node).await
     }
 
-    async fn post_per_node(
-        &self,
-        mut by_node: BTreeMap<usize, Vec<Verb<'_>>>,
-    ) -> Result<(), UmoError> {
-        if by_node.len() == 1 {
-            let (n, mut verbs) = by_node.pop_first().expect("one entry");
+    async fn post_per_node(&self, by_node: BTreeMap<usize, Vec<Verb<'_>>>) -> Result<(), UmoError> {
+        // Backends with the memory at hand complete inline; the rest run concurrently.
+        let mut waiting = Vec::new();
+        for (n, mut verbs) in by_node {
             let node = &self.nodes[n];
-            return node
-                .post(&mut verbs)
-                .await
-                .map_err(UmoError::node(node.node()));
+            match node.post_now(&mut verbs) {
+                Some(r) => r.map_err(UmoError::node(node.node()))?,
+                None => waiting.push((n, verbs)),
+            }
         }
-        let results = join_all(by_node.iter_mut().map(|(n, verbs)| {
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let results = join_all(waiting.iter_mut().map(|(n, verbs)| {
             let node = &self.nodes[*n];
             async move { node.post(verbs).await.map_err(UmoError::node(node.node())) }
         }))
@@ -613,9 +622,23 @@ impl Pool {
     /// Fetch-and-add on the primary copy (metadata counters; backups do not follow).
     pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
         let node = &self.nodes[self.primary(addr.region())?];
-        node.faa(addr.region(), addr.offset(), add)
-            .await
-            .map_err(UmoError::node(node.node()))
+        let mut verbs = [Verb::Faa {
+            region: addr.region(),
+            offset: addr.offset(),
+            add,
+            old: 0,
+        }];
+        match node.post_now(&mut verbs) {
+            Some(r) => r.map_err(UmoError::node(node.node()))?,
+            None => node
+                .post(&mut verbs)
+                .await
+                .map_err(UmoError::node(node.node()))?,
+        }
+        match verbs {
+            [Verb::Faa { old, .. }] => Ok(old),
+            _ => unreachable!("the batch holds the FAA it was built with"),
+        }
     }
 
     // ------------------------------------------------------------ objects

@@ -9,7 +9,6 @@
 //!
 //! All of them pass [`crate::conformance`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -83,6 +82,14 @@ impl Transport for LocalTransport {
         Box::pin(std::future::ready(result))
     }
 
+    fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        Some(
+            verbs
+                .iter_mut()
+                .try_for_each(|v| self.core.with_region(v.region(), |mem| execute(mem, v))),
+        )
+    }
+
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         let resp = match req {
             Request::CopyRegion { .. } => Response::Error(VerbsError::Remote(
@@ -101,7 +108,8 @@ impl Transport for LocalTransport {
 pub struct ShmTransport {
     node: NodeId,
     rpc: RpcClient,
-    maps: RwLock<HashMap<RegionId, Arc<RegionMemory>>>,
+    /// Mapped regions, indexed by region id.
+    maps: RwLock<Vec<Option<Arc<RegionMemory>>>>,
 }
 
 impl ShmTransport {
@@ -114,12 +122,12 @@ impl ShmTransport {
         Ok(Self {
             node,
             rpc,
-            maps: RwLock::new(HashMap::new()),
+            maps: RwLock::new(Vec::new()),
         })
     }
 
     async fn map(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
-        if let Some(m) = self.maps.read().get(&region) {
+        if let Some(Some(m)) = self.maps.read().get(region as usize) {
             return Ok(m.clone());
         }
         let path = match self.rpc.call(&Request::OpenRegion { region }).await? {
@@ -133,7 +141,27 @@ impl ShmTransport {
             .map_err(|e| VerbsError::io(&format!("opening region file {path}"), e))?;
         let mem = Arc::new(RegionMemory::map_file(region, &file)?);
         tracing::debug!(region, node = self.node, path, "mapped region");
-        Ok(self.maps.write().entry(region).or_insert(mem).clone())
+        let mut maps = self.maps.write();
+        if maps.len() <= region as usize {
+            maps.resize(region as usize + 1, None);
+        }
+        Ok(maps[region as usize].get_or_insert(mem).clone())
+    }
+
+    /// Runs the verbs on the mappings if every region is mapped.
+    fn run_mapped(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        let maps = self.maps.read();
+        let mapped = |r: RegionId| maps.get(r as usize).and_then(|m| m.as_ref());
+        if !verbs.iter().all(|v| mapped(v.region()).is_some()) {
+            return None;
+        }
+        for v in verbs.iter_mut() {
+            let mem = mapped(v.region()).expect("checked above");
+            if let Err(e) = execute(mem, v) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
     }
 }
 
@@ -151,33 +179,28 @@ impl Transport for ShmTransport {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         // Fast path: every region is mapped already, so the batch completes inline.
-        {
-            let maps = self.maps.read();
-            if verbs.iter().all(|v| maps.contains_key(&v.region())) {
-                let result = run_all(
-                    |r| maps.get(&r).cloned().ok_or(VerbsError::NoSuchRegion(r)),
-                    verbs,
-                );
-                return Box::pin(std::future::ready(result));
-            }
+        if let Some(result) = self.run_mapped(verbs) {
+            return Box::pin(std::future::ready(result));
         }
         Box::pin(async move {
             let regions: Vec<RegionId> = verbs.iter().map(|v| v.region()).collect();
             for region in regions {
                 self.map(region).await?;
             }
-            let maps = self.maps.read();
-            run_all(
-                |r| maps.get(&r).cloned().ok_or(VerbsError::NoSuchRegion(r)),
-                verbs,
-            )
+            self.run_mapped(verbs).unwrap_or(Err(VerbsError::Closed))
         })
+    }
+
+    fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        self.run_mapped(verbs)
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         Box::pin(async move {
-            if let Request::DropRegion { region } = &req {
-                self.maps.write().remove(region);
+            if let Request::DropRegion { region } = &req
+                && let Some(m) = self.maps.write().get_mut(*region as usize)
+            {
+                *m = None;
             }
             self.rpc.call(&req).await
         })

@@ -80,11 +80,19 @@ struct Counters {
 
 pub struct NodeCore {
     config: NodeConfig,
-    regions: RwLock<HashMap<RegionId, HeldRegion>>,
+    /// Held regions, indexed by region id (the one-sided hot path looks here).
+    regions: RwLock<Vec<Option<HeldRegion>>>,
     tx: Mutex<TxState>,
     counters: Counters,
     next_session: AtomicU64,
     started: Instant,
+}
+
+fn put(regions: &mut Vec<Option<HeldRegion>>, region: RegionId, held: HeldRegion) {
+    if regions.len() <= region as usize {
+        regions.resize_with(region as usize + 1, || None);
+    }
+    regions[region as usize] = Some(held);
 }
 
 fn region_file(dir: &Path, region: RegionId) -> PathBuf {
@@ -104,7 +112,7 @@ impl NodeCore {
     pub fn open(config: NodeConfig) -> Result<Arc<Self>, VerbsError> {
         let core = NodeCore {
             config,
-            regions: RwLock::new(HashMap::new()),
+            regions: RwLock::new(Vec::new()),
             tx: Mutex::new(TxState::default()),
             counters: Counters::default(),
             next_session: AtomicU64::new(1),
@@ -129,7 +137,8 @@ impl NodeCore {
                     .map_err(|e| VerbsError::io("opening region file", e))?;
                 let mem = RegionMemory::map_file(region, &file)?;
                 tracing::info!(region, size = mem.len(), path = %path.display(), "reloaded region");
-                regions.insert(
+                put(
+                    &mut regions,
                     region,
                     HeldRegion {
                         mem: Arc::new(mem),
@@ -169,16 +178,27 @@ impl NodeCore {
         }
     }
 
-    fn used(regions: &HashMap<RegionId, HeldRegion>) -> u64 {
-        regions.values().map(|r| r.mem.len()).sum()
+    fn used(regions: &[Option<HeldRegion>]) -> u64 {
+        regions.iter().flatten().map(|r| r.mem.len()).sum()
     }
 
     pub fn region(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
-        self.regions
-            .read()
-            .get(&region)
-            .map(|r| r.mem.clone())
-            .ok_or(VerbsError::NoSuchRegion(region))
+        match self.regions.read().get(region as usize) {
+            Some(Some(r)) => Ok(r.mem.clone()),
+            _ => Err(VerbsError::NoSuchRegion(region)),
+        }
+    }
+
+    /// Runs `f` on the region without taking a reference count (the one-sided path).
+    pub fn with_region<T>(
+        &self,
+        region: RegionId,
+        f: impl FnOnce(&RegionMemory) -> Result<T, VerbsError>,
+    ) -> Result<T, VerbsError> {
+        match self.regions.read().get(region as usize) {
+            Some(Some(r)) => f(&r.mem),
+            _ => Err(VerbsError::NoSuchRegion(region)),
+        }
     }
 
     pub fn create_region(&self, region: RegionId, size: u64) -> Result<PathBuf, VerbsError> {
@@ -186,7 +206,7 @@ impl NodeCore {
             return Err(VerbsError::BadRegionSize(size));
         }
         let mut regions = self.regions.write();
-        if regions.contains_key(&region) {
+        if matches!(regions.get(region as usize), Some(Some(_))) {
             return Err(VerbsError::RegionExists(region));
         }
         let used = Self::used(&regions);
@@ -211,7 +231,8 @@ impl NodeCore {
         };
         tracing::debug!(region, size, "created region");
         let shown = path.clone().unwrap_or_default();
-        regions.insert(
+        put(
+            &mut regions,
             region,
             HeldRegion {
                 mem: Arc::new(mem),
@@ -225,7 +246,8 @@ impl NodeCore {
         let held = self
             .regions
             .write()
-            .remove(&region)
+            .get_mut(region as usize)
+            .and_then(Option::take)
             .ok_or(VerbsError::NoSuchRegion(region))?;
         if let Some(path) = held.path {
             std::fs::remove_file(&path).map_err(|e| VerbsError::io("removing region file", e))?;
@@ -239,7 +261,7 @@ impl NodeCore {
             node: self.config.id,
             capacity: self.config.capacity,
             used: Self::used(&regions),
-            regions: regions.len() as u32,
+            regions: regions.iter().flatten().count() as u32,
             prepared: self.counters.prepared.load(Ordering::Relaxed),
             committed: self.counters.committed.load(Ordering::Relaxed),
             aborted: self.counters.aborted.load(Ordering::Relaxed),
@@ -440,7 +462,7 @@ impl NodeCore {
             Request::DropRegion { region } => self.drop_region(region).map(|_| Response::Ok),
             Request::OpenRegion { region } => {
                 let regions = self.regions.read();
-                match regions.get(&region) {
+                match regions.get(region as usize).and_then(Option::as_ref) {
                     None => Err(VerbsError::NoSuchRegion(region)),
                     Some(HeldRegion { path: None, .. }) => Err(VerbsError::Remote(
                         "this node keeps regions in process memory; use the tcp backend".into(),
@@ -456,13 +478,13 @@ impl NodeCore {
                 }
             }
             Request::ListRegions => {
-                let mut list: Vec<(RegionId, u64)> = self
+                let list: Vec<(RegionId, u64)> = self
                     .regions
                     .read()
                     .iter()
-                    .map(|(r, h)| (*r, h.mem.len()))
+                    .enumerate()
+                    .filter_map(|(r, h)| h.as_ref().map(|h| (r as RegionId, h.mem.len())))
                     .collect();
-                list.sort_unstable();
                 Ok(Response::Regions(list))
             }
             Request::Verbs(verbs) => self.run_verbs(verbs).map(Response::Verbs),

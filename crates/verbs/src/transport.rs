@@ -94,6 +94,13 @@ pub trait Transport: Send + Sync {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>>;
 
+    /// Runs the batch to completion right now if this backend can (the memory is in
+    /// this address space and every region is at hand), skipping the future machinery
+    /// of [`post`](Self::post); `None` means the caller must use `post`.
+    fn post_now(&self, _verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        None
+    }
+
     /// Sends one RPC. An error response arrives as `Err`.
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>>;
 }
