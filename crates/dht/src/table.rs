@@ -162,11 +162,34 @@ struct Dir {
     block: Block,
     depth: u32,
     subtables: Vec<GlobalAddr>,
+    /// The first entries again, inside this allocation: most directories are this
+    /// small, and the get path then costs one cache miss less.
+    inline: [GlobalAddr; INLINE_DIR],
 }
 
+const INLINE_DIR: usize = 8;
+
 impl Dir {
+    fn new(block: Block, depth: u32, subtables: Vec<GlobalAddr>) -> Self {
+        let mut inline = [GlobalAddr::NULL; INLINE_DIR];
+        for (d, s) in inline.iter_mut().zip(&subtables) {
+            *d = *s;
+        }
+        Dir {
+            block,
+            depth,
+            subtables,
+            inline,
+        }
+    }
+
     fn subtable(&self, hash: u64) -> GlobalAddr {
-        self.subtables[(hash & ((1u64 << self.depth) - 1)) as usize]
+        let i = (hash & ((1u64 << self.depth) - 1)) as usize;
+        if i < INLINE_DIR {
+            self.inline[i]
+        } else {
+            self.subtables[i]
+        }
     }
 }
 
@@ -231,6 +254,9 @@ pub struct Dht {
     /// Index into [`RedisPolicy::ALL`].
     policy: std::sync::atomic::AtomicU8,
     hit_batch: usize,
+    /// Every memory node's memory is in this address space: a get reads its first
+    /// bucket alone and reads the second only when the key is not in the first.
+    inline_reads: bool,
     owner: Ownership,
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
@@ -266,6 +292,7 @@ impl Dht {
         let (root, buckets) = Self::open_root(&pool, config.buckets_per_subtable).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(commit_loop(pool.clone(), rx));
+        let inline_reads = pool.nodes().iter().all(|n| n.completes_inline());
         let dht = Dht {
             pool,
             clock,
@@ -275,6 +302,7 @@ impl Dht {
             samples: AtomicU64::new(config.samples.max(1) as u64),
             policy: std::sync::atomic::AtomicU8::new(policy_index(config.policy)),
             hit_batch: config.hit_batch.max(1),
+            inline_reads,
             owner,
             dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
             locks: (0..HASH_SLOTS)
@@ -478,11 +506,7 @@ impl Dht {
         let subtables = (0..n)
             .map(|i| GlobalAddr::from_bits(le64(&bytes, 8 + 8 * i)))
             .collect();
-        let dir = Arc::new(Dir {
-            block,
-            depth,
-            subtables,
-        });
+        let dir = Arc::new(Dir::new(block, depth, subtables));
         *self.dirs[slot as usize].write() = Some(dir.clone());
         Ok(Some(dir))
     }
@@ -587,8 +611,14 @@ impl Dht {
     /// The live value of `key` in `db`, or `None`.
     pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
         let loc = Self::loc(db, key);
-        let (probe, found) = self.lookup(&loc, key, true).await?;
         let (abs, now) = self.now();
+        if self.inline_reads
+            && let Some(f) = self.find_in_first_bucket(&loc, key).await?
+            && !self.is_expired(f.meta, abs)
+        {
+            return Ok(Some(self.hit(f, &now).await));
+        }
+        let (probe, found) = self.lookup(&loc, key, true).await?;
         let Some(f) = found else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
@@ -600,15 +630,45 @@ impl Dht {
             }
             return Ok(None);
         }
+        Ok(Some(self.hit(f, &now).await))
+    }
+
+    async fn hit(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        let entry = Entry {
-            value: f.value.clone().unwrap_or_default(),
+        self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
+        Entry {
+            value: f.value.unwrap_or_default(),
             expire_at: self.decode_expire(f.meta.expire()),
             idle_secs: now.idle_secs(f.meta),
-            lfu: policy::lfu_decayed(f.meta, &now),
+            lfu: policy::lfu_decayed(f.meta, now),
+        }
+    }
+
+    /// The key if it is in its first candidate bucket (read alone); `None` sends the
+    /// caller down the full two-bucket path, which also handles stale directories.
+    async fn find_in_first_bucket(&self, loc: &Loc, key: &[u8]) -> Result<Option<Found>, DhtError> {
+        let cached = self.dirs[loc.slot as usize]
+            .read()
+            .as_ref()
+            .map(|d| d.subtable(loc.hash));
+        let st = match cached {
+            Some(st) => st,
+            None => match self.load_dir(loc.slot).await? {
+                Some(d) => d.subtable(loc.hash),
+                None => return Ok(None),
+            },
         };
-        self.touch_meta(f.addr.offset_by(8), f.meta, &now).await;
-        Ok(Some(entry))
+        let (a, _) = hash::buckets(loc.hash, self.buckets);
+        let addr = st.offset_by(a * layout::BUCKET);
+        let mut bytes = [0u8; layout::BUCKET as usize];
+        self.pool.read(addr, &mut bytes).await?;
+        let probe = Probe {
+            buckets: [(addr, bytes), (addr, bytes)],
+        };
+        if !layout::header_covers(probe.header(0), loc.hash) {
+            return Ok(None);
+        }
+        self.find(loc, key, &probe, true).await
     }
 
     /// Whether `key` exists (and has not expired), without fetching its value.

@@ -51,6 +51,12 @@ fn crc(head_after_crc: &[u8], key: &[u8], value: &[u8]) -> u32 {
     crc32c::crc32c_append(c, value)
 }
 
+/// The same checksum over bytes already contiguous (header after the crc, key, value):
+/// one call instead of three, which matters for small objects.
+fn crc_contiguous(after_crc: &[u8]) -> u32 {
+    crc32c::crc32c(after_crc)
+}
+
 /// Encodes an inline object into `out` (cleared first).
 pub fn encode_inline(db: u8, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.clear();
@@ -60,10 +66,10 @@ pub fn encode_inline(db: u8, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.push(db);
     out.push(kind_byte(KIND_INLINE));
-    let c = crc(&out[4..HEADER], key, value);
-    out[..4].copy_from_slice(&c.to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
+    let c = crc_contiguous(&out[4..]);
+    out[..4].copy_from_slice(&c.to_le_bytes());
 }
 
 /// A chunk of a chained object: where it is and its class.
@@ -150,12 +156,7 @@ pub fn parse_head(block: &[u8]) -> Head {
             }
             let key = HEADER..HEADER + klen16;
             let value = key.end..end;
-            if crc(
-                &block[4..HEADER],
-                &block[key.clone()],
-                &block[value.clone()],
-            ) != stored
-            {
+            if crc_contiguous(&block[4..end]) != stored {
                 return Head::Invalid;
             }
             Head::Inline { db, key, value }
@@ -222,6 +223,15 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn contiguous_crc_equals_the_piecewise_definition() {
+        let (h, k, v) = (b"12345678", b"some key", b"and a value of some length");
+        let mut all = h.to_vec();
+        all.extend_from_slice(k);
+        all.extend_from_slice(v);
+        assert_eq!(crc_contiguous(&all), crc(h, k, v));
     }
 
     #[test]

@@ -548,6 +548,31 @@ impl Pool {
 
     /// Reads several ranges from their primaries: one posted batch per node.
     pub async fn read_batch(&self, reads: &mut [(GlobalAddr, &mut [u8])]) -> Result<(), UmoError> {
+        // Common case: every range on one node (a key's two buckets share a subtable).
+        if let [(first, _), rest @ ..] = &*reads {
+            let n = self.primary(first.region())?;
+            let same = rest.iter().all(|(a, _)| {
+                a.region() == first.region() || self.primary(a.region()).ok() == Some(n)
+            });
+            if same {
+                let node = &self.nodes[n];
+                let mut verbs: Vec<Verb<'_>> = reads
+                    .iter_mut()
+                    .map(|(addr, buf)| Verb::Read {
+                        region: addr.region(),
+                        offset: addr.offset(),
+                        buf,
+                    })
+                    .collect();
+                if let Some(r) = node.post_now(&mut verbs) {
+                    return r.map_err(UmoError::node(node.node()));
+                }
+                return node
+                    .post(&mut verbs)
+                    .await
+                    .map_err(UmoError::node(node.node()));
+            }
+        }
         let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
         for (addr, buf) in reads.iter_mut() {
             let n = self.primary(addr.region())?;

@@ -82,6 +82,10 @@ impl Transport for LocalTransport {
         Box::pin(std::future::ready(result))
     }
 
+    fn completes_inline(&self) -> bool {
+        true
+    }
+
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         Some(
             verbs
@@ -189,6 +193,10 @@ impl Transport for ShmTransport {
             }
             self.run_mapped(verbs).unwrap_or(Err(VerbsError::Closed))
         })
+    }
+
+    fn completes_inline(&self) -> bool {
+        true
     }
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {

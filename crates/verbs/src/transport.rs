@@ -101,6 +101,12 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// Whether [`post_now`](Self::post_now) completes one-sided verbs (the memory is in
+    /// this address space): callers may then prefer several small reads over one batch.
+    fn completes_inline(&self) -> bool {
+        false
+    }
+
     /// Sends one RPC. An error response arrives as `Err`.
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>>;
 }
