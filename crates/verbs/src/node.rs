@@ -12,7 +12,7 @@
 //!
 //! It never interprets the bytes it stores: there is no caching logic here.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
