@@ -53,6 +53,27 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    // The same gets, 16 keys per call (a pipelined client's batch): the buckets and then
+    // the objects of all 16 are read together so their memory latencies overlap.
+    let names: Vec<[u8; 16]> = (0..KEYS).map(key).collect();
+    let mut next = 0u64;
+    g.bench_function("get_many16_1M_keys_one_core", |b| {
+        b.iter(|| {
+            one_core.block_on(async {
+                for _ in 0..GETS_PER_ITER / 16 {
+                    let batch: Vec<&[u8]> = (0..16)
+                        .map(|_| {
+                            next = (next + 7919) % KEYS;
+                            &names[next as usize][..]
+                        })
+                        .collect();
+                    let got = dht.get_many(0, &batch).await.unwrap();
+                    assert!(got.iter().all(|e| e.is_some()));
+                }
+            })
+        })
+    });
+
     // Sets keep 64 in flight continuously (a pipelined client): each iteration streams
     // SETS_PER_ITER overwrites through a window of 64, so the group committer batches.
     g.throughput(Throughput::Elements(SETS_PER_ITER));

@@ -633,6 +633,95 @@ impl Dht {
         Ok(Some(self.hit(f, &now).await))
     }
 
+    /// Gets many keys of `db` at once. On inline backends the first buckets of all keys
+    /// are read in one batch, then all the objects, so their memory latencies overlap
+    /// (the CPU's version of a doorbell batch); keys this fast path cannot settle (in
+    /// the second bucket, absent, expired, chained) go through [`get`](Self::get).
+    pub async fn get_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Entry>>, DhtError> {
+        let mut out: Vec<Option<Entry>> = vec![None; keys.len()];
+        let mut settled = vec![false; keys.len()];
+        if self.inline_reads && keys.len() > 1 {
+            let (abs, now) = self.now();
+            let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
+            // Stage 1: the first candidate bucket of every key with a cached directory.
+            let mut buckets: Vec<(usize, GlobalAddr)> = Vec::with_capacity(keys.len());
+            for (i, loc) in locs.iter().enumerate() {
+                let st = self.dirs[loc.slot as usize]
+                    .read()
+                    .as_ref()
+                    .map(|d| d.subtable(loc.hash));
+                if let Some(st) = st {
+                    let (a, _) = hash::buckets(loc.hash, self.buckets);
+                    buckets.push((i, st.offset_by(a * layout::BUCKET)));
+                }
+            }
+            let mut bytes = vec![[0u8; layout::BUCKET as usize]; buckets.len()];
+            {
+                let mut reads: Vec<(GlobalAddr, &mut [u8])> = buckets
+                    .iter()
+                    .zip(bytes.iter_mut())
+                    .map(|((_, a), b)| (*a, &mut b[..]))
+                    .collect();
+                self.pool.read_batch(&mut reads).await?;
+            }
+            // Stage 2: the object of the first fingerprint match in each bucket.
+            let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(buckets.len());
+            for ((i, addr), b) in buckets.iter().zip(&bytes) {
+                let probe = Probe {
+                    buckets: [(*addr, *b), (*addr, *b)],
+                };
+                if !layout::header_covers(probe.header(0), locs[*i].hash) {
+                    continue;
+                }
+                let hit = (0..SLOTS_PER_BUCKET)
+                    .map(|s| probe.slot(0, s))
+                    .find(|(_, w, _)| !w.is_empty() && w.fp() == locs[*i].fp);
+                if let Some((slot, word, meta)) = hit
+                    && let Some(obj) = word.object()
+                    && !obj.chained
+                    && !self.is_expired(meta, abs)
+                {
+                    objects.push((
+                        *i,
+                        Found {
+                            bucket: 0,
+                            addr: slot,
+                            word,
+                            meta,
+                            value: None,
+                        },
+                        obj,
+                    ));
+                }
+            }
+            let mut heads: Vec<Vec<u8>> = objects
+                .iter()
+                .map(|(_, _, o)| vec![0u8; o.block.size() as usize])
+                .collect();
+            {
+                let mut reads: Vec<(GlobalAddr, &mut [u8])> = objects
+                    .iter()
+                    .zip(heads.iter_mut())
+                    .map(|((_, _, o), h)| (o.block.addr, &mut h[..]))
+                    .collect();
+                self.pool.read_batch(&mut reads).await?;
+            }
+            for ((i, mut f, _), head) in objects.into_iter().zip(heads) {
+                if let ReadObject::Value(v) = self.pool.finish_read(head, db, keys[i]).await? {
+                    f.value = Some(v);
+                    out[i] = Some(self.hit(f, &now).await);
+                    settled[i] = true;
+                }
+            }
+        }
+        for (i, key) in keys.iter().enumerate() {
+            if !settled[i] {
+                out[i] = self.get(db, key).await?;
+            }
+        }
+        Ok(out)
+    }
+
     async fn hit(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         self.touch_meta(f.addr.offset_by(8), f.meta, now).await;

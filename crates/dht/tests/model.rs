@@ -28,6 +28,9 @@ enum Op {
     Get {
         key: u8,
     },
+    GetMany {
+        keys: Vec<u8>,
+    },
     Del {
         key: u8,
     },
@@ -46,6 +49,7 @@ fn op(keys: u8) -> impl Strategy<Value = Op> {
         4 => (0..keys, 0usize..300, 0u8..3, proptest::option::of(1u64..5000), any::<bool>(), any::<bool>())
             .prop_map(|(key, len, cond, ttl, keep, get)| Op::Set { key, len, cond, ttl, keep, get }),
         3 => (0..keys).prop_map(|key| Op::Get { key }),
+        1 => proptest::collection::vec(0..keys, 0..12).prop_map(|keys| Op::GetMany { keys }),
         1 => (0..keys).prop_map(|key| Op::Del { key }),
         1 => (0..keys, proptest::option::of(1u64..5000)).prop_map(|(key, ttl)| Op::Expire { key, ttl }),
         1 => (1u64..3000).prop_map(|ms| Op::Advance { ms }),
@@ -165,6 +169,21 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
                     // The owner reclaims an expired key it reads (lazy expiry).
                     if model.live(&kb, now).is_none() {
                         model.0.remove(&kb);
+                    }
+                }
+                Op::GetMany { keys } => {
+                    let names: Vec<Vec<u8>> = keys.iter().map(|k| key(*k)).collect();
+                    let refs: Vec<&[u8]> = names.iter().map(|n| &n[..]).collect();
+                    let got = dht.get_many(0, &refs).await.unwrap();
+                    prop_assert_eq!(got.len(), names.len());
+                    for (name, g) in names.iter().zip(&got) {
+                        let want = model.live(name, now).map(|w| &w.0[..]);
+                        prop_assert_eq!(g.as_ref().map(|e| &e.value[..]), want, "get_many");
+                    }
+                    for name in &names {
+                        if model.live(name, now).is_none() {
+                            model.0.remove(name);
+                        }
                     }
                 }
                 Op::Del { key: k } => {

@@ -37,6 +37,9 @@ use crate::object::{self, ChunkRef, Head};
 /// the transaction's write indexes on this node, and whether the node is a primary.
 type NodePlan = (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>);
 
+/// Objects up to this size are read through a stack buffer.
+const SMALL_OBJECT: usize = 512;
+
 /// The fencing domain of pool-level metadata (the superblock root).
 pub const POOL_SHARD: u32 = u32::MAX;
 
@@ -759,7 +762,23 @@ impl Pool {
         db: u8,
         key: &[u8],
     ) -> Result<ReadObject, UmoError> {
-        let mut head = vec![0u8; obj.block.size() as usize];
+        let size = obj.block.size() as usize;
+        if !obj.chained && size <= SMALL_OBJECT {
+            // Small objects: read into the stack and copy out just the value.
+            let mut buf = [0u8; SMALL_OBJECT];
+            self.read(obj.block.addr, &mut buf[..size]).await?;
+            return Ok(match object::parse_head(&buf[..size]) {
+                Head::Inline {
+                    db: d,
+                    key: k,
+                    value,
+                } if d == db && buf[k.clone()] == *key => {
+                    ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
+                }
+                _ => ReadObject::Mismatch,
+            });
+        }
+        let mut head = vec![0u8; size];
         self.read(obj.block.addr, &mut head).await?;
         self.finish_read(head, db, key).await
     }
