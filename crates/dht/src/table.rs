@@ -32,7 +32,7 @@ use crate::rng;
 /// Transactions one commit RPC batch carries at most.
 const MAX_COMMIT_BATCH: usize = 256;
 /// Optimistic retries before an operation gives up.
-const MAX_RETRIES: usize = 64;
+const MAX_RETRIES: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DhtError {
@@ -975,9 +975,7 @@ impl Dht {
                     }
                     return Ok(SetOutcome { written: true, old });
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => {
-                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                }
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
@@ -997,12 +995,26 @@ impl Dht {
         } else {
             [0, 1]
         };
+        // A random empty slot rather than the first: concurrent inserts into one bucket
+        // then rarely pick the same slot and conflict.
         order.into_iter().find_map(|b| {
+            let n = empties(b);
+            if n == 0 {
+                return None;
+            }
+            let pick = rng::below(n as u64) as usize;
             (0..SLOTS_PER_BUCKET)
                 .map(|i| probe.slot(b, i))
-                .find(|(_, w, _)| w.is_empty())
+                .filter(|(_, w, _)| w.is_empty())
+                .nth(pick)
                 .map(|(addr, _, _)| (b, addr))
         })
+    }
+
+    /// Counts an optimistic retry and lets the competing writer finish first.
+    async fn backoff(&self) {
+        self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        tokio::task::yield_now().await;
     }
 
     /// Clears a found slot (delete, eviction, expiry) and frees its object.
@@ -1085,7 +1097,7 @@ impl Dht {
                 }
                 return Ok(live);
             }
-            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            self.backoff().await;
         }
         Err(DhtError::Contention(loc.slot))
     }
@@ -1132,9 +1144,7 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => return Ok(true),
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => {
-                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                }
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
