@@ -134,7 +134,10 @@ impl Config {
             .parse::<Endpoint>()
             .map_err(|e| anyhow::anyhow!("listen: {e}"))?;
         anyhow::ensure!(self.capacity.0 > 0, "capacity must be positive");
-        anyhow::ensure!(self.max_frame.0 >= 4096, "max_frame must be at least 4kb");
+        anyhow::ensure!(
+            self.max_frame.0 >= 1 << 20,
+            "max_frame must be at least 1mb"
+        );
         Ok(())
     }
 

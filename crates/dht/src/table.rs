@@ -1598,6 +1598,37 @@ impl Dht {
         Ok(n)
     }
 
+    /// Starts the background upkeep an owner runs (Redis's `serverCron` share of it):
+    /// every `every`, active expiry over a sample of buckets, repeated while more than a
+    /// quarter of the sample had expired, and a flush of combined access metadata. The
+    /// task ends when the table is dropped.
+    pub fn spawn_maintenance(
+        self: &Arc<Self>,
+        every: std::time::Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        const SAMPLE: usize = 20;
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(dht) = weak.upgrade() else { return };
+                for _ in 0..16 {
+                    match dht.active_expire(SAMPLE).await {
+                        Ok(n) if n * 4 > SAMPLE * SLOTS_PER_BUCKET / 2 => continue,
+                        Ok(_) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "active expiry failed");
+                            break;
+                        }
+                    }
+                }
+                dht.flush_hits().await;
+            }
+        })
+    }
+
     // ------------------------------------------------------------ scanning
 
     /// The occupied slot words of a hash slot's partition: (word, meta).

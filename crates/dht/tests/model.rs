@@ -466,3 +466,47 @@ async fn concurrent_sets_racing_splits_lose_nothing() {
         assert_eq!(dht.key_count(), n as i64);
     }
 }
+
+/// The maintenance task reclaims expired keys nobody reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_reclaims_expired_keys() {
+    let clock = ManualClock::new(T0);
+    let h = common::open(
+        Backend::Local,
+        DhtConfig::default(),
+        Arc::new(clock.clone()),
+        Duration::ZERO,
+    )
+    .await;
+    let dht = h.dht.clone();
+    for i in 0..300u32 {
+        let expiry = SetExpiry::At(T0 + 1000);
+        dht.set(
+            0,
+            format!("{{m}}{i}").as_bytes(),
+            b"v",
+            SetOptions {
+                expiry,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    dht.set(0, b"{m}keep", b"v", SetOptions::default())
+        .await
+        .unwrap();
+    clock.advance(2000);
+    let task = dht.spawn_maintenance(Duration::from_millis(5));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while dht.key_count() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expired keys still present: {}",
+            dht.key_count()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(dht.get(0, b"{m}keep").await.unwrap().is_some());
+    task.abort();
+}

@@ -24,7 +24,8 @@ use crate::wire::{self, Request, Response, WIRE_VERSION, WireVerb};
 /// memory past `max_frame + READ_SLACK`.
 const READ_SLACK: usize = 64 << 10;
 /// Bytes per `Write` verb when copying a region to a peer.
-const COPY_CHUNK: u64 = 4 << 20;
+/// Stays well under any node's frame limit (memory-node requires `max_frame` ≥ 1 MiB).
+const COPY_CHUNK: u64 = 256 << 10;
 
 pub enum Listener {
     Tcp(tokio::net::TcpListener),

@@ -185,3 +185,33 @@ async fn malformed_and_oversized_rpcs_get_errors() {
         matches!(good.call(Request::Stats).await.unwrap(), wire::Response::Stats(s) if s.rpc_errors >= 3)
     );
 }
+
+/// A node copies a region to a peer (re-replication): the peer ends up with the same
+/// bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn region_copy_to_peer() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, _stop_a) = start_node(da.path(), b"s").await;
+    let (b, _stop_b) = start_node(db.path(), b"s").await;
+    let ta = backend::connect(BackendKind::Shm, a, options(b"s"))
+        .await
+        .unwrap();
+    let tb = backend::connect(BackendKind::Shm, b.clone(), options(b"s"))
+        .await
+        .unwrap();
+    let size = 3 << 20;
+    ta.create_region(5, size).await.unwrap();
+    let data: Vec<u8> = (0..size as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    ta.write(5, 0, &data).await.unwrap();
+    ta.call(Request::CopyRegion {
+        region: 5,
+        peer: b.to_string(),
+    })
+    .await
+    .unwrap();
+    let mut back = vec![0u8; size as usize];
+    tb.read(5, 0, &mut back).await.unwrap();
+    assert!(back == data, "the peer holds an identical copy");
+}
