@@ -1,1 +1,10 @@
-//! RESP2/RESP3 request parsing and reply encoding (compute-agent issue).
+//! RESP for the compute agent: an incremental, zero-copy request parser and the RESP2 /
+//! RESP3 reply encoder. This crate knows nothing of the server: [`parse_command`] turns
+//! bytes into arguments (or "need more", or a protocol error with Redis's exact text),
+//! and [`Reply::encode`] turns a reply into bytes for the connection's protocol.
+
+mod parse;
+mod reply;
+
+pub use parse::{Limits, ProtocolError, parse_command};
+pub use reply::Reply;

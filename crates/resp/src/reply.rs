@@ -1,0 +1,176 @@
+//! Replies and their encoding for RESP2 and RESP3 (chosen per connection by `HELLO`).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`
+    Simple(&'static str),
+    /// `-ERR ...` (the text includes its prefix, e.g. `ERR` or `WRONGTYPE`).
+    Error(String),
+    Int(i64),
+    Bulk(Bytes),
+    /// RESP2 `$-1`, RESP3 `_`.
+    Null,
+    /// RESP2 `*-1`, RESP3 `_`.
+    NullArray,
+    Array(Vec<Reply>),
+    /// RESP3 map; RESP2 flattens it into an array.
+    Map(Vec<(Reply, Reply)>),
+    /// RESP3 set; RESP2 array.
+    Set(Vec<Reply>),
+    /// RESP3 double; RESP2 bulk string.
+    Double(f64),
+    /// RESP3 boolean; RESP2 integer.
+    Bool(bool),
+    /// RESP3 verbatim string (`txt`); RESP2 bulk string.
+    Verbatim(Bytes),
+    /// RESP3 big number; RESP2 bulk string.
+    BigNumber(String),
+    /// RESP3 push; RESP2 array.
+    Push(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Simple("OK")
+    }
+
+    pub fn err(text: impl Into<String>) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    pub fn bulk(b: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(b.into())
+    }
+
+    fn head(out: &mut BytesMut, kind: u8, n: usize) {
+        out.put_u8(kind);
+        out.put_slice(itoa(n as i64).as_bytes());
+        out.put_slice(b"\r\n");
+    }
+
+    /// Appends the reply encoded for protocol `proto` (2 or 3).
+    pub fn encode(&self, proto: u8, out: &mut BytesMut) {
+        let resp3 = proto >= 3;
+        match self {
+            Reply::Simple(s) => {
+                out.put_u8(b'+');
+                out.put_slice(s.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Error(e) => {
+                out.put_u8(b'-');
+                // An error line cannot hold a newline.
+                for b in e.bytes() {
+                    out.put_u8(if b == b'\r' || b == b'\n' { b' ' } else { b });
+                }
+                out.put_slice(b"\r\n");
+            }
+            Reply::Int(n) => {
+                out.put_u8(b':');
+                out.put_slice(itoa(*n).as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Bulk(b) => {
+                Self::head(out, b'$', b.len());
+                out.put_slice(b);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Null if resp3 => out.put_slice(b"_\r\n"),
+            Reply::Null => out.put_slice(b"$-1\r\n"),
+            Reply::NullArray if resp3 => out.put_slice(b"_\r\n"),
+            Reply::NullArray => out.put_slice(b"*-1\r\n"),
+            Reply::Array(items) => {
+                Self::head(out, b'*', items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Set(items) => {
+                Self::head(out, if resp3 { b'~' } else { b'*' }, items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Push(items) => {
+                Self::head(out, if resp3 { b'>' } else { b'*' }, items.len());
+                items.iter().for_each(|i| i.encode(proto, out));
+            }
+            Reply::Map(pairs) => {
+                if resp3 {
+                    Self::head(out, b'%', pairs.len());
+                } else {
+                    Self::head(out, b'*', pairs.len() * 2);
+                }
+                for (k, v) in pairs {
+                    k.encode(proto, out);
+                    v.encode(proto, out);
+                }
+            }
+            Reply::Double(d) => {
+                let text = format_double(*d);
+                if resp3 {
+                    out.put_u8(b',');
+                    out.put_slice(text.as_bytes());
+                    out.put_slice(b"\r\n");
+                } else {
+                    Reply::Bulk(Bytes::from(text)).encode(proto, out);
+                }
+            }
+            Reply::Bool(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+            Reply::Bool(b) => Reply::Int(*b as i64).encode(proto, out),
+            Reply::Verbatim(b) if resp3 => {
+                Self::head(out, b'=', b.len() + 4);
+                out.put_slice(b"txt:");
+                out.put_slice(b);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Verbatim(b) => Reply::Bulk(b.clone()).encode(proto, out),
+            Reply::BigNumber(n) if resp3 => {
+                out.put_u8(b'(');
+                out.put_slice(n.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::BigNumber(n) => Reply::Bulk(Bytes::from(n.clone())).encode(proto, out),
+        }
+    }
+}
+
+fn itoa(n: i64) -> String {
+    n.to_string()
+}
+
+/// Redis's double formatting: `inf`, `-inf`, `nan`, else the shortest representation.
+pub fn format_double(d: f64) -> String {
+    if d.is_nan() {
+        "nan".into()
+    } else if d.is_infinite() {
+        if d > 0.0 { "inf".into() } else { "-inf".into() }
+    } else {
+        let s = format!("{d}");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(r: &Reply, proto: u8) -> String {
+        let mut out = BytesMut::new();
+        r.encode(proto, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn resp2_and_resp3() {
+        assert_eq!(enc(&Reply::ok(), 2), "+OK\r\n");
+        assert_eq!(enc(&Reply::Null, 2), "$-1\r\n");
+        assert_eq!(enc(&Reply::Null, 3), "_\r\n");
+        let m = Reply::Map(vec![(Reply::bulk("a"), Reply::Int(1))]);
+        assert_eq!(enc(&m, 2), "*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(&m, 3), "%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(&Reply::Double(1.5), 3), ",1.5\r\n");
+        assert_eq!(enc(&Reply::Double(1.5), 2), "$3\r\n1.5\r\n");
+        assert_eq!(enc(&Reply::Bool(true), 3), "#t\r\n");
+        assert_eq!(enc(&Reply::Verbatim("hi".into()), 3), "=6\r\ntxt:hi\r\n");
+        assert_eq!(enc(&Reply::err("ERR a\r\nb"), 2), "-ERR a  b\r\n");
+    }
+}
