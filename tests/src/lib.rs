@@ -27,6 +27,83 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Starts a binary that prints `<name> ready listen=ADDR` on stdout and returns the
+/// child and the address, waiting at most 20 s.
+fn start_ready(name: &str, args: &[String]) -> Result<(Child, String)> {
+    let mut child = Command::new(bin(name)?)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("spawning {name}"))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        for _ in lines {}
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(l) => l,
+        Err(_) => {
+            let _ = child.kill();
+            bail!("{name} did not report ready within 20 s");
+        }
+    };
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .with_context(|| format!("unexpected ready line {line:?}"))?
+        .to_string();
+    Ok((child, addr))
+}
+
+/// A running `compute-agent`, killed on drop.
+pub struct Agent {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Agent {
+    /// Starts an agent on a free loopback port with extra flags.
+    pub fn start(extra: &[&str]) -> Result<Self> {
+        let mut args: Vec<String> = ["--port", "0", "--log", "warn"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (child, addr) = start_ready("compute-agent", &args)?;
+        Ok(Agent { child, addr })
+    }
+
+    pub fn port(&self) -> String {
+        self.addr.rsplit(':').next().unwrap_or_default().to_string()
+    }
+
+    /// Runs `redis-cli -p PORT args…` and returns its stdout.
+    pub fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port()])
+            .args(args)
+            .output()
+            .context("running redis-cli (apt-get install redis-tools)")?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A running `memory-node` process, killed on drop.
 pub struct MemoryNode {
     pub child: Child,

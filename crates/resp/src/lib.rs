@@ -7,4 +7,4 @@ mod parse;
 mod reply;
 
 pub use parse::{Limits, ProtocolError, parse_command};
-pub use reply::Reply;
+pub use reply::{Reply, format_double};

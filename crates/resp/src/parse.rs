@@ -207,7 +207,6 @@ fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                         if line.get(i + 1).is_some_and(|b| !b.is_ascii_whitespace()) {
                             return Err(ProtocolError::UnbalancedQuotes);
                         }
-                        in_dq = false;
                         i += 1;
                         break;
                     }
@@ -224,7 +223,6 @@ fn split_args(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                         if line.get(i + 1).is_some_and(|b| !b.is_ascii_whitespace()) {
                             return Err(ProtocolError::UnbalancedQuotes);
                         }
-                        in_sq = false;
                         i += 1;
                         break;
                     }

@@ -1,0 +1,442 @@
+//! The `compute-agent` process: configuration, the pool it runs on, and the RESP server.
+//!
+//! `main.rs` parses flags and calls [`run`]; tests call [`run`] the same way. With no
+//! configuration the agent listens on 127.0.0.1:6379 over an embedded in-process pool.
+//! Once listening it prints `compute-agent ready listen=ADDR` on stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::{Bytes, BytesMut};
+use clap::Parser;
+use dmc_dht::{Dht, DhtConfig, Ownership, RedisPolicy, SystemClock};
+use dmc_engine::{Engine, EngineConfig, Flow};
+use dmc_proto::ByteSize;
+use dmc_resp::{Limits, Reply, parse_command};
+use dmc_umo::{Pool, PoolConfig};
+use dmc_verbs::{BackendKind, Endpoint, RpcOptions};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Where the agent's memory pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolBackend {
+    /// An in-process pool (standalone, nothing else to run).
+    Embedded,
+    /// Memory nodes on this host, regions mapped into the agent.
+    Shm,
+    /// Memory nodes reached over TCP.
+    Tcp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct PoolSection {
+    pub backend: PoolBackend,
+    /// Memory node endpoints (`host:port` or `unix:/path`) for `shm` and `tcp`.
+    pub nodes: Vec<String>,
+    /// Copies of every region (`r`).
+    pub replicas: usize,
+    /// Size of the embedded pool.
+    pub capacity: ByteSize,
+    pub region_size: ByteSize,
+    pub segment_size: ByteSize,
+    /// File holding the cluster secret memory nodes expect.
+    pub secret_file: Option<PathBuf>,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            backend: PoolBackend::Embedded,
+            nodes: Vec::new(),
+            replicas: 2,
+            capacity: ByteSize(4 << 30),
+            region_size: ByteSize(256 << 20),
+            segment_size: ByteSize(16 << 20),
+            secret_file: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct Config {
+    pub bind: String,
+    /// 0 picks a free port.
+    pub port: u16,
+    /// Pool bytes this instance may use (0: as much as the pool holds).
+    pub maxmemory: ByteSize,
+    pub maxmemory_policy: String,
+    pub maxmemory_samples: usize,
+    pub requirepass: String,
+    pub maxclients: u64,
+    pub databases: u8,
+    /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
+    pub client_query_buffer_limit: ByteSize,
+    pub log: String,
+    pub pool: PoolSection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1".into(),
+            port: 6379,
+            maxmemory: ByteSize(0),
+            maxmemory_policy: "noeviction".into(),
+            maxmemory_samples: 5,
+            requirepass: String::new(),
+            maxclients: 10_000,
+            databases: 16,
+            client_query_buffer_limit: ByteSize(1 << 30),
+            log: "info".into(),
+            pool: PoolSection::default(),
+        }
+    }
+}
+
+/// DMC compute agent: a Redis-compatible server over the shared memory pool.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Args {
+    /// TOML config file; flags override it.
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Port to listen on (0 picks a free port).
+    #[arg(long, short = 'p')]
+    pub port: Option<u16>,
+    /// e.g. 4gb.
+    #[arg(long)]
+    pub maxmemory: Option<ByteSize>,
+    /// noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu,
+    /// volatile-random, volatile-ttl.
+    #[arg(long)]
+    pub maxmemory_policy: Option<String>,
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    #[arg(long)]
+    pub maxclients: Option<u64>,
+    /// embedded, shm or tcp.
+    #[arg(long, value_enum)]
+    pub pool_backend: Option<PoolBackend>,
+    /// A memory node endpoint (repeat for each node).
+    #[arg(long = "pool-node")]
+    pub pool_nodes: Vec<String>,
+    /// Copies of every region.
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    #[arg(long)]
+    pub log: Option<String>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl Args {
+    pub fn resolve(&self) -> Result<Config> {
+        let mut cfg: Config = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading config {}", p.display()))?;
+                toml::from_str(&text).with_context(|| format!("parsing config {}", p.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = &self.bind {
+            cfg.bind = v.clone();
+        }
+        if let Some(v) = self.port {
+            cfg.port = v;
+        }
+        if let Some(v) = self.maxmemory {
+            cfg.maxmemory = v;
+        }
+        if let Some(v) = &self.maxmemory_policy {
+            cfg.maxmemory_policy = v.clone();
+        }
+        if let Some(v) = &self.requirepass {
+            cfg.requirepass = v.clone();
+        }
+        if let Some(v) = self.maxclients {
+            cfg.maxclients = v;
+        }
+        if let Some(v) = self.pool_backend {
+            cfg.pool.backend = v;
+        }
+        if !self.pool_nodes.is_empty() {
+            cfg.pool.nodes = self.pool_nodes.clone();
+        }
+        if let Some(v) = self.replicas {
+            cfg.pool.replicas = v;
+        }
+        if let Some(v) = &self.log {
+            cfg.log = v.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            RedisPolicy::parse(&self.maxmemory_policy).is_some(),
+            "maxmemory-policy {:?} is not one of Redis's policies",
+            self.maxmemory_policy
+        );
+        anyhow::ensure!(
+            (1..=64).contains(&self.maxmemory_samples),
+            "maxmemory-samples must be 1..=64"
+        );
+        anyhow::ensure!(
+            (1..=255).contains(&self.databases),
+            "databases must be 1..=255"
+        );
+        anyhow::ensure!(self.maxclients > 0, "maxclients must be positive");
+        if self.pool.backend != PoolBackend::Embedded {
+            anyhow::ensure!(
+                !self.pool.nodes.is_empty(),
+                "the {:?} pool backend needs memory nodes (pool.nodes)",
+                self.pool.backend
+            );
+            for n in &self.pool.nodes {
+                n.parse::<Endpoint>()
+                    .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn open_pool(cfg: &PoolSection) -> Result<Arc<Pool>> {
+    let mut pc = PoolConfig {
+        replicas: cfg.replicas,
+        region_size: cfg.region_size.0,
+        segment_size: cfg.segment_size.0,
+        ..PoolConfig::default()
+    };
+    Ok(match cfg.backend {
+        PoolBackend::Embedded => {
+            // One process holds every copy: replicating in-process buys nothing.
+            pc.replicas = 1;
+            Pool::embedded(cfg.capacity.0, pc).await?
+        }
+        PoolBackend::Shm | PoolBackend::Tcp => {
+            let kind = if cfg.backend == PoolBackend::Shm {
+                BackendKind::Shm
+            } else {
+                BackendKind::Tcp
+            };
+            let secret = match &cfg.secret_file {
+                Some(p) => Bytes::from(std::fs::read_to_string(p)?.trim().to_string()),
+                None => Bytes::new(),
+            };
+            let mut nodes = Vec::new();
+            for n in &cfg.nodes {
+                let ep: Endpoint = n
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
+                let t = dmc_verbs::backend::connect(
+                    kind,
+                    ep,
+                    RpcOptions {
+                        secret: secret.clone(),
+                        ..RpcOptions::default()
+                    },
+                )
+                .await
+                .with_context(|| format!("connecting to memory node {n}"))?;
+                nodes.push(t);
+            }
+            Pool::open(pc, nodes).await?
+        }
+    })
+}
+
+/// Runs the agent until `shutdown` completes.
+pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+    let pool = open_pool(&cfg.pool)
+        .await
+        .context("opening the memory pool")?;
+    let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
+    let dht = Dht::open(
+        pool,
+        DhtConfig {
+            maxmemory: cfg.maxmemory.0,
+            policy,
+            samples: cfg.maxmemory_samples,
+            ..DhtConfig::default()
+        },
+        Arc::new(SystemClock),
+        Ownership::all(0, 1),
+    )
+    .await
+    .context("opening the hash table")?;
+    let maintenance = dht.spawn_maintenance(Duration::from_millis(100));
+    let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
+        .await
+        .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;
+    let addr = listener.local_addr()?;
+    let engine = Engine::new(
+        dht.clone(),
+        Arc::new(SystemClock),
+        EngineConfig {
+            databases: cfg.databases,
+            port: addr.port(),
+            requirepass: (!cfg.requirepass.is_empty())
+                .then(|| Bytes::from(cfg.requirepass.clone())),
+            maxclients: cfg.maxclients,
+        },
+    );
+    tracing::info!(listen = %addr, backend = ?cfg.pool.backend, "compute agent serving");
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "compute-agent ready listen={addr}")?;
+        out.flush()?;
+    }
+    let limits = Arc::new(Limits::default());
+    let qbuf_limit = cfg.client_query_buffer_limit.0 as usize;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                engine.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                let clients = engine.stats.connected_clients.fetch_add(1, Ordering::Relaxed) + 1;
+                let engine = engine.clone();
+                let limits = limits.clone();
+                tokio::spawn(async move {
+                    if clients > engine.config.maxclients {
+                        engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                        let mut s = stream;
+                        let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
+                    } else {
+                        let _ = stream.set_nodelay(true);
+                        if let Err(e) = serve_conn(&engine, stream, &limits, qbuf_limit).await {
+                            tracing::debug!(%peer, error = %e, "connection ended");
+                        }
+                    }
+                    engine.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+        }
+    }
+    tracing::info!("shutting down: no new connections; flushing metadata");
+    maintenance.abort();
+    dht.flush_hits().await;
+    Ok(())
+}
+
+/// Serves one client: parse every complete request in the buffer, run them in order,
+/// write all their replies together (pipelining).
+async fn serve_conn(
+    engine: &Engine,
+    stream: tokio::net::TcpStream,
+    limits: &Limits,
+    qbuf_limit: usize,
+) -> std::io::Result<()> {
+    let (mut rd, mut wr) = stream.into_split();
+    let mut session = engine.new_session();
+    let mut buf = BytesMut::new();
+    let mut out = BytesMut::new();
+    loop {
+        buf.reserve(4096);
+        if rd.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+        loop {
+            match parse_command(&mut buf, limits) {
+                Ok(Some(args)) if args.is_empty() => continue,
+                Ok(Some(args)) => {
+                    let (reply, flow) = engine.execute(&mut session, args).await;
+                    reply.encode(session.proto, &mut out);
+                    if flow == Flow::Close {
+                        wr.write_all(&out).await?;
+                        return Ok(());
+                    }
+                    if out.len() >= 64 << 10 {
+                        wr.write_all(&out).await?;
+                        out.clear();
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::Error(e.to_string()).encode(session.proto, &mut out);
+                    wr.write_all(&out).await?;
+                    return Ok(());
+                }
+            }
+        }
+        if !out.is_empty() {
+            wr.write_all(&out).await?;
+            out.clear();
+            if out.capacity() > 1 << 20 {
+                out = BytesMut::new();
+            }
+        }
+        if buf.len() > qbuf_limit {
+            tracing::warn!(
+                bytes = buf.len(),
+                "closing a client over client-query-buffer-limit"
+            );
+            return Ok(());
+        }
+        if buf.is_empty() && buf.capacity() > 1 << 20 {
+            buf = BytesMut::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_standalone_agent() {
+        let cfg = Args::parse_from(["compute-agent"]).resolve().unwrap();
+        assert_eq!(
+            (cfg.bind.as_str(), cfg.port, cfg.pool.backend),
+            ("127.0.0.1", 6379, PoolBackend::Embedded)
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        assert!(
+            Args::parse_from(["compute-agent", "--maxmemory-policy", "lru"])
+                .resolve()
+                .is_err()
+        );
+        assert!(
+            Args::parse_from(["compute-agent", "--pool-backend", "shm"])
+                .resolve()
+                .is_err()
+        );
+        assert!(toml::from_str::<Config>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let cfg: Config = toml::from_str(include_str!("../compute-agent.example.toml")).unwrap();
+        cfg.validate().unwrap();
+    }
+}

@@ -1,0 +1,410 @@
+//! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, RESET, CLIENT,
+//! INFO, CONFIG, COMMAND, TIME, DBSIZE.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use dmc_dht::RedisPolicy;
+use dmc_proto::ByteSize;
+use dmc_resp::Reply;
+
+use crate::commands::{self, Cmd, TABLE};
+use crate::{Engine, NOT_INTEGER, Session, parse_i64};
+
+/// The Redis version reported to clients (they switch features on it).
+pub const REDIS_VERSION: &str = "7.2.4";
+pub const DMC_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn upper(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).to_ascii_uppercase()
+}
+
+/// Redis's `stringmatchlen` glob: `*`, `?`, `[...]`, `\` escapes; case-insensitive.
+pub fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match (pattern.first(), text.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            glob(&pattern[1..], text) || (!text.is_empty() && glob(pattern, &text[1..]))
+        }
+        (Some(b'?'), Some(_)) => glob(&pattern[1..], &text[1..]),
+        (Some(b'['), Some(&c)) => {
+            let Some(close) = pattern
+                .iter()
+                .skip(1)
+                .position(|&b| b == b']')
+                .map(|p| p + 1)
+            else {
+                return false;
+            };
+            let class = &pattern[1..close];
+            let (neg, class) = match class.first() {
+                Some(b'^') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == b'-' {
+                    hit |= (class[i]..=class[i + 2]).contains(&c.to_ascii_lowercase());
+                    i += 3;
+                } else {
+                    hit |= class[i].eq_ignore_ascii_case(&c);
+                    i += 1;
+                }
+            }
+            hit != neg && glob(&pattern[close + 1..], &text[1..])
+        }
+        (Some(b'\\'), Some(&c)) if pattern.len() > 1 => {
+            pattern[1].eq_ignore_ascii_case(&c) && glob(&pattern[2..], &text[1..])
+        }
+        (Some(&p), Some(&c)) => p.eq_ignore_ascii_case(&c) && glob(&pattern[1..], &text[1..]),
+        _ => false,
+    }
+}
+
+fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
+    let dht = &engine.dht;
+    vec![
+        ("maxmemory", dht.maxmemory().to_string()),
+        (
+            "maxmemory-policy",
+            dmc_dht::Policy::name(&dht.policy()).to_string(),
+        ),
+        ("maxmemory-samples", dht.samples().to_string()),
+        ("databases", engine.config.databases.to_string()),
+        ("port", engine.config.port.to_string()),
+        ("maxclients", engine.config.maxclients.to_string()),
+        ("save", String::new()),
+        ("appendonly", "no".into()),
+        ("timeout", "0".into()),
+        ("proto-max-bulk-len", (512u64 << 20).to_string()),
+    ]
+}
+
+fn hello_map(engine: &Engine, s: &Session) -> Reply {
+    let _ = engine;
+    Reply::Map(vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (Reply::bulk("version"), Reply::bulk(REDIS_VERSION)),
+        (Reply::bulk("proto"), Reply::Int(s.proto as i64)),
+        (Reply::bulk("id"), Reply::Int(s.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::Array(Vec::new())),
+    ])
+}
+
+fn check_password(engine: &Engine, s: &mut Session, password: &[u8]) -> Result<(), Reply> {
+    match &engine.config.requirepass {
+        None => Err(Reply::err(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        )),
+        Some(p) if p[..] == *password => {
+            s.authenticated = true;
+            Ok(())
+        }
+        Some(_) => Err(Reply::err(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        )),
+    }
+}
+
+pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
+    match cmd {
+        Cmd::Ping => match args.len() {
+            1 => Reply::Simple("PONG"),
+            2 => Reply::Bulk(args[1].clone()),
+            _ => Reply::err("ERR wrong number of arguments for 'ping' command"),
+        },
+        Cmd::Echo => Reply::Bulk(args[1].clone()),
+        Cmd::Hello => {
+            let mut i = 1;
+            if args.len() > 1 {
+                match parse_i64(&args[1]) {
+                    Some(v @ 2..=3) => s.proto = v as u8,
+                    Some(_) => return Reply::err("NOPROTO unsupported protocol version"),
+                    None => {
+                        return Reply::err(
+                            "ERR Protocol version is not an integer or out of range",
+                        );
+                    }
+                }
+                i = 2;
+            }
+            while i < args.len() {
+                match upper(&args[i]).as_str() {
+                    "AUTH" if i + 2 < args.len() => {
+                        if let Err(r) = check_password(engine, s, &args[i + 2]) {
+                            return r;
+                        }
+                        i += 3;
+                    }
+                    "SETNAME" if i + 1 < args.len() => {
+                        s.name = Some(args[i + 1].clone());
+                        i += 2;
+                    }
+                    _ => {
+                        return Reply::Error(format!(
+                            "ERR Syntax error in HELLO option '{}'",
+                            String::from_utf8_lossy(&args[i])
+                        ));
+                    }
+                }
+            }
+            if !s.authenticated {
+                return Reply::err(
+                    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+                );
+            }
+            hello_map(engine, s)
+        }
+        Cmd::Auth => {
+            let password = &args[args.len() - 1];
+            if args.len() > 3 {
+                return Reply::err(crate::SYNTAX);
+            }
+            match check_password(engine, s, password) {
+                Ok(()) => Reply::ok(),
+                Err(r) => r,
+            }
+        }
+        Cmd::Select => match parse_i64(&args[1]) {
+            Some(n) if (0..engine.config.databases as i64).contains(&n) => {
+                s.db = n as u8;
+                Reply::ok()
+            }
+            Some(_) => Reply::err("ERR DB index is out of range"),
+            None => Reply::err(NOT_INTEGER),
+        },
+        Cmd::Reset => {
+            s.db = 0;
+            s.proto = 2;
+            s.name = None;
+            s.authenticated = engine.config.requirepass.is_none();
+            Reply::Simple("RESET")
+        }
+        Cmd::Client => client(engine, s, args),
+        Cmd::Info => Reply::Verbatim(Bytes::from(info(engine, args.get(1).map(|a| upper(a))))),
+        Cmd::Config => config(engine, args),
+        Cmd::Command => command(args),
+        Cmd::Time => {
+            let us = engine.now_ms() * 1000;
+            Reply::Array(vec![
+                Reply::bulk((us / 1_000_000).to_string()),
+                Reply::bulk((us % 1_000_000).to_string()),
+            ])
+        }
+        Cmd::Dbsize => Reply::Int(engine.dht.key_count()),
+        _ => Reply::err("ERR command not in the server family"),
+    }
+}
+
+fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
+    let sub = upper(&args[1]);
+    match (sub.as_str(), args.len()) {
+        ("ID", 2) => Reply::Int(s.id as i64),
+        ("GETNAME", 2) => s.name.clone().map(Reply::Bulk).unwrap_or(Reply::Null),
+        ("SETNAME", 3) => {
+            if args[2].iter().any(|b| *b <= b' ' || *b > b'~') {
+                return Reply::err(
+                    "ERR Client names cannot contain spaces, newlines or special characters.",
+                );
+            }
+            s.name = (!args[2].is_empty()).then(|| args[2].clone());
+            Reply::ok()
+        }
+        ("SETINFO", 4) => match upper(&args[2]).as_str() {
+            "LIB-NAME" | "LIB-VER" => Reply::ok(),
+            other => Reply::Error(format!("ERR Unrecognized option '{other}'")),
+        },
+        ("INFO", 2) | ("LIST", _) => {
+            let name = s
+                .name
+                .as_ref()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default();
+            let line = format!(
+                "id={} addr=? laddr=? fd=0 name={} age=0 idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=default redir=-1 resp={}\n",
+                s.id, name, s.db, s.proto
+            );
+            let _ = engine;
+            Reply::Verbatim(Bytes::from(line))
+        }
+        ("NO-EVICT", 3) | ("NO-TOUCH", 3) | ("REPLY", 3) => Reply::ok(),
+        _ => Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
+
+fn config(engine: &Engine, args: &[Bytes]) -> Reply {
+    let sub = upper(&args[1]);
+    match sub.as_str() {
+        "GET" if args.len() >= 3 => {
+            let mut pairs = Vec::new();
+            for (name, value) in config_values(engine) {
+                if args[2..].iter().any(|p| glob(p, name.as_bytes())) {
+                    pairs.push((Reply::bulk(name), Reply::bulk(value)));
+                }
+            }
+            Reply::Map(pairs)
+        }
+        "SET" if args.len() >= 4 && args.len().is_multiple_of(2) => {
+            for kv in args[2..].chunks(2) {
+                let name = String::from_utf8_lossy(&kv[0]).to_ascii_lowercase();
+                let value = String::from_utf8_lossy(&kv[1]).into_owned();
+                let bad = || {
+                    Reply::Error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed"
+                    ))
+                };
+                match name.as_str() {
+                    "maxmemory" => match value.parse::<ByteSize>() {
+                        Ok(v) => engine.dht.set_maxmemory(v.0),
+                        Err(_) => return bad(),
+                    },
+                    "maxmemory-policy" => match RedisPolicy::parse(&value) {
+                        Some(p) => engine.dht.set_policy(p),
+                        None => return bad(),
+                    },
+                    "maxmemory-samples" => match value.parse::<usize>() {
+                        Ok(v) if v > 0 && v <= 64 => engine.dht.set_samples(v),
+                        _ => return bad(),
+                    },
+                    "save" | "appendonly" | "timeout" => {}
+                    _ => {
+                        return Reply::Error(format!(
+                            "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                        ));
+                    }
+                }
+            }
+            Reply::ok()
+        }
+        "RESETSTAT" if args.len() == 2 => {
+            engine.stats.commands.store(0, Ordering::Relaxed);
+            Reply::ok()
+        }
+        _ => Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CONFIG HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
+
+fn command(args: &[Bytes]) -> Reply {
+    let sub = args.get(1).map(|a| upper(a));
+    match sub.as_deref() {
+        None => Reply::Array(TABLE.iter().map(commands::info).collect()),
+        Some("COUNT") => Reply::Int(TABLE.len() as i64),
+        Some("INFO") => Reply::Array(
+            args[2..]
+                .iter()
+                .map(|n| {
+                    commands::lookup(n)
+                        .map(commands::info)
+                        .unwrap_or(Reply::NullArray)
+                })
+                .collect(),
+        ),
+        Some("LIST") => Reply::Array(TABLE.iter().map(|s| Reply::bulk(s.name)).collect()),
+        Some("DOCS") => Reply::Map(Vec::new()),
+        Some(other) => Reply::Error(format!(
+            "ERR unknown subcommand '{other}'. Try COMMAND HELP."
+        )),
+    }
+}
+
+/// `INFO [section]`, with Redis's field names.
+pub fn info(engine: &Engine, section: Option<String>) -> String {
+    let want = |name: &str| match section.as_deref() {
+        None | Some("ALL") | Some("DEFAULT") | Some("EVERYTHING") => true,
+        Some(s) => s.eq_ignore_ascii_case(name),
+    };
+    let dht = engine.dht.stats();
+    let pool = engine.dht.pool().stats();
+    let mut out = String::new();
+    if want("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\ndmc_version:{DMC_VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\n\r\n",
+            std::env::consts::OS,
+            std::process::id(),
+            engine.config.port,
+            engine.uptime_secs(),
+            engine.uptime_secs() / 86400
+        );
+    }
+    if want("clients") {
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
+            engine.stats.connected_clients.load(Ordering::Relaxed),
+            engine.config.maxclients
+        );
+    }
+    if want("memory") {
+        let _ = write!(
+            out,
+            "# Memory\r\nused_memory:{}\r\nused_memory_human:{:.2}M\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\npool_regions:{}\r\npool_region_size:{}\r\npool_allocated:{}\r\n\r\n",
+            dht.used_memory,
+            dht.used_memory as f64 / (1 << 20) as f64,
+            engine.dht.maxmemory(),
+            dmc_dht::Policy::name(&engine.dht.policy()),
+            pool.regions,
+            pool.region_size,
+            pool.alloc.allocated
+        );
+    }
+    if want("persistence") {
+        out.push_str(
+            "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n\r\n",
+        );
+    }
+    if want("stats") {
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
+            engine.stats.connections_received.load(Ordering::Relaxed),
+            engine.stats.commands.load(Ordering::Relaxed),
+            engine.stats.rejected_connections.load(Ordering::Relaxed),
+            dht.expired,
+            dht.evicted,
+            dht.hits,
+            dht.misses
+        );
+    }
+    if want("replication") {
+        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    }
+    if want("cpu") {
+        out.push_str("# CPU\r\n\r\n");
+    }
+    if want("cluster") {
+        out.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
+    }
+    if want("keyspace") {
+        out.push_str("# Keyspace\r\n");
+        if dht.keys > 0 {
+            let _ = write!(out, "db0:keys={},expires=0,avg_ttl=0\r\n", dht.keys);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs() {
+        assert!(glob(b"*", b"maxmemory"));
+        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
+        assert!(glob(b"MAXMEMORY", b"maxmemory"));
+        assert!(glob(b"m?xmemory", b"maxmemory"));
+        assert!(glob(b"[ab]ppendonly", b"appendonly"));
+        assert!(!glob(b"save?", b"save"));
+    }
+}

@@ -1,0 +1,394 @@
+//! The string family: GET, SET and friends, with Redis 7 semantics and error texts.
+
+use bytes::{Bytes, BytesMut};
+use dmc_dht::{SetCond, SetExpiry, SetOptions};
+use dmc_resp::Reply;
+
+use crate::commands::Cmd;
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, parse_i64};
+
+/// Redis's `proto-max-bulk-len`: the longest string a command may build.
+const MAX_STRING: u64 = 512 << 20;
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return error_reply(e),
+        }
+    };
+}
+
+/// Parses an expiry amount (`EX`, `PX`, `EXAT`, `PXAT`) into a Unix time in ms.
+pub(crate) fn expiry_at(engine: &Engine, unit: &str, arg: &[u8], cmd: &str) -> Result<u64, Reply> {
+    let n = parse_i64(arg).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+    let invalid = || Reply::Error(format!("ERR invalid expire time in '{cmd}' command"));
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let now = engine.now_ms() as i64;
+    let at = match unit {
+        "EX" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now)),
+        "PX" => n.checked_add(now),
+        "EXAT" => n.checked_mul(1000),
+        _ => Some(n),
+    };
+    at.map(|a| a as u64).ok_or_else(invalid)
+}
+
+fn upper(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).to_ascii_uppercase()
+}
+
+pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
+    let db = s.db;
+    let dht = &engine.dht;
+    match cmd {
+        Cmd::Get => match tri!(dht.get(db, &args[1]).await) {
+            Some(e) => Reply::Bulk(e.value),
+            None => Reply::Null,
+        },
+        Cmd::Set => set(engine, db, args).await,
+        Cmd::SetNx => {
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let opts = SetOptions {
+                cond: SetCond::IfAbsent,
+                ..Default::default()
+            };
+            Reply::Int(tri!(dht.set(db, &args[1], &args[2], opts).await).written as i64)
+        }
+        Cmd::SetEx | Cmd::PSetEx => {
+            let (unit, name) = if cmd == Cmd::SetEx {
+                ("EX", "setex")
+            } else {
+                ("PX", "psetex")
+            };
+            let at = match expiry_at(engine, unit, &args[2], name) {
+                Ok(at) => at,
+                Err(r) => return r,
+            };
+            let opts = SetOptions {
+                expiry: SetExpiry::At(at),
+                ..Default::default()
+            };
+            let _g = engine.key_lock(&args[1]).lock().await;
+            tri!(dht.set(db, &args[1], &args[3], opts).await);
+            Reply::ok()
+        }
+        Cmd::GetSet => {
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let opts = SetOptions {
+                get: true,
+                ..Default::default()
+            };
+            match tri!(dht.set(db, &args[1], &args[2], opts).await).old {
+                Some(v) => Reply::Bulk(v),
+                None => Reply::Null,
+            }
+        }
+        Cmd::GetDel => {
+            let _g = engine.key_lock(&args[1]).lock().await;
+            match tri!(dht.get(db, &args[1]).await) {
+                Some(e) => {
+                    tri!(dht.delete(db, &args[1]).await);
+                    Reply::Bulk(e.value)
+                }
+                None => Reply::Null,
+            }
+        }
+        Cmd::GetEx => getex(engine, db, args).await,
+        Cmd::MGet => {
+            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+            let got = tri!(dht.get_many(db, &keys).await);
+            Reply::Array(
+                got.into_iter()
+                    .map(|e| e.map(|e| Reply::Bulk(e.value)).unwrap_or(Reply::Null))
+                    .collect(),
+            )
+        }
+        Cmd::MSet | Cmd::MSetNx => {
+            if args.len() % 2 != 1 {
+                return Reply::Error(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    if cmd == Cmd::MSet { "mset" } else { "msetnx" }
+                ));
+            }
+            let pairs: Vec<(&Bytes, &Bytes)> =
+                args[1..].chunks(2).map(|c| (&c[0], &c[1])).collect();
+            if cmd == Cmd::MSetNx {
+                // Lock every key's stripe, in address order so two MSETNX cannot deadlock.
+                let mut guards = Vec::new();
+                for (k, _) in &pairs {
+                    let l = engine.key_lock(k);
+                    if !guards.iter().any(|(p, _)| *p == l as *const _ as usize) {
+                        guards.push((l as *const _ as usize, l));
+                    }
+                }
+                guards.sort_by_key(|(p, _)| *p);
+                let mut held = Vec::new();
+                for (_, l) in &guards {
+                    held.push(l.lock().await);
+                }
+                for (k, _) in &pairs {
+                    if tri!(dht.exists(db, k).await) {
+                        return Reply::Int(0);
+                    }
+                }
+                let results = futures::future::join_all(
+                    pairs
+                        .iter()
+                        .map(|(k, v)| dht.set(db, k, v, SetOptions::default())),
+                )
+                .await;
+                for r in results {
+                    tri!(r);
+                }
+                return Reply::Int(1);
+            }
+            // The last value of a repeated key wins, as in Redis; one write per key.
+            let mut last: Vec<(&Bytes, &Bytes)> = Vec::with_capacity(pairs.len());
+            for (k, v) in pairs.iter().rev() {
+                if !last.iter().any(|(lk, _)| lk == k) {
+                    last.push((k, v));
+                }
+            }
+            let results = futures::future::join_all(last.iter().map(|(k, v)| async move {
+                let _g = engine.key_lock(k).lock().await;
+                dht.set(db, k, v, SetOptions::default()).await
+            }))
+            .await;
+            for r in results {
+                tri!(r);
+            }
+            Reply::ok()
+        }
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => {
+            let by = match cmd {
+                Cmd::Incr => 1,
+                Cmd::Decr => -1,
+                _ => match parse_i64(&args[2]) {
+                    Some(n) if cmd == Cmd::IncrBy => n,
+                    Some(n) => match n.checked_neg() {
+                        Some(n) => n,
+                        None => return Reply::err("ERR decrement would overflow"),
+                    },
+                    None => return Reply::err(NOT_INTEGER),
+                },
+            };
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let cur = match tri!(dht.get(db, &args[1]).await) {
+                Some(e) => match parse_i64(&e.value) {
+                    Some(n) => n,
+                    None => return Reply::err(NOT_INTEGER),
+                },
+                None => 0,
+            };
+            let Some(next) = cur.checked_add(by) else {
+                return Reply::err("ERR increment or decrement would overflow");
+            };
+            let opts = SetOptions {
+                expiry: SetExpiry::Keep,
+                ..Default::default()
+            };
+            tri!(
+                dht.set(db, &args[1], next.to_string().as_bytes(), opts)
+                    .await
+            );
+            Reply::Int(next)
+        }
+        Cmd::IncrByFloat => {
+            let parse = |b: &[u8]| {
+                std::str::from_utf8(b)
+                    .ok()
+                    .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|f| f.is_finite())
+            };
+            let Some(by) = parse(&args[2]) else {
+                return Reply::err("ERR value is not a valid float");
+            };
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let cur = match tri!(dht.get(db, &args[1]).await) {
+                Some(e) => match parse(&e.value) {
+                    Some(f) => f,
+                    None => return Reply::err("ERR value is not a valid float"),
+                },
+                None => 0.0,
+            };
+            let next = cur + by;
+            if !next.is_finite() {
+                return Reply::err("ERR increment would produce NaN or Infinity");
+            }
+            let text = dmc_resp::format_double(next);
+            let opts = SetOptions {
+                expiry: SetExpiry::Keep,
+                ..Default::default()
+            };
+            tri!(dht.set(db, &args[1], text.as_bytes(), opts).await);
+            Reply::bulk(text)
+        }
+        Cmd::Append => {
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let mut v = match tri!(dht.get(db, &args[1]).await) {
+                Some(e) => BytesMut::from(&e.value[..]),
+                None => BytesMut::new(),
+            };
+            if v.len() as u64 + args[2].len() as u64 > MAX_STRING {
+                return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+            }
+            v.extend_from_slice(&args[2]);
+            let opts = SetOptions {
+                expiry: SetExpiry::Keep,
+                ..Default::default()
+            };
+            tri!(dht.set(db, &args[1], &v, opts).await);
+            Reply::Int(v.len() as i64)
+        }
+        Cmd::Strlen => Reply::Int(
+            tri!(dht.get(db, &args[1]).await)
+                .map(|e| e.value.len() as i64)
+                .unwrap_or(0),
+        ),
+        Cmd::GetRange => {
+            let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            let v = tri!(dht.get(db, &args[1]).await)
+                .map(|e| e.value)
+                .unwrap_or_default();
+            Reply::Bulk(range(&v, start, end))
+        }
+        Cmd::SetRange => {
+            let Some(offset) = parse_i64(&args[2]) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            if offset < 0 {
+                return Reply::err("ERR offset is out of range");
+            }
+            let value = &args[3];
+            if offset as u64 + value.len() as u64 > MAX_STRING {
+                return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+            }
+            let _g = engine.key_lock(&args[1]).lock().await;
+            let cur = tri!(dht.get(db, &args[1]).await);
+            if value.is_empty() {
+                return Reply::Int(cur.map(|e| e.value.len() as i64).unwrap_or(0));
+            }
+            let mut v = BytesMut::from(&cur.map(|e| e.value).unwrap_or_default()[..]);
+            let end = offset as usize + value.len();
+            if v.len() < end {
+                v.resize(end, 0);
+            }
+            v[offset as usize..end].copy_from_slice(value);
+            let opts = SetOptions {
+                expiry: SetExpiry::Keep,
+                ..Default::default()
+            };
+            tri!(dht.set(db, &args[1], &v, opts).await);
+            Reply::Int(v.len() as i64)
+        }
+        _ => Reply::err("ERR command not in the string family"),
+    }
+}
+
+/// Redis's GETRANGE index arithmetic.
+fn range(v: &Bytes, start: i64, end: i64) -> Bytes {
+    let len = v.len() as i64;
+    if len == 0 {
+        return Bytes::new();
+    }
+    let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (norm(start), norm(end).min(len - 1));
+    if start > end || start >= len {
+        return Bytes::new();
+    }
+    v.slice(start as usize..=end as usize)
+}
+
+async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    let mut opts = SetOptions::default();
+    let (mut cond_seen, mut expiry_seen) = (false, false);
+    let mut i = 3;
+    while i < args.len() {
+        let opt = upper(&args[i]);
+        match opt.as_str() {
+            "NX" | "XX" if !cond_seen => {
+                cond_seen = true;
+                opts.cond = if opt == "NX" {
+                    SetCond::IfAbsent
+                } else {
+                    SetCond::IfPresent
+                };
+            }
+            "GET" => opts.get = true,
+            "KEEPTTL" if !expiry_seen => {
+                expiry_seen = true;
+                opts.expiry = SetExpiry::Keep;
+            }
+            "EX" | "PX" | "EXAT" | "PXAT" if !expiry_seen && i + 1 < args.len() => {
+                expiry_seen = true;
+                match expiry_at(engine, &opt, &args[i + 1], "set") {
+                    Ok(at) => opts.expiry = SetExpiry::At(at),
+                    Err(r) => return r,
+                }
+                i += 1;
+            }
+            _ => return Reply::err(SYNTAX),
+        }
+        i += 1;
+    }
+    // Writes of one key queue here instead of racing each other's commits.
+    let _g = engine.key_lock(&args[1]).lock().await;
+    let out = tri!(engine.dht.set(db, &args[1], &args[2], opts).await);
+    if opts.get {
+        return out.old.map(Reply::Bulk).unwrap_or(Reply::Null);
+    }
+    if out.written {
+        Reply::ok()
+    } else {
+        Reply::Null
+    }
+}
+
+async fn getex(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    let mut expiry: Option<Option<u64>> = None; // Some(None) = PERSIST
+    let mut i = 2;
+    while i < args.len() {
+        let opt = upper(&args[i]);
+        match opt.as_str() {
+            "PERSIST" if expiry.is_none() => expiry = Some(None),
+            "EX" | "PX" | "EXAT" | "PXAT" if expiry.is_none() && i + 1 < args.len() => {
+                match expiry_at(engine, &opt, &args[i + 1], "getex") {
+                    Ok(at) => expiry = Some(Some(at)),
+                    Err(r) => return r,
+                }
+                i += 1;
+            }
+            _ => return Reply::err(SYNTAX),
+        }
+        i += 1;
+    }
+    let _g = engine.key_lock(&args[1]).lock().await;
+    let Some(e) = tri!(engine.dht.get(db, &args[1]).await) else {
+        return Reply::Null;
+    };
+    if let Some(at) = expiry {
+        tri!(engine.dht.expire(db, &args[1], at).await);
+    }
+    Reply::Bulk(e.value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getrange_matches_redis() {
+        let v = Bytes::from("This is a string");
+        assert_eq!(range(&v, 0, 3), "This");
+        assert_eq!(range(&v, -3, -1), "ing");
+        assert_eq!(range(&v, 0, -1), "This is a string");
+        assert_eq!(range(&v, 10, 100), "string");
+        assert_eq!(range(&v, 5, 3), "");
+    }
+}

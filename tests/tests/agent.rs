@@ -1,0 +1,178 @@
+//! The compute agent as users meet it: the real binary on a loopback port, driven by
+//! `redis-cli` and `redis-benchmark`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use dmc_e2e::{Agent, MemoryNode};
+
+#[test]
+fn redis_cli_round_trips_string_and_key_commands() {
+    let agent = Agent::start(&[]).unwrap();
+    let cli = |args: &[&str]| agent.cli(args).unwrap().trim_end().to_string();
+    assert_eq!(cli(&["PING"]), "PONG");
+    assert_eq!(cli(&["SET", "k", "v"]), "OK");
+    assert_eq!(cli(&["GET", "k"]), "v");
+    assert_eq!(cli(&["SET", "k", "w", "NX"]), "");
+    assert_eq!(cli(&["SET", "k", "w", "XX", "GET"]), "v");
+    assert_eq!(cli(&["APPEND", "k", "xyz"]), "4");
+    assert_eq!(cli(&["GETRANGE", "k", "1", "-1"]), "xyz");
+    assert_eq!(cli(&["INCRBY", "n", "41"]), "41");
+    assert_eq!(cli(&["INCR", "n"]), "42");
+    assert_eq!(
+        cli(&["INCR", "k"]),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(cli(&["EXPIRE", "n", "100"]), "1");
+    assert_eq!(cli(&["TTL", "n"]), "100");
+    assert_eq!(cli(&["EXPIRE", "n", "50", "GT"]), "0");
+    assert_eq!(cli(&["PERSIST", "n"]), "1");
+    assert_eq!(cli(&["TTL", "n"]), "-1");
+    assert_eq!(cli(&["MSET", "a", "1", "b", "2"]), "OK");
+    assert_eq!(agent.cli(&["MGET", "a", "b", "nope"]).unwrap(), "1\n2\n\n");
+    assert_eq!(cli(&["EXISTS", "a", "b", "nope"]), "2");
+    assert_eq!(cli(&["DEL", "a", "b", "nope"]), "2");
+    assert_eq!(cli(&["SELECT", "1"]), "OK");
+    assert_eq!(cli(&["-n", "1", "GET", "k"]), "");
+    assert_eq!(
+        cli(&["GET"]),
+        "ERR wrong number of arguments for 'get' command"
+    );
+    assert!(cli(&["NOSUCH"]).starts_with("ERR unknown command 'NOSUCH'"));
+    assert!(cli(&["INFO", "server"]).contains("redis_version:7.2.4"));
+    // RESP3 and the raw/no-raw renderings.
+    assert!(agent.cli(&["-3", "HELLO", "3"]).unwrap().contains("proto"));
+    assert_eq!(
+        agent.cli(&["--no-raw", "GET", "k"]).unwrap().trim_end(),
+        "\"wxyz\""
+    );
+}
+
+#[test]
+fn redis_benchmark_completes_without_errors() {
+    let agent = Agent::start(&[]).unwrap();
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &agent.port(),
+            "-t",
+            "ping,set,get,incr,mset",
+            "-P",
+            "16",
+            "-n",
+            "20000",
+            "-q",
+        ])
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for test in ["PING_MBULK", "SET", "GET", "INCR", "MSET"] {
+        assert!(text.contains(&test.to_string()), "{test} ran: {text}");
+    }
+    assert!(!text.contains("ERR"), "no error replies: {text}");
+    assert_eq!(
+        agent.cli(&["GET", "counter:__rand_int__"]).unwrap().trim(),
+        "20000",
+        "every INCR counted"
+    );
+}
+
+#[test]
+fn malformed_input_gets_redis_errors_and_the_agent_keeps_serving() {
+    let agent = Agent::start(&[]).unwrap();
+    let exchange = |bytes: &[u8]| -> String {
+        let mut s = TcpStream::connect(&agent.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out); // the agent closes after a protocol error
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert_eq!(
+        exchange(b"*abc\r\n"),
+        "-ERR Protocol error: invalid multibulk length\r\n"
+    );
+    assert_eq!(
+        exchange(b"*1\r\n$1073741824\r\n"),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    assert_eq!(
+        exchange(b"*1\r\n:5\r\n"),
+        "-ERR Protocol error: expected '$', got ':'\r\n"
+    );
+    assert_eq!(
+        exchange(b"SET \"unterminated\r\n"),
+        "-ERR Protocol error: unbalanced quotes in request\r\n"
+    );
+    let garbage: Vec<u8> = (0..10_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    let _ = exchange(&garbage);
+    // A half-sent request keeps its connection waiting, and nobody else.
+    let mut half = TcpStream::connect(&agent.addr).unwrap();
+    half.write_all(b"*2\r\n$3\r\nGET\r\n$5\r\nab").unwrap();
+    assert_eq!(agent.cli(&["PING"]).unwrap().trim(), "PONG");
+}
+
+/// An agent over two memory nodes (shm, r = 2) is SIGKILLed and restarted on the same
+/// pool: every acknowledged write is there.
+#[test]
+fn sigkilled_agent_loses_no_acknowledged_write() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let n1 = MemoryNode::start(1, dirs[0].path(), "512mb").unwrap();
+    let n2 = MemoryNode::start(2, dirs[1].path(), "512mb").unwrap();
+    let flags = [
+        "--pool-backend",
+        "shm",
+        "--pool-node",
+        n1.endpoint.as_str(),
+        "--pool-node",
+        n2.endpoint.as_str(),
+        "--replicas",
+        "2",
+    ];
+    let mut agent = Agent::start(&flags).unwrap();
+    let mut script = String::new();
+    for i in 0..2000 {
+        script.push_str(&format!("SET key:{i} value:{i}\n"));
+    }
+    let mut cli = Command::new("redis-cli")
+        .args(["-p", &agent.port()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| *l == "OK")
+            .count(),
+        2000,
+        "all acknowledged"
+    );
+    agent.kill();
+    let agent = Agent::start(&flags).unwrap();
+    for i in (0..2000).step_by(97) {
+        assert_eq!(
+            agent.cli(&["GET", &format!("key:{i}")]).unwrap().trim(),
+            format!("value:{i}")
+        );
+    }
+    let keys: Vec<String> = (0..2000).map(|i| format!("key:{i}")).collect();
+    let mut args = vec!["MGET"];
+    args.extend(keys.iter().map(|k| k.as_str()));
+    let all = agent.cli(&args).unwrap();
+    assert_eq!(
+        all.lines().filter(|l| l.starts_with("value:")).count(),
+        2000
+    );
+}
