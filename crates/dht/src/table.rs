@@ -568,8 +568,13 @@ impl Dht {
                 break;
             }
             for i in 0..SLOTS_PER_BUCKET {
+                // The fingerprint is the word's top byte: test it before decoding.
+                let fp_at = (layout::BUCKET_HEADER + layout::SLOT * i as u64 + 7) as usize;
+                if probe.buckets[b].1[fp_at] != loc.fp {
+                    continue;
+                }
                 let (addr, word, meta) = probe.slot(b, i);
-                if word.is_empty() || word.fp() != loc.fp {
+                if word.is_empty() {
                     continue;
                 }
                 let Some(obj) = word.object() else { continue };

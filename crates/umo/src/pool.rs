@@ -37,8 +37,10 @@ use crate::object::{self, ChunkRef, Head};
 /// the transaction's write indexes on this node, and whether the node is a primary.
 type NodePlan = (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>);
 
-/// Objects up to this size are read through a stack buffer.
+/// Objects up to this size are read through a stack buffer (two sizes, so that small
+/// objects do not pay for zeroing a large one).
 const SMALL_OBJECT: usize = 512;
+const TINY_OBJECT: usize = 128;
 
 /// The fencing domain of pool-level metadata (the superblock root).
 pub const POOL_SHARD: u32 = u32::MAX;
@@ -146,6 +148,9 @@ pub struct Pool {
     nodes: Vec<Arc<dyn Transport>>,
     node_index: HashMap<NodeId, usize>,
     regions: RwLock<Vec<Option<RegionEntry>>>,
+    /// Primary node index + 1 per region (0: unknown), read without a lock on every
+    /// one-sided read; kept equal to `regions` by `set_entry`.
+    primaries: Box<[std::sync::atomic::AtomicU32]>,
     alloc: Mutex<Allocator>,
     grow_lock: tokio::sync::Mutex<()>,
     next_txid: AtomicU64,
@@ -230,6 +235,9 @@ impl Pool {
             nodes,
             node_index,
             regions: RwLock::new(vec![None; 1 << 16]),
+            primaries: (0..1 << 16)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
             grow_lock: tokio::sync::Mutex::new(()),
             next_txid: AtomicU64::new(1),
             created_ms: 0,
@@ -246,7 +254,10 @@ impl Pool {
         let mut sb = [0u8; layout::SB_LEN];
         node.read(SUPER_REGION, 0, &mut sb)
             .await
-            .map_err(UmoError::node(node.node()))?;
+            .map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            })?;
         let sb = Superblock::decode(&sb)?;
         if sb.replicas as usize != self.config.replicas
             || sb.region_size != self.config.region_size
@@ -269,7 +280,10 @@ impl Pool {
         let mut table = vec![0u8; table_len];
         node.read(SUPER_REGION, layout::REGION_TABLE, &mut table)
             .await
-            .map_err(UmoError::node(node.node()))?;
+            .map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            })?;
         let mut found = 0;
         for (i, rec) in table.chunks(layout::REGION_ENTRY as usize).enumerate() {
             let Some(rec) = RegionRecord::decode(rec) else {
@@ -292,7 +306,11 @@ impl Pool {
                 .add_region(region, self.config.region_size, |i| {
                     seg_table[(i * 8) as usize] != 0
                 });
-            self.regions.get_mut()[region as usize] = Some(entry);
+            {
+                let regions = self.regions.get_mut();
+                regions[region as usize] = Some(entry.clone());
+                self.primaries[region as usize].store(entry.primary as u32 + 1, Ordering::Release);
+            }
             found += 1;
         }
         tracing::info!(
@@ -342,6 +360,7 @@ impl Pool {
         };
         let rec = self.create_region_copies(SUPER_REGION).await?;
         let entry = self.entry_for(SUPER_REGION, &rec)?;
+        self.primaries[SUPER_REGION as usize].store(entry.primary as u32 + 1, Ordering::Release);
         self.regions.get_mut()[SUPER_REGION as usize] = Some(entry);
         self.write_all(&[(GlobalAddr::new(SUPER_REGION, 0), &sb.encode()[..])])
             .await?;
@@ -446,7 +465,7 @@ impl Pool {
                 Ok(rec) => {
                     let entry = self.entry_for(region as RegionId, &rec)?;
                     self.record_region(region as RegionId, &rec).await?;
-                    self.regions.write()[region as usize] = Some(entry);
+                    self.set_entry(&mut self.regions.write(), region as RegionId, entry);
                     self.alloc.lock().add_region(
                         region as RegionId,
                         self.config.region_size,
@@ -498,10 +517,16 @@ impl Pool {
     }
 
     fn primary(&self, region: RegionId) -> Result<usize, UmoError> {
-        self.regions.read()[region as usize]
-            .as_ref()
-            .map(|e| e.primary)
-            .ok_or(UmoError::UnknownRegion(region))
+        match self.primaries[region as usize].load(Ordering::Acquire) {
+            0 => Err(UmoError::UnknownRegion(region)),
+            n => Ok(n as usize - 1),
+        }
+    }
+
+    /// Records where a region's copies are.
+    fn set_entry(&self, regions: &mut [Option<RegionEntry>], region: RegionId, entry: RegionEntry) {
+        self.primaries[region as usize].store(entry.primary as u32 + 1, Ordering::Release);
+        regions[region as usize] = Some(entry);
     }
 
     // ------------------------------------------------------------ allocation
@@ -542,11 +567,15 @@ impl Pool {
             buf,
         }];
         if let Some(r) = node.post_now(&mut verbs) {
-            return r.map_err(UmoError::node(node.node()));
+            return r.map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            });
         }
-        node.post(&mut verbs)
-            .await
-            .map_err(UmoError::node(node.node()))
+        node.post(&mut verbs).await.map_err(|e| UmoError::Node {
+            node: node.node(),
+            source: e,
+        })
     }
 
     /// Reads several ranges from their primaries: one posted batch per node.
@@ -568,12 +597,15 @@ impl Pool {
                     })
                     .collect();
                 if let Some(r) = node.post_now(&mut verbs) {
-                    return r.map_err(UmoError::node(node.node()));
+                    return r.map_err(|e| UmoError::Node {
+                        node: node.node(),
+                        source: e,
+                    });
                 }
-                return node
-                    .post(&mut verbs)
-                    .await
-                    .map_err(UmoError::node(node.node()));
+                return node.post(&mut verbs).await.map_err(|e| UmoError::Node {
+                    node: node.node(),
+                    source: e,
+                });
             }
         }
         let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
@@ -602,7 +634,10 @@ impl Pool {
         let node = &self.nodes[n];
         node.read(addr.region(), addr.offset(), buf)
             .await
-            .map_err(UmoError::node(node.node()))
+            .map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            })
     }
 
     /// Writes every range to every copy of its region: one posted batch per node.
@@ -632,7 +667,10 @@ impl Pool {
         for (n, mut verbs) in by_node {
             let node = &self.nodes[n];
             match node.post_now(&mut verbs) {
-                Some(r) => r.map_err(UmoError::node(node.node()))?,
+                Some(r) => r.map_err(|e| UmoError::Node {
+                    node: node.node(),
+                    source: e,
+                })?,
                 None => waiting.push((n, verbs)),
             }
         }
@@ -641,7 +679,12 @@ impl Pool {
         }
         let results = join_all(waiting.iter_mut().map(|(n, verbs)| {
             let node = &self.nodes[*n];
-            async move { node.post(verbs).await.map_err(UmoError::node(node.node())) }
+            async move {
+                node.post(verbs).await.map_err(|e| UmoError::Node {
+                    node: node.node(),
+                    source: e,
+                })
+            }
         }))
         .await;
         results.into_iter().collect()
@@ -657,11 +700,14 @@ impl Pool {
             old: 0,
         }];
         match node.post_now(&mut verbs) {
-            Some(r) => r.map_err(UmoError::node(node.node()))?,
-            None => node
-                .post(&mut verbs)
-                .await
-                .map_err(UmoError::node(node.node()))?,
+            Some(r) => r.map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            })?,
+            None => node.post(&mut verbs).await.map_err(|e| UmoError::Node {
+                node: node.node(),
+                source: e,
+            })?,
         }
         match verbs {
             [Verb::Faa { old, .. }] => Ok(old),
@@ -765,22 +811,36 @@ impl Pool {
         let size = obj.block.size() as usize;
         if !obj.chained && size <= SMALL_OBJECT {
             // Small objects: read into the stack and copy out just the value.
+            if size <= TINY_OBJECT {
+                let mut buf = [0u8; TINY_OBJECT];
+                return self.read_small(obj, db, key, &mut buf[..size]).await;
+            }
             let mut buf = [0u8; SMALL_OBJECT];
-            self.read(obj.block.addr, &mut buf[..size]).await?;
-            return Ok(match object::parse_head(&buf[..size]) {
-                Head::Inline {
-                    db: d,
-                    key: k,
-                    value,
-                } if d == db && buf[k.clone()] == *key => {
-                    ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
-                }
-                _ => ReadObject::Mismatch,
-            });
+            return self.read_small(obj, db, key, &mut buf[..size]).await;
         }
         let mut head = vec![0u8; size];
         self.read(obj.block.addr, &mut head).await?;
         self.finish_read(head, db, key).await
+    }
+
+    async fn read_small(
+        &self,
+        obj: ObjectRef,
+        db: u8,
+        key: &[u8],
+        buf: &mut [u8],
+    ) -> Result<ReadObject, UmoError> {
+        self.read(obj.block.addr, buf).await?;
+        Ok(match object::parse_head(buf) {
+            Head::Inline {
+                db: d,
+                key: k,
+                value,
+            } if d == db && buf[k.clone()] == *key => {
+                ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
+            }
+            _ => ReadObject::Mismatch,
+        })
     }
 
     /// Reads whatever object is at `obj`, verifying only its checksum: the key, db and
