@@ -8,8 +8,8 @@ use anyhow::Result;
 use dmc_dht::{Dht, DhtConfig, Ownership, SetExpiry, SetOptions, SystemClock};
 use dmc_umo::{Pool, PoolConfig};
 use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::{self, Listener, ServerOptions};
-use dmc_verbs::{NodeConfig, NodeCore, RpcOptions, Storage, Transport};
+use dmc_verbs::server::LoopbackNode;
+use dmc_verbs::{NodeConfig, RpcOptions, Storage, Transport};
 use futures::StreamExt;
 
 /// A table over `replicas` memory nodes served in this process and reached over `shm`
@@ -17,7 +17,7 @@ use futures::StreamExt;
 pub struct ShmTable {
     pub dht: Arc<Dht>,
     _dirs: Vec<tempfile::TempDir>,
-    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    _nodes: Vec<LoopbackNode>,
 }
 
 pub fn shm_dir() -> Result<tempfile::TempDir> {
@@ -31,24 +31,26 @@ pub fn shm_dir() -> Result<tempfile::TempDir> {
 
 pub async fn shm_table(replicas: usize, capacity: u64) -> Result<ShmTable> {
     let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
-    let (mut dirs, mut stops) = (Vec::new(), Vec::new());
+    let (mut dirs, mut servers) = (Vec::new(), Vec::new());
     for id in 1..=replicas as u32 {
         let dir = shm_dir()?;
-        let core = NodeCore::open(NodeConfig {
+        let server = LoopbackNode::spawn(NodeConfig {
             id,
             capacity,
             storage: Storage::Dir(dir.path().to_path_buf()),
             secret: None,
-        })?;
-        let l = Listener::bind(&"127.0.0.1:0".parse()?).await?;
-        let ep = l.endpoint()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(server::serve(core, l, ServerOptions::default(), async {
-            let _ = stopped.await;
-        }));
-        nodes.push(backend::connect(BackendKind::Shm, ep, RpcOptions::default()).await?);
+        })
+        .await?;
+        nodes.push(
+            backend::connect(
+                BackendKind::Shm,
+                server.endpoint.clone(),
+                RpcOptions::default(),
+            )
+            .await?,
+        );
         dirs.push(dir);
-        stops.push(stop);
+        servers.push(server);
     }
     let config = PoolConfig {
         replicas,
@@ -66,7 +68,7 @@ pub async fn shm_table(replicas: usize, capacity: u64) -> Result<ShmTable> {
     Ok(ShmTable {
         dht,
         _dirs: dirs,
-        _stops: stops,
+        _nodes: servers,
     })
 }
 

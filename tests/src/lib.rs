@@ -116,44 +116,22 @@ pub struct MemoryNode {
 impl MemoryNode {
     /// Starts a node on a free loopback port and waits (bounded) for its ready line.
     pub fn start(id: u32, dir: &Path, capacity: &str) -> Result<Self> {
-        let mut child = Command::new(bin("memory-node")?)
-            .args([
-                "--id",
-                &id.to_string(),
-                "--listen",
-                "127.0.0.1:0",
-                "--capacity",
-                capacity,
-            ])
-            .arg("--dir")
-            .arg(dir)
-            .args(["--log", "warn"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("spawning memory-node")?;
-        let stdout = child.stdout.take().context("memory-node stdout")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the node never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                bail!("memory-node did not report ready within 20 s");
-            }
-        };
-        let endpoint = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("listen="))
-            .with_context(|| format!("unexpected ready line {line:?}"))?
-            .to_string();
+        let args: Vec<String> = [
+            "--id",
+            &id.to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity",
+            capacity,
+            "--log",
+            "warn",
+            "--dir",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(std::iter::once(dir.display().to_string()))
+        .collect();
+        let (child, endpoint) = start_ready("memory-node", &args)?;
         Ok(MemoryNode {
             child,
             endpoint,

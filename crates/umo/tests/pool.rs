@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use dmc_umo::{GlobalAddr, Pool, PoolConfig, ReadObject, Tx, TxOutcome, TxWrite};
 use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::{self, Listener, ServerOptions};
-use dmc_verbs::{NodeConfig, NodeCore, RpcOptions, Storage, Transport};
+use dmc_verbs::server::LoopbackNode;
+use dmc_verbs::{NodeConfig, RpcOptions, Storage, Transport};
 
 fn small(replicas: usize) -> PoolConfig {
     PoolConfig {
@@ -21,46 +21,41 @@ fn small(replicas: usize) -> PoolConfig {
 
 struct Nodes {
     _dirs: Vec<tempfile::TempDir>,
-    endpoints: Vec<dmc_verbs::Endpoint>,
-    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    servers: Vec<LoopbackNode>,
 }
 
 async fn start_nodes(n: u32, capacity: u64) -> Nodes {
     let mut nodes = Nodes {
         _dirs: vec![],
-        endpoints: vec![],
-        _stops: vec![],
+        servers: vec![],
     };
     for id in 1..=n {
         let dir = tempfile::tempdir().unwrap();
-        let core = NodeCore::open(NodeConfig {
+        let config = NodeConfig {
             id,
             capacity,
             storage: Storage::Dir(dir.path().to_path_buf()),
             secret: None,
-        })
-        .unwrap();
-        let l = Listener::bind(&"127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        nodes.endpoints.push(l.endpoint().unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(server::serve(core, l, ServerOptions::default(), async {
-            let _ = stopped.await;
-        }));
+        };
+        nodes
+            .servers
+            .push(LoopbackNode::spawn(config).await.unwrap());
         nodes._dirs.push(dir);
-        nodes._stops.push(stop);
     }
     nodes
 }
 
 async fn connect(nodes: &Nodes) -> Vec<Arc<dyn Transport>> {
     let mut out = Vec::new();
-    for ep in &nodes.endpoints {
+    for node in &nodes.servers {
         out.push(
-            backend::connect(BackendKind::Shm, ep.clone(), RpcOptions::default())
-                .await
-                .unwrap(),
+            backend::connect(
+                BackendKind::Shm,
+                node.endpoint.clone(),
+                RpcOptions::default(),
+            )
+            .await
+            .unwrap(),
         );
     }
     out

@@ -236,3 +236,35 @@ async fn copy_region(core: &NodeCore, region: u16, peer: &str) -> Result<(), Ver
     tracing::info!(region, peer, bytes = mem.len(), "copied region to peer");
     Ok(())
 }
+
+/// A memory node served by this process on a free loopback port: for tests, benches and
+/// embedded setups that want the real RPC path. Stops when dropped.
+pub struct LoopbackNode {
+    pub endpoint: Endpoint,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl LoopbackNode {
+    /// Opens a node with `config` and serves it on 127.0.0.1 (port chosen by the OS).
+    pub async fn spawn(config: crate::node::NodeConfig) -> Result<Self, VerbsError> {
+        let core = NodeCore::open(config)?;
+        let listener = Listener::bind(&Endpoint::Tcp("127.0.0.1:0".into())).await?;
+        let endpoint = listener.endpoint()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(core, listener, ServerOptions::default(), async {
+            let _ = stopped.await;
+        }));
+        Ok(LoopbackNode {
+            endpoint,
+            stop: Some(stop),
+        })
+    }
+}
+
+impl Drop for LoopbackNode {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}

@@ -8,8 +8,8 @@ use std::time::Duration;
 use dmc_dht::{Clock, Dht, DhtConfig, Ownership};
 use dmc_umo::{Pool, PoolConfig};
 use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::{self, Listener, ServerOptions};
-use dmc_verbs::{NodeConfig, NodeCore, RpcOptions, Storage, Transport};
+use dmc_verbs::server::LoopbackNode;
+use dmc_verbs::{NodeConfig, RpcOptions, Storage, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -21,7 +21,7 @@ pub enum Backend {
 pub struct Harness {
     pub dht: Arc<Dht>,
     _dirs: Vec<tempfile::TempDir>,
-    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    _nodes: Vec<LoopbackNode>,
 }
 
 pub fn pool_config(grace: Duration) -> PoolConfig {
@@ -41,35 +41,31 @@ pub async fn open(
     grace: Duration,
 ) -> Harness {
     let mut dirs = Vec::new();
-    let mut stops = Vec::new();
+    let mut servers = Vec::new();
     let pool = match backend {
         Backend::Local => Pool::embedded(256 << 20, pool_config(grace)).await.unwrap(),
         Backend::Shm => {
             let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
             for id in 1..=2 {
                 let dir = tempfile::tempdir().unwrap();
-                let core = NodeCore::open(NodeConfig {
+                let config = NodeConfig {
                     id,
                     capacity: 256 << 20,
                     storage: Storage::Dir(dir.path().to_path_buf()),
                     secret: None,
-                })
-                .unwrap();
-                let l = Listener::bind(&"127.0.0.1:0".parse().unwrap())
-                    .await
-                    .unwrap();
-                let ep = l.endpoint().unwrap();
-                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                tokio::spawn(server::serve(core, l, ServerOptions::default(), async {
-                    let _ = stopped.await;
-                }));
+                };
+                let server = LoopbackNode::spawn(config).await.unwrap();
                 nodes.push(
-                    backend::connect(BackendKind::Shm, ep, RpcOptions::default())
-                        .await
-                        .unwrap(),
+                    backend::connect(
+                        BackendKind::Shm,
+                        server.endpoint.clone(),
+                        RpcOptions::default(),
+                    )
+                    .await
+                    .unwrap(),
                 );
                 dirs.push(dir);
-                stops.push(stop);
+                servers.push(server);
             }
             Pool::open(pool_config(grace), nodes).await.unwrap()
         }
@@ -80,6 +76,6 @@ pub async fn open(
     Harness {
         dht,
         _dirs: dirs,
-        _stops: stops,
+        _nodes: servers,
     }
 }
