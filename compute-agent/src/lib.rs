@@ -79,6 +79,8 @@ pub struct Config {
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
+    /// The agent's local DRAM cache of hot keys (0: none).
+    pub local_cache_size: ByteSize,
     pub log: String,
     pub pool: PoolSection,
 }
@@ -95,6 +97,7 @@ impl Default for Config {
             maxclients: 10_000,
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
+            local_cache_size: ByteSize(64 << 20),
             log: "info".into(),
             pool: PoolSection::default(),
         }
@@ -124,6 +127,9 @@ pub struct Args {
     pub requirepass: Option<String>,
     #[arg(long)]
     pub maxclients: Option<u64>,
+    /// Local DRAM cache size, e.g. 64mb (0 disables it).
+    #[arg(long)]
+    pub local_cache_size: Option<ByteSize>,
     /// embedded, shm or tcp.
     #[arg(long, value_enum)]
     pub pool_backend: Option<PoolBackend>,
@@ -170,6 +176,9 @@ impl Args {
         }
         if let Some(v) = self.maxclients {
             cfg.maxclients = v;
+        }
+        if let Some(v) = self.local_cache_size {
+            cfg.local_cache_size = v;
         }
         if let Some(v) = self.pool_backend {
             cfg.pool.backend = v;
@@ -297,6 +306,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             requirepass: (!cfg.requirepass.is_empty())
                 .then(|| Bytes::from(cfg.requirepass.clone())),
             maxclients: cfg.maxclients,
+            local_cache_bytes: cfg.local_cache_size.0 as usize,
         },
     );
     tracing::info!(listen = %addr, backend = ?cfg.pool.backend, "compute agent serving");

@@ -34,6 +34,19 @@ fn redis_cli_round_trips_string_and_key_commands() {
     assert_eq!(agent.cli(&["MGET", "a", "b", "nope"]).unwrap(), "1\n2\n\n");
     assert_eq!(cli(&["EXISTS", "a", "b", "nope"]), "2");
     assert_eq!(cli(&["DEL", "a", "b", "nope"]), "2");
+    assert_eq!(
+        cli(&["GET", "a"]),
+        "",
+        "a deleted key is not served from the local cache"
+    );
+    assert_eq!(cli(&["SET", "c", "1", "PX", "150"]), "OK");
+    assert_eq!(cli(&["GET", "c"]), "1");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        cli(&["GET", "c"]),
+        "",
+        "an expired key is not served from the local cache"
+    );
     assert_eq!(cli(&["SELECT", "1"]), "OK");
     assert_eq!(cli(&["-n", "1", "GET", "k"]), "");
     assert_eq!(

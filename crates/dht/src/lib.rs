@@ -24,5 +24,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
-    Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, Ttl,
+    Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, SlotRef,
+    Ttl,
 };

@@ -121,6 +121,16 @@ pub struct Entry {
     pub idle_secs: u64,
     /// The LFU counter, decayed.
     pub lfu: u8,
+    /// Where the key's metadata is, for reporting hits served elsewhere (a local cache)
+    /// with [`Dht::record_hit`].
+    pub slot: SlotRef,
+}
+
+/// A key's metadata word in the table, as last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRef {
+    meta_addr: GlobalAddr,
+    meta: SlotMeta,
 }
 
 /// A key's time to live.
@@ -265,7 +275,10 @@ pub struct Dht {
     hits: Mutex<Vec<PendingHit>>,
     keys: AtomicI64,
     counters: Counters,
+    removed: RwLock<Option<RemovedHook>>,
 }
+
+type RemovedHook = Box<dyn Fn(u8, &[u8]) + Send + Sync>;
 
 fn policy_index(p: RedisPolicy) -> u8 {
     RedisPolicy::ALL.iter().position(|q| *q == p).unwrap_or(0) as u8
@@ -313,6 +326,7 @@ impl Dht {
             hits: Mutex::new(Vec::new()),
             keys: AtomicI64::new(0),
             counters: Counters::default(),
+            removed: RwLock::new(None),
         };
         dht.recover().await?;
         Ok(Arc::new(dht))
@@ -735,6 +749,30 @@ impl Dht {
             expire_at: self.decode_expire(f.meta.expire()),
             idle_secs: now.idle_secs(f.meta),
             lfu: policy::lfu_decayed(f.meta, now),
+            slot: SlotRef {
+                meta_addr: f.addr.offset_by(8),
+                meta: f.meta,
+            },
+        }
+    }
+
+    /// Reports a hit served outside the table (the agent's local cache) to the key's
+    /// metadata, combined with other hits into one FAA per key per batch.
+    pub async fn record_hit(&self, slot: SlotRef) {
+        let (_, now) = self.now();
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.touch_meta(slot.meta_addr, slot.meta, &now).await;
+    }
+
+    /// Registers a function told of every key this client evicts or reclaims as
+    /// expired, so copies of it elsewhere (the agent's cache) can be dropped.
+    pub fn on_removed(&self, f: impl Fn(u8, &[u8]) + Send + Sync + 'static) {
+        *self.removed.write() = Some(Box::new(f));
+    }
+
+    fn removed(&self, db: u8, key: &[u8]) {
+        if let Some(f) = self.removed.read().as_ref() {
+            f(db, key);
         }
     }
 
@@ -1509,6 +1547,9 @@ impl Dht {
             let key = self.pool.read_any(obj).await?;
             if self.clear(slot, (bucket, header), &victim).await? {
                 self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                if let Some((db, k, _)) = &key {
+                    self.removed(*db, k);
+                }
                 return Ok(key.map(|(db, k, _)| (db, k)));
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);

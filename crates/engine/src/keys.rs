@@ -24,6 +24,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let mut n = 0;
             for k in &args[1..] {
                 n += tri!(dht.delete(db, k).await) as i64;
+                engine.wrote(db, k, None);
             }
             Reply::Int(n)
         }
@@ -65,7 +66,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Persist => {
             let _g = engine.key_lock(&args[1]).lock().await;
             match tri!(dht.ttl(db, &args[1]).await) {
-                Ttl::ExpiresAt(_) => Reply::Int(tri!(dht.expire(db, &args[1], None).await) as i64),
+                Ttl::ExpiresAt(_) => {
+                    let done = tri!(dht.expire(db, &args[1], None).await);
+                    engine.wrote(db, &args[1], None);
+                    Reply::Int(done as i64)
+                }
                 _ => Reply::Int(0),
             }
         }
@@ -124,5 +129,7 @@ async fn expire(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     }
     // A time in the past deletes the key (the dht does that for `at <= now`).
     let at = at.max(0) as u64;
-    Reply::Int(tri!(engine.dht.expire(db, &args[1], Some(at.max(1))).await) as i64)
+    let done = tri!(engine.dht.expire(db, &args[1], Some(at.max(1))).await);
+    engine.wrote(db, &args[1], None);
+    Reply::Int(done as i64)
 }

@@ -2,6 +2,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`cache`] | the local DRAM cache: inclusive, write-through, hotness-aware admission |
 //! | [`commands`] | the command table: name, arity, flags, key positions; dispatch |
 //! | [`strings`] | GET, SET and the string family |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
@@ -9,8 +10,9 @@
 //!
 //! The engine never touches bytes on the wire: it takes parsed arguments and returns a
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
-//! them. The local DRAM cache of the design is not built yet.
+//! them; the local cache is told afterwards (write-through).
 
+pub mod cache;
 pub mod commands;
 pub mod keys;
 pub mod server;
@@ -33,6 +35,8 @@ pub struct EngineConfig {
     pub port: u16,
     pub requirepass: Option<Bytes>,
     pub maxclients: u64,
+    /// Bytes of the local DRAM cache (0: none).
+    pub local_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -42,6 +46,7 @@ impl Default for EngineConfig {
             port: 6379,
             requirepass: None,
             maxclients: 10_000,
+            local_cache_bytes: 64 << 20,
         }
     }
 }
@@ -78,6 +83,7 @@ pub struct Engine {
     pub clock: Arc<dyn Clock>,
     pub config: EngineConfig,
     pub stats: Stats,
+    pub cache: Option<Arc<cache::LocalCache>>,
     started: Instant,
     next_client: AtomicU64,
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
@@ -89,7 +95,15 @@ const KEY_LOCKS: usize = 1024;
 
 impl Engine {
     pub fn new(dht: Arc<Dht>, clock: Arc<dyn Clock>, config: EngineConfig) -> Arc<Engine> {
+        let cache = (config.local_cache_bytes > 0)
+            .then(|| Arc::new(cache::LocalCache::new(config.local_cache_bytes)));
+        if let Some(c) = &cache {
+            // Keys the table evicts leave the cache too: it stays inclusive.
+            let c = c.clone();
+            dht.on_removed(move |db, key| c.remove(db, key));
+        }
         Arc::new(Engine {
+            cache,
             dht,
             clock,
             config,
@@ -125,6 +139,43 @@ impl Engine {
         self.clock.now_ms()
     }
 
+    /// A key's live value: from the local cache (the hit is reported to the pool's
+    /// metadata in a batch), else from the pool (and offered to the cache).
+    pub async fn read(&self, db: u8, key: &[u8]) -> Result<Option<Bytes>, DhtError> {
+        if let Some(c) = &self.cache
+            && let Some((value, slot)) = c.get(db, key, self.now_ms(), fastrand_f64(key))
+        {
+            if let Some(slot) = slot {
+                self.dht.record_hit(slot).await;
+            }
+            return Ok(Some(value));
+        }
+        let ticket = self.cache.as_ref().map(|c| c.fill_ticket(db, key));
+        let Some(e) = self.dht.get(db, key).await? else {
+            return Ok(None);
+        };
+        let value = e.value.clone();
+        if let (Some(c), Some(t)) = (&self.cache, ticket) {
+            c.fill(t, db, key, e.into());
+        }
+        Ok(Some(value))
+    }
+
+    /// Tells the cache about a write the pool committed: the new value and expiry, or
+    /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
+    pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {
+        if let Some(c) = &self.cache {
+            match now {
+                // A copy: the argument is a slice of the connection's read buffer, which
+                // a cached value must not keep alive.
+                Some((value, expire_at)) => {
+                    c.put(db, key, Bytes::copy_from_slice(value), expire_at)
+                }
+                None => c.remove(db, key),
+            }
+        }
+    }
+
     /// Executes one command.
     pub async fn execute(&self, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
         self.stats.commands.fetch_add(1, Ordering::Relaxed);
@@ -149,6 +200,20 @@ pub fn error_reply(e: DhtError) -> Reply {
         }
         other => Reply::err(format!("ERR memory pool: {other}")),
     }
+}
+
+/// A cheap uniform number in [0, 1) for the cache's probabilistic LFU counter.
+fn fastrand_f64(seed: &[u8]) -> f64 {
+    use std::cell::Cell;
+    thread_local!(static S: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) });
+    S.with(|s| {
+        let mut x = s.get() ^ seed.len() as u64;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
 }
 
 /// Parses a Redis integer argument.

@@ -357,6 +357,14 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
             pool.region_size,
             pool.alloc.allocated
         );
+        if let Some(c) = &engine.cache {
+            let c = c.stats();
+            let _ = write!(
+                out,
+                "# Local cache\r\nlocal_cache_keys:{}\r\nlocal_cache_bytes:{}\r\nlocal_cache_hits:{}\r\nlocal_cache_misses:{}\r\nlocal_cache_rejected:{}\r\n\r\n",
+                c.keys, c.bytes, c.hits, c.misses, c.rejected
+            );
+        }
     }
     if want("persistence") {
         out.push_str(

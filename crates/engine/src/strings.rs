@@ -44,8 +44,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
     let db = s.db;
     let dht = &engine.dht;
     match cmd {
-        Cmd::Get => match tri!(dht.get(db, &args[1]).await) {
-            Some(e) => Reply::Bulk(e.value),
+        Cmd::Get => match tri!(engine.read(db, &args[1]).await) {
+            Some(v) => Reply::Bulk(v),
             None => Reply::Null,
         },
         Cmd::Set => set(engine, db, args).await,
@@ -55,7 +55,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 cond: SetCond::IfAbsent,
                 ..Default::default()
             };
-            Reply::Int(tri!(dht.set(db, &args[1], &args[2], opts).await).written as i64)
+            let written = tri!(dht.set(db, &args[1], &args[2], opts).await).written;
+            if written {
+                engine.wrote(db, &args[1], Some((&args[2][..], None)));
+            }
+            Reply::Int(written as i64)
         }
         Cmd::SetEx | Cmd::PSetEx => {
             let (unit, name) = if cmd == Cmd::SetEx {
@@ -73,6 +77,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             };
             let _g = engine.key_lock(&args[1]).lock().await;
             tri!(dht.set(db, &args[1], &args[3], opts).await);
+            engine.wrote(db, &args[1], Some((&args[3][..], Some(at))));
             Reply::ok()
         }
         Cmd::GetSet => {
@@ -81,28 +86,62 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 get: true,
                 ..Default::default()
             };
-            match tri!(dht.set(db, &args[1], &args[2], opts).await).old {
+            let old = tri!(dht.set(db, &args[1], &args[2], opts).await).old;
+            engine.wrote(db, &args[1], Some((&args[2][..], None)));
+            match old {
                 Some(v) => Reply::Bulk(v),
                 None => Reply::Null,
             }
         }
         Cmd::GetDel => {
             let _g = engine.key_lock(&args[1]).lock().await;
-            match tri!(dht.get(db, &args[1]).await) {
-                Some(e) => {
+            match tri!(engine.read(db, &args[1]).await) {
+                Some(v) => {
                     tri!(dht.delete(db, &args[1]).await);
-                    Reply::Bulk(e.value)
+                    engine.wrote(db, &args[1], None);
+                    Reply::Bulk(v)
                 }
                 None => Reply::Null,
             }
         }
         Cmd::GetEx => getex(engine, db, args).await,
         Cmd::MGet => {
-            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
-            let got = tri!(dht.get_many(db, &keys).await);
+            let mut out: Vec<Option<Bytes>> = vec![None; args.len() - 1];
+            let mut missing: Vec<usize> = Vec::new();
+            for (i, k) in args[1..].iter().enumerate() {
+                let cached = engine
+                    .cache
+                    .as_ref()
+                    .and_then(|c| c.get(db, k, engine.now_ms(), 0.5));
+                match cached {
+                    Some((v, slot)) => {
+                        if let Some(slot) = slot {
+                            dht.record_hit(slot).await;
+                        }
+                        out[i] = Some(v);
+                    }
+                    None => missing.push(i),
+                }
+            }
+            if !missing.is_empty() {
+                let keys: Vec<&[u8]> = missing.iter().map(|&i| &args[i + 1][..]).collect();
+                let tickets: Vec<u64> = match &engine.cache {
+                    Some(c) => keys.iter().map(|k| c.fill_ticket(db, k)).collect(),
+                    None => Vec::new(),
+                };
+                let got = tri!(dht.get_many(db, &keys).await);
+                for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
+                    if let Some(e) = e {
+                        out[i] = Some(e.value.clone());
+                        if let Some(c) = &engine.cache {
+                            c.fill(tickets[n], db, &args[i + 1], e.into());
+                        }
+                    }
+                }
+            }
             Reply::Array(
-                got.into_iter()
-                    .map(|e| e.map(|e| Reply::Bulk(e.value)).unwrap_or(Reply::Null))
+                out.into_iter()
+                    .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
                     .collect(),
             )
         }
@@ -143,6 +182,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 for r in results {
                     tri!(r);
                 }
+                for (k, v) in &pairs {
+                    engine.wrote(db, k, Some((&v[..], None)));
+                }
                 return Reply::Int(1);
             }
             // The last value of a repeated key wins, as in Redis; one write per key.
@@ -154,7 +196,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
             let results = futures::future::join_all(last.iter().map(|(k, v)| async move {
                 let _g = engine.key_lock(k).lock().await;
-                dht.set(db, k, v, SetOptions::default()).await
+                let r = dht.set(db, k, v, SetOptions::default()).await;
+                if r.is_ok() {
+                    engine.wrote(db, k, Some((&v[..], None)));
+                }
+                r
             }))
             .await;
             for r in results {
@@ -176,8 +222,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 },
             };
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = match tri!(dht.get(db, &args[1]).await) {
-                Some(e) => match parse_i64(&e.value) {
+            let cur = match tri!(engine.read(db, &args[1]).await) {
+                Some(v) => match parse_i64(&v) {
                     Some(n) => n,
                     None => return Reply::err(NOT_INTEGER),
                 },
@@ -194,6 +240,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 dht.set(db, &args[1], next.to_string().as_bytes(), opts)
                     .await
             );
+            engine.wrote(db, &args[1], None);
             Reply::Int(next)
         }
         Cmd::IncrByFloat => {
@@ -208,8 +255,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR value is not a valid float");
             };
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = match tri!(dht.get(db, &args[1]).await) {
-                Some(e) => match parse(&e.value) {
+            let cur = match tri!(engine.read(db, &args[1]).await) {
+                Some(v) => match parse(&v) {
                     Some(f) => f,
                     None => return Reply::err("ERR value is not a valid float"),
                 },
@@ -225,12 +272,13 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 ..Default::default()
             };
             tri!(dht.set(db, &args[1], text.as_bytes(), opts).await);
+            engine.wrote(db, &args[1], None);
             Reply::bulk(text)
         }
         Cmd::Append => {
             let _g = engine.key_lock(&args[1]).lock().await;
-            let mut v = match tri!(dht.get(db, &args[1]).await) {
-                Some(e) => BytesMut::from(&e.value[..]),
+            let mut v = match tri!(engine.read(db, &args[1]).await) {
+                Some(v) => BytesMut::from(&v[..]),
                 None => BytesMut::new(),
             };
             if v.len() as u64 + args[2].len() as u64 > MAX_STRING {
@@ -242,20 +290,19 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 ..Default::default()
             };
             tri!(dht.set(db, &args[1], &v, opts).await);
+            engine.wrote(db, &args[1], None);
             Reply::Int(v.len() as i64)
         }
         Cmd::Strlen => Reply::Int(
-            tri!(dht.get(db, &args[1]).await)
-                .map(|e| e.value.len() as i64)
+            tri!(engine.read(db, &args[1]).await)
+                .map(|v| v.len() as i64)
                 .unwrap_or(0),
         ),
         Cmd::GetRange => {
             let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
                 return Reply::err(NOT_INTEGER);
             };
-            let v = tri!(dht.get(db, &args[1]).await)
-                .map(|e| e.value)
-                .unwrap_or_default();
+            let v = tri!(engine.read(db, &args[1]).await).unwrap_or_default();
             Reply::Bulk(range(&v, start, end))
         }
         Cmd::SetRange => {
@@ -270,11 +317,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = tri!(dht.get(db, &args[1]).await);
+            let cur = tri!(engine.read(db, &args[1]).await);
             if value.is_empty() {
-                return Reply::Int(cur.map(|e| e.value.len() as i64).unwrap_or(0));
+                return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
             }
-            let mut v = BytesMut::from(&cur.map(|e| e.value).unwrap_or_default()[..]);
+            let mut v = BytesMut::from(&cur.unwrap_or_default()[..]);
             let end = offset as usize + value.len();
             if v.len() < end {
                 v.resize(end, 0);
@@ -285,6 +332,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 ..Default::default()
             };
             tri!(dht.set(db, &args[1], &v, opts).await);
+            engine.wrote(db, &args[1], None);
             Reply::Int(v.len() as i64)
         }
         _ => Reply::err("ERR command not in the string family"),
@@ -340,6 +388,14 @@ async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     // Writes of one key queue here instead of racing each other's commits.
     let _g = engine.key_lock(&args[1]).lock().await;
     let out = tri!(engine.dht.set(db, &args[1], &args[2], opts).await);
+    if out.written {
+        let cached = match opts.expiry {
+            SetExpiry::Clear => Some((&args[2][..], None)),
+            SetExpiry::At(at) => Some((&args[2][..], Some(at))),
+            SetExpiry::Keep => None, // the kept expiry is not known here: drop the copy
+        };
+        engine.wrote(db, &args[1], cached);
+    }
     if opts.get {
         return out.old.map(Reply::Bulk).unwrap_or(Reply::Null);
     }
@@ -369,13 +425,14 @@ async fn getex(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         i += 1;
     }
     let _g = engine.key_lock(&args[1]).lock().await;
-    let Some(e) = tri!(engine.dht.get(db, &args[1]).await) else {
+    let Some(value) = tri!(engine.read(db, &args[1]).await) else {
         return Reply::Null;
     };
     if let Some(at) = expiry {
         tri!(engine.dht.expire(db, &args[1], at).await);
+        engine.wrote(db, &args[1], None);
     }
-    Reply::Bulk(e.value)
+    Reply::Bulk(value)
 }
 
 #[cfg(test)]

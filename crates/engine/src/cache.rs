@@ -1,0 +1,446 @@
+//! The agent's local DRAM cache (DESIGN.md §5): inclusive (every cached key is also in
+//! the pool), write-through (the engine writes the pool first, then tells the cache),
+//! bounded in bytes, with hotness-aware admission: a value fetched after a miss enters a
+//! full cache only if it is at least as hot as a sampled victim.
+//!
+//! Hotness is Redis's logarithmic LFU counter: a filled value brings the pool's counter
+//! for its key, and local hits raise it with the same probabilistic rule. Each entry
+//! remembers where its key's metadata is in the pool so local hits are reported there
+//! (batched by the table). Keys the table evicts are dropped through its removal hook.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use dmc_dht::SlotRef;
+use dmc_dht::policy::{LFU_INIT, lfu_should_increment};
+use parking_lot::Mutex;
+
+const SHARDS: usize = 16;
+/// Bookkeeping bytes charged per entry on top of key and value.
+const OVERHEAD: usize = 64;
+/// Victims sampled per admission decision.
+const SAMPLES: usize = 5;
+
+struct Item {
+    db: u8,
+    key: Bytes,
+    value: Bytes,
+    expire_at: Option<u64>,
+    lfu: u8,
+    slot: Option<SlotRef>,
+}
+
+impl Item {
+    fn bytes(&self) -> usize {
+        self.key.len() + self.value.len() + OVERHEAD
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    /// Per database: key → index into `items`.
+    index: Vec<hashbrown::HashMap<Bytes, usize>>,
+    /// Dense, so that victims can be sampled uniformly.
+    items: Vec<Item>,
+    bytes: usize,
+    rng: u64,
+    /// Bumped by every write-through and removal: a fill that started before a write
+    /// of the shard finished must not install what it read (it may be older).
+    writes: u64,
+}
+
+impl Shard {
+    fn find(&self, db: u8, key: &[u8]) -> Option<usize> {
+        self.index.get(db as usize)?.get(key).copied()
+    }
+
+    fn remove_at(&mut self, i: usize) {
+        let item = self.items.swap_remove(i);
+        self.bytes -= item.bytes();
+        self.index[item.db as usize].remove(&item.key);
+        if i < self.items.len() {
+            let moved = &self.items[i];
+            if let Some(slot) = self.index[moved.db as usize].get_mut(&moved.key) {
+                *slot = i;
+            }
+        }
+    }
+
+    fn insert(&mut self, item: Item) {
+        if self.index.len() <= item.db as usize {
+            self.index
+                .resize_with(item.db as usize + 1, Default::default);
+        }
+        self.bytes += item.bytes();
+        self.index[item.db as usize].insert(item.key.clone(), self.items.len());
+        self.items.push(item);
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        // xorshift; the seed is the shard's address mixed in at first use.
+        if self.rng == 0 {
+            self.rng = (self as *const Shard as u64) | 1;
+        }
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// The coldest of a few sampled entries.
+    fn sample_victim(&mut self) -> Option<usize> {
+        let n = self.items.len() as u64;
+        if n == 0 {
+            return None;
+        }
+        let picks: [usize; SAMPLES] = std::array::from_fn(|_| (self.next_rand() % n) as usize);
+        picks.into_iter().min_by_key(|&i| self.items[i].lfu)
+    }
+}
+
+/// A value as the pool returned it, offered to the cache.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub value: Bytes,
+    pub expire_at: Option<u64>,
+    /// The key's LFU counter in the pool: its hotness for admission.
+    pub lfu: u8,
+    /// Where to report local hits.
+    pub slot: Option<SlotRef>,
+}
+
+impl From<dmc_dht::Entry> for Fetched {
+    fn from(e: dmc_dht::Entry) -> Self {
+        Fetched {
+            value: e.value,
+            expire_at: e.expire_at,
+            lfu: e.lfu,
+            slot: Some(e.slot),
+        }
+    }
+}
+
+/// Counters for `INFO`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub keys: u64,
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub rejected: u64,
+}
+
+pub struct LocalCache {
+    shards: Box<[Mutex<Shard>]>,
+    shard_capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl LocalCache {
+    /// A cache of at most `capacity` bytes.
+    pub fn new(capacity: usize) -> Self {
+        LocalCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_capacity: capacity / SHARDS,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, db: u8, key: &[u8]) -> &Mutex<Shard> {
+        let h = dmc_dht::hash::key_hash(db, key);
+        &self.shards[(h >> 60) as usize % SHARDS]
+    }
+
+    /// The cached value and where to report the hit, if the key is cached and live.
+    pub fn get(&self, db: u8, key: &[u8], now_ms: u64, r: f64) -> Option<(Bytes, Option<SlotRef>)> {
+        let mut shard = self.shard(db, key).lock();
+        let Some(i) = shard.find(db, key) else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        if shard.items[i].expire_at.is_some_and(|at| now_ms >= at) {
+            shard.remove_at(i);
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let item = &mut shard.items[i];
+        if lfu_should_increment(item.lfu, r) {
+            item.lfu += 1;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some((item.value.clone(), item.slot))
+    }
+
+    /// Call before reading the pool for a fill; pass the result to [`fill`](Self::fill).
+    pub fn fill_ticket(&self, db: u8, key: &[u8]) -> u64 {
+        self.shard(db, key).lock().writes
+    }
+
+    /// Offers a value read from the pool after a miss. It is dropped if a write reached
+    /// the key's shard since `ticket` was taken (the value may be older than that
+    /// write); otherwise it replaces a cached copy, or enters if there is room or it is
+    /// at least as hot as the victims that would make room.
+    pub fn fill(&self, ticket: u64, db: u8, key: &[u8], v: Fetched) {
+        let mut shard = self.shard(db, key).lock();
+        if shard.writes != ticket {
+            return;
+        }
+        self.admit(&mut shard, db, key, v);
+    }
+
+    fn admit(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
+        let Fetched {
+            value,
+            expire_at,
+            lfu,
+            slot,
+        } = v;
+        if let Some(i) = shard.find(db, key) {
+            // Replace in place while it still fits: no rehash, no key copy.
+            let grows = value.len().saturating_sub(shard.items[i].value.len());
+            if shard.bytes + grows <= self.shard_capacity {
+                let item = &mut shard.items[i];
+                let old_len = item.value.len();
+                item.value = value;
+                item.expire_at = expire_at;
+                item.lfu = item.lfu.max(lfu);
+                if slot.is_some() {
+                    item.slot = slot;
+                }
+                let new_len = item.value.len();
+                shard.bytes = shard.bytes + new_len - old_len;
+                return;
+            }
+            let lfu = shard.items[i].lfu.max(lfu);
+            shard.remove_at(i);
+            return self.admit_new(
+                shard,
+                db,
+                key,
+                Fetched {
+                    value,
+                    expire_at,
+                    lfu,
+                    slot,
+                },
+            );
+        }
+        self.admit_new(
+            shard,
+            db,
+            key,
+            Fetched {
+                value,
+                expire_at,
+                lfu,
+                slot,
+            },
+        )
+    }
+
+    fn admit_new(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
+        let Fetched {
+            value,
+            expire_at,
+            lfu,
+            slot,
+        } = v;
+        let item = Item {
+            db,
+            key: Bytes::copy_from_slice(key),
+            value,
+            expire_at,
+            lfu,
+            slot,
+        };
+        if item.bytes() > self.shard_capacity {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        while shard.bytes + item.bytes() > self.shard_capacity {
+            match shard.sample_victim() {
+                Some(v) if shard.items[v].lfu <= item.lfu => shard.remove_at(v),
+                _ => {
+                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        shard.insert(item);
+    }
+
+    /// A value just written through to the pool (new keys start at `LFU_INIT`).
+    pub fn put(&self, db: u8, key: &[u8], value: Bytes, expire_at: Option<u64>) {
+        let mut shard = self.shard(db, key).lock();
+        shard.writes += 1;
+        self.admit(
+            &mut shard,
+            db,
+            key,
+            Fetched {
+                value,
+                expire_at,
+                lfu: LFU_INIT,
+                slot: None,
+            },
+        );
+    }
+
+    /// Drops a key (deleted, evicted, or changed in a way the cache does not mirror).
+    pub fn remove(&self, db: u8, key: &[u8]) {
+        let mut shard = self.shard(db, key).lock();
+        shard.writes += 1;
+        if let Some(i) = shard.find(db, key) {
+            shard.remove_at(i);
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let (mut keys, mut bytes) = (0, 0);
+        for s in self.shards.iter() {
+            let s = s.lock();
+            keys += s.items.len() as u64;
+            bytes += s.bytes as u64;
+        }
+        CacheStats {
+            keys,
+            bytes,
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn hundred_bytes(lfu: u8) -> Fetched {
+        Fetched {
+            value: Bytes::from(vec![0u8; 100]),
+            expire_at: None,
+            lfu,
+            slot: None,
+        }
+    }
+
+    #[test]
+    fn hits_misses_expiry_and_removal() {
+        let c = LocalCache::new(1 << 20);
+        c.put(0, b"k", Bytes::from("v"), Some(100));
+        assert_eq!(c.get(0, b"k", 50, 0.5).map(|v| v.0), Some(Bytes::from("v")));
+        assert!(c.get(1, b"k", 50, 0.5).is_none(), "databases are separate");
+        assert!(
+            c.get(0, b"k", 100, 0.5).is_none(),
+            "expired entries are never returned"
+        );
+        c.put(0, b"k", Bytes::from("w"), None);
+        c.remove(0, b"k");
+        assert!(c.get(0, b"k", 0, 0.5).is_none());
+    }
+
+    #[test]
+    fn bounded_in_bytes_and_hot_entries_stay() {
+        let c = LocalCache::new(SHARDS * 10_000);
+        // Hot keys first.
+        for i in 0..20u32 {
+            let k = format!("hot{i}");
+            c.fill(
+                c.fill_ticket(0, k.as_bytes()),
+                0,
+                k.as_bytes(),
+                hundred_bytes(200),
+            );
+        }
+        for i in 0..5000u32 {
+            let k = format!("cold{i}");
+            c.fill(
+                c.fill_ticket(0, k.as_bytes()),
+                0,
+                k.as_bytes(),
+                hundred_bytes(0),
+            );
+        }
+        let s = c.stats();
+        assert!(s.bytes <= (SHARDS * 10_000) as u64, "{s:?}");
+        let hot = (0..20u32)
+            .filter(|i| c.get(0, format!("hot{i}").as_bytes(), 0, 0.9).is_some())
+            .count();
+        assert_eq!(hot, 20, "cold fills never displace hotter entries");
+        assert!(s.keys < 5020, "cold fills displaced each other: {s:?}");
+        // A fill colder than everything it samples is turned away.
+        let c = LocalCache::new(SHARDS * 1_000);
+        for i in 0..200u32 {
+            let k = format!("hot{i}");
+            c.fill(
+                c.fill_ticket(0, k.as_bytes()),
+                0,
+                k.as_bytes(),
+                hundred_bytes(200),
+            );
+        }
+        c.fill(c.fill_ticket(0, b"cold"), 0, b"cold", hundred_bytes(0));
+        assert!(c.get(0, b"cold", 0, 0.9).is_none() && c.stats().rejected > 0);
+    }
+
+    #[test]
+    fn a_fill_older_than_a_write_is_refused() {
+        let c = LocalCache::new(1 << 20);
+        let ticket = c.fill_ticket(0, b"k"); // a reader misses and goes to the pool…
+        c.put(0, b"k", Bytes::from("new"), None); // …a write completes meanwhile…
+        let old = Fetched {
+            value: Bytes::from("old"),
+            expire_at: None,
+            lfu: 5,
+            slot: None,
+        };
+        c.fill(ticket, 0, b"k", old); // …and the stale fill loses
+        assert_eq!(
+            c.get(0, b"k", 0, 0.5).map(|v| v.0),
+            Some(Bytes::from("new"))
+        );
+    }
+
+    /// Against a model: what the cache returns is always the last value put for the key.
+    #[test]
+    fn never_returns_a_stale_value() {
+        let c = LocalCache::new(SHARDS * 2_000);
+        let mut model: HashMap<u32, u32> = HashMap::new();
+        let mut x = 12345u64;
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = (x % 300) as u32;
+            let key = format!("k{k}");
+            match x % 4 {
+                0 | 1 => {
+                    c.put(0, key.as_bytes(), Bytes::from(step.to_string()), None);
+                    model.insert(k, step);
+                }
+                2 => {
+                    c.remove(0, key.as_bytes());
+                    model.remove(&k);
+                }
+                _ => {
+                    if let Some((v, _)) = c.get(0, key.as_bytes(), 0, 0.5) {
+                        assert_eq!(
+                            Some(&v[..]),
+                            model
+                                .get(&k)
+                                .map(|s| s.to_string())
+                                .as_deref()
+                                .map(str::as_bytes)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
