@@ -189,3 +189,88 @@ fn sigkilled_agent_loses_no_acknowledged_write() {
         2000
     );
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")
+                .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap())
+        })
+        .unwrap()
+}
+
+/// Ten thousand idle connections: the agent keeps serving everyone else, with bounded
+/// memory, and forgets them when they close.
+#[test]
+fn ten_thousand_idle_connections() {
+    // This process and the agent (which inherits the limit) need the descriptors.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read only the struct passed by pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let want: libc::rlim_t = 10_500;
+    if lim.rlim_cur < want {
+        assert!(
+            lim.rlim_max >= want,
+            "RLIMIT_NOFILE hard limit {} is below {want}",
+            lim.rlim_max
+        );
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
+        assert!(ok, "cannot raise RLIMIT_NOFILE to {}", lim.rlim_max);
+    }
+    let agent = Agent::start(&["--maxclients", "20000"]).unwrap();
+    let pid = agent.child.id();
+    let before = rss_kib(pid);
+    let mut idle = Vec::with_capacity(10_000);
+    for _ in 0..10_000 {
+        idle.push(TcpStream::connect(&agent.addr).unwrap());
+    }
+    assert_eq!(
+        agent.cli(&["SET", "still", "serving"]).unwrap().trim(),
+        "OK"
+    );
+    assert_eq!(agent.cli(&["GET", "still"]).unwrap().trim(), "serving");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = agent.cli(&["INFO", "clients"]).unwrap();
+        if info.contains("connected_clients:10001") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agent did not see the connections: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let during = rss_kib(pid);
+    let per_conn = (during.saturating_sub(before)) * 1024 / 10_000;
+    eprintln!(
+        "agent RSS {before} KiB -> {during} KiB with 10 000 idle connections ({per_conn} B each)"
+    );
+    assert!(
+        per_conn < 16 << 10,
+        "an idle connection costs {per_conn} bytes"
+    );
+    drop(idle);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !agent
+        .cli(&["INFO", "clients"])
+        .unwrap()
+        .contains("connected_clients:1\r")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "closed connections were not forgotten"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,6 +1,6 @@
 //! Raw region memory: the only place in DMC that touches pool bytes through pointers.
 //!
-//! A [`RegionMemory`] is one copy of a region, either heap memory owned by this process
+//! A [`RegionMemory`] is one copy of a region, either private memory of this process
 //! (the `local` backend and heap-backed memory nodes) or a `MAP_SHARED` mapping of a file
 //! that other processes map too (the `shm` backend). Every operation is bounds-checked
 //! here, so callers above never hold a pointer into the pool.
@@ -19,12 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::RegionId;
 use crate::error::VerbsError;
 
-/// What keeps the memory of a [`RegionMemory`] alive.
+/// What keeps the memory of a [`RegionMemory`] alive: an anonymous (private) or file
+/// (shared) mapping, page-aligned, so 8-byte atomics on it are aligned.
 enum Backing {
-    /// Zeroed heap words; `AtomicU64` so that the allocation is 8-byte aligned and
-    /// atomics on it are sound.
-    Heap(#[allow(dead_code)] Box<[AtomicU64]>),
-    /// A shared file mapping (kept alive for the pointer below).
     Map(#[allow(dead_code)] memmap2::MmapRaw),
 }
 
@@ -53,19 +50,28 @@ impl std::fmt::Debug for RegionMemory {
 }
 
 impl RegionMemory {
-    /// Zeroed heap memory of `len` bytes (rounded up to a multiple of 8).
+    /// Zeroed private memory of `len` bytes (rounded up to a multiple of 8), from an
+    /// anonymous mapping: pages are materialised by the kernel on first touch, so a
+    /// large, mostly empty region costs only what is written to it.
     pub fn heap(region: RegionId, len: u64) -> Result<Self, VerbsError> {
-        let words = usize::try_from(len.div_ceil(8)).map_err(|_| VerbsError::Io {
+        let len = usize::try_from(len.div_ceil(8) * 8).map_err(|_| VerbsError::Io {
             context: "allocating region".into(),
             message: format!("size {len} does not fit this machine"),
         })?;
-        let boxed: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        let ptr = NonNull::new(boxed.as_ptr() as *mut u8).unwrap_or(NonNull::dangling());
+        let map = memmap2::MmapOptions::new()
+            .len(len.max(8))
+            .map_anon()
+            .map_err(|e| VerbsError::io("allocating region memory", e))?;
+        let map = memmap2::MmapRaw::from(map);
+        let ptr = NonNull::new(map.as_mut_ptr()).ok_or_else(|| VerbsError::Io {
+            context: "allocating region memory".into(),
+            message: "mmap returned a null pointer".into(),
+        })?;
         Ok(Self {
             region,
             ptr,
-            len: words * 8,
-            _backing: Backing::Heap(boxed),
+            len,
+            _backing: Backing::Map(map),
         })
     }
 
