@@ -82,6 +82,8 @@ pub struct Config {
     /// The agent's local DRAM cache of hot keys (0: none).
     pub local_cache_size: ByteSize,
     pub log: String,
+    /// Where to serve Prometheus metrics (`host:port`); none if unset.
+    pub metrics_listen: Option<String>,
     pub pool: PoolSection,
 }
 
@@ -99,6 +101,7 @@ impl Default for Config {
             client_query_buffer_limit: ByteSize(1 << 30),
             local_cache_size: ByteSize(64 << 20),
             log: "info".into(),
+            metrics_listen: None,
             pool: PoolSection::default(),
         }
     }
@@ -141,6 +144,9 @@ pub struct Args {
     pub replicas: Option<usize>,
     #[arg(long)]
     pub log: Option<String>,
+    /// Serve Prometheus metrics on host:port.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -191,6 +197,9 @@ impl Args {
         }
         if let Some(v) = &self.log {
             cfg.log = v.clone();
+        }
+        if let Some(v) = &self.metrics_listen {
+            cfg.metrics_listen = Some(v.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -309,6 +318,13 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             local_cache_bytes: cfg.local_cache_size.0 as usize,
         },
     );
+    if let Some(maddr) = &cfg.metrics_listen {
+        let l = tokio::net::TcpListener::bind(maddr)
+            .await
+            .with_context(|| format!("binding metrics address {maddr}"))?;
+        let engine = engine.clone();
+        tokio::spawn(dmc_process::serve_metrics(l, move || metrics(&engine)));
+    }
     tracing::info!(listen = %addr, backend = ?cfg.pool.backend, "compute agent serving");
     {
         let mut out = std::io::stdout().lock();
@@ -354,6 +370,131 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     maintenance.abort();
     dht.flush_hits().await;
     Ok(())
+}
+
+/// The agent's Prometheus metrics.
+pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
+    use dmc_process::Metric;
+    let m = |name, help, kind, value: u64| Metric {
+        name,
+        help,
+        kind,
+        value: value as f64,
+    };
+    let d = engine.dht.stats();
+    let p = engine.dht.pool().stats();
+    let c = engine.cache.as_ref().map(|c| c.stats()).unwrap_or_default();
+    let st = &engine.stats;
+    vec![
+        m(
+            "dmc_agent_connected_clients",
+            "Client connections open.",
+            "gauge",
+            st.connected_clients.load(Ordering::Relaxed),
+        ),
+        m(
+            "dmc_agent_connections_received_total",
+            "Client connections accepted.",
+            "counter",
+            st.connections_received.load(Ordering::Relaxed),
+        ),
+        m(
+            "dmc_agent_rejected_connections_total",
+            "Connections refused over maxclients.",
+            "counter",
+            st.rejected_connections.load(Ordering::Relaxed),
+        ),
+        m(
+            "dmc_agent_commands_total",
+            "Commands executed.",
+            "counter",
+            st.commands.load(Ordering::Relaxed),
+        ),
+        m(
+            "dmc_agent_keyspace_hits_total",
+            "Reads that found their key in the pool.",
+            "counter",
+            d.hits,
+        ),
+        m(
+            "dmc_agent_keyspace_misses_total",
+            "Reads that did not find their key.",
+            "counter",
+            d.misses,
+        ),
+        m(
+            "dmc_agent_evicted_keys_total",
+            "Keys evicted to stay under maxmemory.",
+            "counter",
+            d.evicted,
+        ),
+        m(
+            "dmc_agent_expired_keys_total",
+            "Expired keys reclaimed.",
+            "counter",
+            d.expired,
+        ),
+        m(
+            "dmc_agent_keys",
+            "Keys in the hash slots this agent owns.",
+            "gauge",
+            d.keys.max(0) as u64,
+        ),
+        m(
+            "dmc_agent_used_memory_bytes",
+            "Pool bytes in use by this instance.",
+            "gauge",
+            d.used_memory,
+        ),
+        m(
+            "dmc_agent_maxmemory_bytes",
+            "The maxmemory setting (0: unlimited).",
+            "gauge",
+            engine.dht.maxmemory(),
+        ),
+        m(
+            "dmc_agent_pool_regions",
+            "Regions of the pool.",
+            "gauge",
+            p.regions as u64,
+        ),
+        m(
+            "dmc_agent_table_splits_total",
+            "Hash-table subtable splits.",
+            "counter",
+            d.splits,
+        ),
+        m(
+            "dmc_agent_table_retries_total",
+            "Optimistic retries in the hash table.",
+            "counter",
+            d.retries,
+        ),
+        m(
+            "dmc_agent_local_cache_keys",
+            "Keys in the local DRAM cache.",
+            "gauge",
+            c.keys,
+        ),
+        m(
+            "dmc_agent_local_cache_bytes",
+            "Bytes in the local DRAM cache.",
+            "gauge",
+            c.bytes,
+        ),
+        m(
+            "dmc_agent_local_cache_hits_total",
+            "Reads served by the local cache.",
+            "counter",
+            c.hits,
+        ),
+        m(
+            "dmc_agent_local_cache_misses_total",
+            "Reads the local cache could not serve.",
+            "counter",
+            c.misses,
+        ),
+    ]
 }
 
 /// Serves one client: parse every complete request in the buffer, run them in order,
@@ -442,6 +583,34 @@ mod tests {
                 .is_err()
         );
         assert!(toml::from_str::<Config>("bogus = 1").is_err());
+    }
+
+    #[tokio::test]
+    async fn metric_names_are_unique_and_prefixed() {
+        let pool = Pool::embedded(
+            64 << 20,
+            PoolConfig {
+                replicas: 1,
+                region_size: 8 << 20,
+                segment_size: 1 << 20,
+                ..PoolConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let dht = Dht::open(
+            pool,
+            DhtConfig::default(),
+            Arc::new(SystemClock),
+            Ownership::all(0, 1),
+        )
+        .await
+        .unwrap();
+        let engine = Engine::new(dht, Arc::new(SystemClock), EngineConfig::default());
+        let names: Vec<_> = metrics(&engine).iter().map(|m| m.name).collect();
+        let set: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(set.len(), names.len());
+        assert!(names.iter().all(|n| n.starts_with("dmc_agent_")));
     }
 
     #[test]

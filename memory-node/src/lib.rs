@@ -37,6 +37,8 @@ pub struct Config {
     pub max_frame: ByteSize,
     /// `tracing` filter, e.g. `info` or `dmc_verbs=debug`.
     pub log: String,
+    /// Where to serve Prometheus metrics (`host:port`); none if unset.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for Config {
@@ -50,6 +52,7 @@ impl Default for Config {
             secret_file: None,
             max_frame: ByteSize(dmc_verbs::wire::DEFAULT_MAX_FRAME),
             log: "info".into(),
+            metrics_listen: None,
         }
     }
 }
@@ -82,6 +85,9 @@ pub struct Args {
     /// Log filter (also RUST_LOG).
     #[arg(long)]
     pub log: Option<String>,
+    /// Serve Prometheus metrics on host:port.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -122,6 +128,9 @@ impl Args {
         }
         if let Some(v) = &self.log {
             cfg.log = v.clone();
+        }
+        if let Some(v) = &self.metrics_listen {
+            cfg.metrics_listen = Some(v.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -177,6 +186,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         .await
         .context("binding listen address")?;
     let bound = listener.endpoint()?;
+    if let Some(addr) = &cfg.metrics_listen {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding metrics address {addr}"))?;
+        let core = core.clone();
+        tokio::spawn(dmc_process::serve_metrics(l, move || {
+            metrics(&core.stats())
+        }));
+    }
     let stats = core.stats();
     tracing::info!(
         node = cfg.id,
@@ -204,8 +222,92 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     Ok(())
 }
 
+/// The node's Prometheus metrics.
+pub fn metrics(s: &dmc_verbs::wire::NodeStats) -> Vec<dmc_process::Metric> {
+    use dmc_process::Metric;
+    let m = |name, help, kind, value: u64| Metric {
+        name,
+        help,
+        kind,
+        value: value as f64,
+    };
+    vec![
+        m(
+            "dmc_node_capacity_bytes",
+            "Bytes of regions this node may hold.",
+            "gauge",
+            s.capacity,
+        ),
+        m(
+            "dmc_node_used_bytes",
+            "Bytes of regions this node holds.",
+            "gauge",
+            s.used,
+        ),
+        m(
+            "dmc_node_regions",
+            "Regions this node holds.",
+            "gauge",
+            s.regions as u64,
+        ),
+        m(
+            "dmc_node_prepared_total",
+            "Transactions prepared.",
+            "counter",
+            s.prepared,
+        ),
+        m(
+            "dmc_node_committed_total",
+            "Transactions committed.",
+            "counter",
+            s.committed,
+        ),
+        m(
+            "dmc_node_aborted_total",
+            "Transactions aborted.",
+            "counter",
+            s.aborted,
+        ),
+        m(
+            "dmc_node_conflicts_total",
+            "Prepares refused by a conflict or lock.",
+            "counter",
+            s.conflicts,
+        ),
+        m(
+            "dmc_node_stale_epoch_rejects_total",
+            "Prepares refused for a stale epoch.",
+            "counter",
+            s.stale_epoch_rejects,
+        ),
+        m(
+            "dmc_node_rpc_errors_total",
+            "Requests answered with an error.",
+            "counter",
+            s.rpc_errors,
+        ),
+        m(
+            "dmc_node_uptime_seconds",
+            "Seconds since the node started.",
+            "gauge",
+            s.uptime_ms / 1000,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metric_names_are_unique_and_prefixed() {
+        let names: Vec<_> = super::metrics(&Default::default())
+            .iter()
+            .map(|m| m.name)
+            .collect();
+        let set: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(set.len(), names.len());
+        assert!(names.iter().all(|n| n.starts_with("dmc_node_")));
+    }
+
     use super::*;
 
     #[test]

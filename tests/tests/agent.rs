@@ -274,3 +274,32 @@ fn ten_thousand_idle_connections() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `--metrics-listen` serves Prometheus text with the agent's counters.
+#[test]
+fn prometheus_metrics_are_served() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let agent = Agent::start(&["--metrics-listen", &metrics]).unwrap();
+    assert_eq!(agent.cli(&["SET", "m", "1"]).unwrap().trim(), "OK");
+    let mut s = TcpStream::connect(&metrics).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
+    assert!(
+        body.contains("# TYPE dmc_agent_commands_total counter"),
+        "{body}"
+    );
+    let commands: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("dmc_agent_commands_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(commands >= 1.0);
+}

@@ -26,3 +26,93 @@ pub async fn shutdown_signal() {
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
 }
+
+/// One Prometheus sample: name, help text, type (`counter` or `gauge`), value.
+pub struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: &'static str,
+    pub value: f64,
+}
+
+/// Renders samples in the Prometheus text exposition format (version 0.0.4).
+pub fn render_metrics(metrics: &[Metric]) -> String {
+    let mut out = String::new();
+    for m in metrics {
+        out.push_str(&format!(
+            "# HELP {} {}\n# TYPE {} {}\n{} {}\n",
+            m.name, m.help, m.name, m.kind, m.name, m.value
+        ));
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener` with whatever `render` returns, until the task
+/// is dropped. A deliberately small HTTP/1.0 responder: one request per connection,
+/// requests larger than 8 KiB or slower than 5 s are dropped.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    render: impl Fn() -> Vec<Metric> + Send + Sync + 'static,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let render = std::sync::Arc::new(render);
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let render = render.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            let mut n = 0;
+            let read = async {
+                while n < buf.len() {
+                    let got = stream.read(&mut buf[n..]).await?;
+                    if got == 0 {
+                        break;
+                    }
+                    n += got;
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            if tokio::time::timeout(std::time::Duration::from_secs(5), read)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let response = if head.starts_with("GET /metrics ") || head.starts_with("GET / ") {
+                let body = render_metrics(&render());
+                format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string()
+            };
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_format() {
+        let text = render_metrics(&[Metric {
+            name: "dmc_x_total",
+            help: "Things.",
+            kind: "counter",
+            value: 3.0,
+        }]);
+        assert_eq!(
+            text,
+            "# HELP dmc_x_total Things.\n# TYPE dmc_x_total counter\ndmc_x_total 3\n"
+        );
+    }
+}
