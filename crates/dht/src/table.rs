@@ -31,6 +31,8 @@ use crate::rng;
 
 /// Transactions one commit RPC batch carries at most.
 const MAX_COMMIT_BATCH: usize = 256;
+/// Objects up to this size are read by `get_many`'s batched path.
+const BATCH_OBJECT: usize = 128;
 /// Optimistic retries before an operation gives up.
 const MAX_RETRIES: usize = 256;
 
@@ -627,10 +629,68 @@ impl Dht {
 
     // ------------------------------------------------------------ reads
 
+    /// The get path without futures, for inline backends (local, shm): both candidate
+    /// buckets and the object are read with `post_now`. `None` hands the key to the
+    /// general path: no cached directory, a stale one, a chained object, an expired key
+    /// (which that path reclaims), or a backend that must be awaited.
+    fn find_now(&self, loc: &Loc, key: &[u8], abs: u64) -> Option<Result<Option<Found>, DhtError>> {
+        let st = self.dirs[loc.slot as usize]
+            .read()
+            .as_ref()
+            .map(|d| d.subtable(loc.hash))?;
+        let (a, b) = hash::buckets(loc.hash, self.buckets);
+        for (n, bucket) in [a, b].into_iter().enumerate() {
+            let addr = st.offset_by(bucket * layout::BUCKET);
+            let mut bytes = [0u8; layout::BUCKET as usize];
+            if let Err(e) = self.pool.read_now(addr, &mut bytes)? {
+                return Some(Err(e.into()));
+            }
+            if !layout::header_covers(le64(&bytes, 0), loc.hash) {
+                return None;
+            }
+            for i in 0..SLOTS_PER_BUCKET {
+                let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                if bytes[at + 7] != loc.fp {
+                    continue;
+                }
+                let word = SlotWord(le64(&bytes, at));
+                let Some(obj) = word.object() else { continue };
+                let meta = SlotMeta(le64(&bytes, at + 8));
+                match self.pool.read_object_now(obj, loc.db, key)? {
+                    Ok(ReadObject::Value(v)) => {
+                        if self.is_expired(meta, abs) {
+                            return None;
+                        }
+                        return Some(Ok(Some(Found {
+                            bucket: n,
+                            addr: addr.offset_by(at as u64),
+                            word,
+                            meta,
+                            value: Some(v),
+                        })));
+                    }
+                    Ok(ReadObject::Mismatch) | Err(_) => continue,
+                }
+            }
+        }
+        Some(Ok(None))
+    }
+
     /// The live value of `key` in `db`, or `None`.
     pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
         let loc = Self::loc(db, key);
         let (abs, now) = self.now();
+        if self.inline_reads {
+            match self.find_now(&loc, key, abs) {
+                Some(Ok(Some(f))) => return Ok(Some(self.hit_now(f, &now))),
+                Some(Ok(None)) => {
+                    self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
         if self.inline_reads
             && let Some(f) = self.find_in_first_bucket(&loc, key).await?
             && !self.is_expired(f.meta, abs)
@@ -698,6 +758,7 @@ impl Dht {
                 if let Some((slot, word, meta)) = hit
                     && let Some(obj) = word.object()
                     && !obj.chained
+                    && obj.block.size() as usize <= BATCH_OBJECT
                     && !self.is_expired(meta, abs)
                 {
                     objects.push((
@@ -713,22 +774,27 @@ impl Dht {
                     ));
                 }
             }
-            let mut heads: Vec<Vec<u8>> = objects
-                .iter()
-                .map(|(_, _, o)| vec![0u8; o.block.size() as usize])
-                .collect();
+            let mut heads = vec![[0u8; BATCH_OBJECT]; objects.len()];
             {
                 let mut reads: Vec<(GlobalAddr, &mut [u8])> = objects
                     .iter()
                     .zip(heads.iter_mut())
-                    .map(|((_, _, o), h)| (o.block.addr, &mut h[..]))
+                    .map(|((_, _, o), h)| (o.block.addr, &mut h[..o.block.size() as usize]))
                     .collect();
                 self.pool.read_batch(&mut reads).await?;
             }
-            for ((i, mut f, _), head) in objects.into_iter().zip(heads) {
-                if let ReadObject::Value(v) = self.pool.finish_read(head, db, keys[i]).await? {
-                    f.value = Some(v);
-                    out[i] = Some(self.hit(f, &now).await);
+            for ((i, mut f, obj), head) in objects.into_iter().zip(heads) {
+                let head = &head[..obj.block.size() as usize];
+                if let dmc_umo::object::Head::Inline {
+                    db: d,
+                    key: k,
+                    value,
+                } = dmc_umo::object::parse_head(head)
+                    && d == db
+                    && head[k] == *keys[i]
+                {
+                    f.value = Some(Bytes::copy_from_slice(&head[value]));
+                    out[i] = Some(self.hit_now(f, &now));
                     settled[i] = true;
                 }
             }
@@ -741,9 +807,19 @@ impl Dht {
         Ok(out)
     }
 
-    async fn hit(&self, f: Found, now: &Now) -> Entry {
+    /// [`hit`](Self::hit) without futures: the access is recorded, and a full batch
+    /// of combined metadata updates is sent with inline FAAs.
+    fn hit_now(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
+        if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, now) {
+            for (addr, add) in combine_hits(batch) {
+                let _ = self.pool.faa_now(addr, add);
+            }
+        }
+        self.entry(f, now)
+    }
+
+    fn entry(&self, f: Found, now: &Now) -> Entry {
         Entry {
             value: f.value.unwrap_or_default(),
             expire_at: self.decode_expire(f.meta.expire()),
@@ -754,6 +830,12 @@ impl Dht {
                 meta: f.meta,
             },
         }
+    }
+
+    async fn hit(&self, f: Found, now: &Now) -> Entry {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
+        self.entry(f, now)
     }
 
     /// Reports a hit served outside the table (the agent's local cache) to the key's
@@ -825,20 +907,27 @@ impl Dht {
     /// Records an access to a key's metadata: combined locally, sent as one FAA per key
     /// per batch. The engine calls this for hits served from its own cache too.
     async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
-        let t = self.policy().update(meta, now, rng::next_f64());
-        let flush = {
-            let mut hits = self.hits.lock();
-            hits.push(PendingHit {
-                addr: meta_addr,
-                seen: meta,
-                lfu_add: t.lfu_add,
-                access: t.access,
-            });
-            (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
-        };
-        if let Some(batch) = flush {
+        if let Some(batch) = self.record_touch(meta_addr, meta, now) {
             self.send_hits(batch).await;
         }
+    }
+
+    /// Records one access; returns the pending batch when it is full.
+    fn record_touch(
+        &self,
+        meta_addr: GlobalAddr,
+        meta: SlotMeta,
+        now: &Now,
+    ) -> Option<Vec<PendingHit>> {
+        let t = self.policy().update(meta, now, rng::next_f64());
+        let mut hits = self.hits.lock();
+        hits.push(PendingHit {
+            addr: meta_addr,
+            seen: meta,
+            lfu_add: t.lfu_add,
+            access: t.access,
+        });
+        (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
     }
 
     /// Sends the combined metadata updates now.
@@ -847,29 +936,10 @@ impl Dht {
         self.send_hits(batch).await;
     }
 
-    async fn send_hits(&self, mut batch: Vec<PendingHit>) {
-        // Combine the accesses of each key (in order) into one FAA.
-        batch.sort_by_key(|h| h.addr);
-        let mut i = 0;
-        while i < batch.len() {
-            let first = &batch[i];
-            let mut j = i;
-            let mut lfu = 0u32;
-            while j < batch.len() && batch[j].addr == first.addr {
-                lfu += batch[j].lfu_add as u32;
-                j += 1;
-            }
-            let last_access = batch[j - 1].access;
-            // Never carry the counter past 255: the word's other fields sit below it.
-            let lfu = lfu.min(u8::MAX.saturating_sub(first.seen.lfu()) as u32) as u64;
-            let add = (lfu << layout::LFU_SHIFT).wrapping_add(
-                (last_access.wrapping_sub(first.seen.access()) as u64) << layout::ACCESS_SHIFT,
-            );
-            if add != 0 {
-                // Metadata is advisory: a failed update only ages the key a little.
-                let _ = self.pool.faa(first.addr, add).await;
-            }
-            i = j;
+    async fn send_hits(&self, batch: Vec<PendingHit>) {
+        for (addr, add) in combine_hits(batch) {
+            // Metadata is advisory: a failed update only ages the key a little.
+            let _ = self.pool.faa(addr, add).await;
         }
     }
 
@@ -1732,6 +1802,33 @@ impl Dht {
             .filter(|(_, m)| !self.is_expired(*m, abs))
             .count())
     }
+}
+
+/// Combines the accesses of each key (in order) into one FAA addend per metadata word.
+fn combine_hits(mut batch: Vec<PendingHit>) -> Vec<(GlobalAddr, u64)> {
+    batch.sort_by_key(|h| h.addr);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < batch.len() {
+        let first = &batch[i];
+        let mut j = i;
+        let mut lfu = 0u32;
+        while j < batch.len() && batch[j].addr == first.addr {
+            lfu += batch[j].lfu_add as u32;
+            j += 1;
+        }
+        let last_access = batch[j - 1].access;
+        // Never carry the counter past 255: the word's other fields sit below it.
+        let lfu = lfu.min(u8::MAX.saturating_sub(first.seen.lfu()) as u32) as u64;
+        let add = (lfu << layout::LFU_SHIFT).wrapping_add(
+            (last_access.wrapping_sub(first.seen.access()) as u64) << layout::ACCESS_SHIFT,
+        );
+        if add != 0 {
+            out.push((first.addr, add));
+        }
+        i = j;
+    }
+    out
 }
 
 /// Group commit: transactions queued while a batch is in flight go out together, so

@@ -558,6 +558,75 @@ impl Pool {
 
     // ------------------------------------------------------------ verbs
 
+    /// Reads from the primary copy right now, if its backend completes verbs inline;
+    /// `None` means use [`read`](Self::read).
+    pub fn read_now(&self, addr: GlobalAddr, buf: &mut [u8]) -> Option<Result<(), UmoError>> {
+        let node = match self.primary(addr.region()) {
+            Ok(n) => &self.nodes[n],
+            Err(e) => return Some(Err(e)),
+        };
+        let mut verbs = [Verb::Read {
+            region: addr.region(),
+            offset: addr.offset(),
+            buf,
+        }];
+        Some(node.post_now(&mut verbs)?.map_err(|e| UmoError::Node {
+            node: node.node(),
+            source: e,
+        }))
+    }
+
+    /// Reads a small inline object right now (see [`read_now`](Self::read_now)) and
+    /// verifies db, key and checksum. `None`: not possible inline (a chained or large
+    /// object, or a backend that must be awaited).
+    pub fn read_object_now(
+        &self,
+        obj: ObjectRef,
+        db: u8,
+        key: &[u8],
+    ) -> Option<Result<ReadObject, UmoError>> {
+        let size = obj.block.size() as usize;
+        if obj.chained || size > SMALL_OBJECT {
+            return None;
+        }
+        let mut buf = [0u8; SMALL_OBJECT];
+        let buf = &mut buf[..size];
+        if let Err(e) = self.read_now(obj.block.addr, buf)? {
+            return Some(Err(e));
+        }
+        Some(Ok(match object::parse_head(buf) {
+            Head::Inline {
+                db: d,
+                key: k,
+                value,
+            } if d == db && buf[k.clone()] == *key => {
+                ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
+            }
+            _ => ReadObject::Mismatch,
+        }))
+    }
+
+    /// Fetch-and-add on the primary right now, if the backend completes verbs inline.
+    pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
+        let node = &self.nodes[self.primary(addr.region()).ok()?];
+        let mut verbs = [Verb::Faa {
+            region: addr.region(),
+            offset: addr.offset(),
+            add,
+            old: 0,
+        }];
+        if let Err(e) = node.post_now(&mut verbs)? {
+            return Some(Err(UmoError::Node {
+                node: node.node(),
+                source: e,
+            }));
+        }
+        match verbs {
+            [Verb::Faa { old, .. }] => Some(Ok(old)),
+            _ => unreachable!("the batch holds the FAA it was built with"),
+        }
+    }
+
     /// Reads from the primary copy.
     pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
         let node = &self.nodes[self.primary(addr.region())?];
