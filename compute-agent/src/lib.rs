@@ -157,14 +157,7 @@ pub struct Args {
 
 impl Args {
     pub fn resolve(&self) -> Result<Config> {
-        let mut cfg: Config = match &self.config {
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("reading config {}", p.display()))?;
-                toml::from_str(&text).with_context(|| format!("parsing config {}", p.display()))?
-            }
-            None => Config::default(),
-        };
+        let mut cfg: Config = dmc_process::load_config(self.config.as_deref())?;
         if let Some(v) = &self.bind {
             cfg.bind = v.clone();
         }

@@ -99,15 +99,7 @@ pub struct Args {
 impl Args {
     /// Loads the config file (if any) and applies the flags.
     pub fn resolve(&self) -> Result<Config> {
-        let mut cfg = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading config {}", path.display()))?;
-                toml::from_str(&text)
-                    .with_context(|| format!("parsing config {}", path.display()))?
-            }
-            None => Config::default(),
-        };
+        let mut cfg: Config = dmc_process::load_config(self.config.as_deref())?;
         if let Some(v) = self.id {
             cfg.id = v;
         }

@@ -1,5 +1,21 @@
 //! Process plumbing every DMC binary shares, so each `main.rs` stays a few lines.
 
+/// Reads a TOML config file into `T`, or `T::default()` when no file is given. Errors
+/// name the file.
+pub fn load_config<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<T> {
+    use anyhow::Context;
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing config {}", p.display()))
+        }
+        None => Ok(T::default()),
+    }
+}
+
 /// Logs to stderr through `tracing`, filtered by `RUST_LOG` if set, else by `filter`.
 pub fn init_logging(filter: &str) {
     tracing_subscriber::fmt()

@@ -37,6 +37,20 @@ use crate::object::{self, ChunkRef, Head};
 /// the transaction's write indexes on this node, and whether the node is a primary.
 type NodePlan = (Vec<TxPrepare>, Vec<(usize, Vec<usize>, bool)>);
 
+/// Checks a small inline object read whole: db, key and checksum; the value copied out.
+fn verify_small(buf: &[u8], db: u8, key: &[u8]) -> ReadObject {
+    match object::parse_head(buf) {
+        Head::Inline {
+            db: d,
+            key: k,
+            value,
+        } if d == db && buf[k.clone()] == *key => {
+            ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
+        }
+        _ => ReadObject::Mismatch,
+    }
+}
+
 /// Objects up to this size are read through a stack buffer (two sizes, so that small
 /// objects do not pay for zeroing a large one).
 const SMALL_OBJECT: usize = 512;
@@ -594,16 +608,7 @@ impl Pool {
         if let Err(e) = self.read_now(obj.block.addr, buf)? {
             return Some(Err(e));
         }
-        Some(Ok(match object::parse_head(buf) {
-            Head::Inline {
-                db: d,
-                key: k,
-                value,
-            } if d == db && buf[k.clone()] == *key => {
-                ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
-            }
-            _ => ReadObject::Mismatch,
-        }))
+        Some(Ok(verify_small(buf, db, key)))
     }
 
     /// Fetch-and-add on the primary right now, if the backend completes verbs inline.
@@ -900,16 +905,7 @@ impl Pool {
         buf: &mut [u8],
     ) -> Result<ReadObject, UmoError> {
         self.read(obj.block.addr, buf).await?;
-        Ok(match object::parse_head(buf) {
-            Head::Inline {
-                db: d,
-                key: k,
-                value,
-            } if d == db && buf[k.clone()] == *key => {
-                ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
-            }
-            _ => ReadObject::Mismatch,
-        })
+        Ok(verify_small(buf, db, key))
     }
 
     /// Reads whatever object is at `obj`, verifying only its checksum: the key, db and
