@@ -1,16 +1,29 @@
 //! Profiling aid: batched gets (16 keys per call) on one core over an shm table.
 use dmc_benches::*;
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let n: u64 = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(200_000);
-    let gets: u64 = std::env::args().nth(2).map(|s| s.parse().unwrap()).unwrap_or(2_000_000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let n: u64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(200_000);
+    let gets: u64 = std::env::args()
+        .nth(2)
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(2_000_000);
     let t = rt.block_on(async {
         let t = shm_table(2, 2 << 30).await.unwrap();
         load(&t.dht, n, 64, None, false).await.unwrap();
         t
     });
     let names: Vec<[u8; 16]> = (0..n).map(key).collect();
-    let one = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let one = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let start = std::time::Instant::now();
     one.block_on(async {
         let mut k = 0u64;

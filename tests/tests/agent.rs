@@ -47,8 +47,56 @@ fn redis_cli_round_trips_string_and_key_commands() {
         "",
         "an expired key is not served from the local cache"
     );
+    // Keyspace iteration and renames.
+    assert_eq!(
+        cli(&["MSET", "user:1", "a", "user:2", "b", "other", "c"]),
+        "OK"
+    );
+    let mut keys: Vec<String> = agent
+        .cli(&["KEYS", "user:*"])
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, vec!["user:1", "user:2"]);
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let out = agent
+            .cli(&["SCAN", &cursor, "MATCH", "user:*", "COUNT", "100"])
+            .unwrap();
+        let mut lines = out.lines();
+        cursor = lines.next().unwrap().to_string();
+        seen.extend(lines.map(String::from));
+        if cursor == "0" {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec!["user:1", "user:2"],
+        "SCAN returns every key once"
+    );
+    assert_eq!(cli(&["RENAME", "user:1", "user:9"]), "OK");
+    assert_eq!(cli(&["GET", "user:9"]), "a");
+    assert_eq!(cli(&["GET", "user:1"]), "");
+    assert_eq!(cli(&["RENAMENX", "user:9", "user:2"]), "0");
+    assert_eq!(cli(&["RENAME", "nope", "x"]), "ERR no such key");
+    assert!(!cli(&["RANDOMKEY"]).is_empty());
     assert_eq!(cli(&["SELECT", "1"]), "OK");
     assert_eq!(cli(&["-n", "1", "GET", "k"]), "");
+    assert_eq!(cli(&["-n", "1", "SET", "only-in-1", "x"]), "OK");
+    assert_eq!(cli(&["FLUSHDB"]), "OK");
+    assert_eq!(cli(&["GET", "k"]), "", "FLUSHDB empties database 0");
+    assert_eq!(
+        cli(&["-n", "1", "GET", "only-in-1"]),
+        "x",
+        "and leaves database 1 alone"
+    );
+    assert_eq!(cli(&["FLUSHALL"]), "OK");
+    assert_eq!(cli(&["-n", "1", "GET", "only-in-1"]), "");
     assert_eq!(
         cli(&["GET"]),
         "ERR wrong number of arguments for 'get' command"
@@ -57,6 +105,7 @@ fn redis_cli_round_trips_string_and_key_commands() {
     assert!(cli(&["INFO", "server"]).contains("redis_version:7.2.4"));
     // RESP3 and the raw/no-raw renderings.
     assert!(agent.cli(&["-3", "HELLO", "3"]).unwrap().contains("proto"));
+    assert_eq!(cli(&["SET", "k", "wxyz"]), "OK");
     assert_eq!(
         agent.cli(&["--no-raw", "GET", "k"]).unwrap().trim_end(),
         "\"wxyz\""

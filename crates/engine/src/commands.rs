@@ -59,6 +59,13 @@ pub enum Cmd {
     PExpireTime,
     Persist,
     Touch,
+    Scan,
+    Keys,
+    RandomKey,
+    FlushDb,
+    FlushAll,
+    Rename,
+    RenameNx,
 }
 
 /// One row of the command table (the fields `COMMAND INFO` reports).
@@ -197,6 +204,13 @@ pub const TABLE: &[Spec] = &[
     spec!("pexpiretime", 2, R, 1, 1, 1, PExpireTime),
     spec!("persist", 2, WF, 1, 1, 1, Persist),
     spec!("touch", -2, R, 1, -1, 1, Touch),
+    spec!("scan", -2, &["readonly"], 0, 0, 0, Scan),
+    spec!("keys", 2, &["readonly"], 0, 0, 0, Keys),
+    spec!("randomkey", 1, &["readonly"], 0, 0, 0, RandomKey),
+    spec!("flushdb", -1, &["write"], 0, 0, 0, FlushDb),
+    spec!("flushall", -1, &["write"], 0, 0, 0, FlushAll),
+    spec!("rename", 3, &["write"], 1, 2, 1, Rename),
+    spec!("renamenx", 3, &["write", "fast"], 1, 2, 1, RenameNx),
 ];
 
 fn index() -> &'static HashMap<&'static str, &'static Spec> {
@@ -282,7 +296,14 @@ pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) 
         | Cmd::ExpireTime
         | Cmd::PExpireTime
         | Cmd::Persist
-        | Cmd::Touch => keys::run(engine, session, spec.cmd, &args).await,
+        | Cmd::Touch
+        | Cmd::Scan
+        | Cmd::Keys
+        | Cmd::RandomKey
+        | Cmd::FlushDb
+        | Cmd::FlushAll
+        | Cmd::Rename
+        | Cmd::RenameNx => keys::run(engine, session, spec.cmd, &args).await,
         _ => strings::run(engine, session, spec.cmd, &args).await,
     };
     (reply, Flow::Continue)

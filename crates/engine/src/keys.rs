@@ -5,6 +5,11 @@ use dmc_dht::Ttl;
 use dmc_resp::Reply;
 
 use crate::commands::Cmd;
+use crate::server::glob;
+use dmc_dht::layout::HASH_SLOTS as SLOTS;
+use dmc_dht::{SetExpiry, SetOptions};
+
+const HASH_SLOTS: u16 = SLOTS as u16;
 use crate::{Engine, NOT_INTEGER, Session, error_reply, parse_i64};
 
 macro_rules! tri {
@@ -74,7 +79,163 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 _ => Reply::Int(0),
             }
         }
+        Cmd::Scan => scan(engine, db, args).await,
+        Cmd::Keys => {
+            let mut out = Vec::new();
+            for slot in 0..HASH_SLOTS {
+                for k in tri!(slot_keys(engine, db, slot).await) {
+                    if glob(&args[1], &k, false) {
+                        out.push(Reply::Bulk(k));
+                    }
+                }
+            }
+            Reply::Array(out)
+        }
+        Cmd::RandomKey => {
+            let start = (engine.now_ms() % HASH_SLOTS as u64) as u16;
+            for i in 0..HASH_SLOTS {
+                let slot = (start + i) % HASH_SLOTS;
+                let keys = tri!(slot_keys(engine, db, slot).await);
+                if !keys.is_empty() {
+                    let pick = (engine.now_ms() as usize).wrapping_mul(2654435761) % keys.len();
+                    return Reply::Bulk(keys[pick].clone());
+                }
+            }
+            Reply::Null
+        }
+        Cmd::FlushDb | Cmd::FlushAll => {
+            if let Some(mode) = args
+                .get(1)
+                .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
+                && (args.len() > 2 || (mode != "ASYNC" && mode != "SYNC"))
+            {
+                return Reply::err(crate::SYNTAX);
+            }
+            for slot in 0..HASH_SLOTS {
+                for (kdb, k) in tri!(dht.scan_slot(slot).await) {
+                    if cmd == Cmd::FlushAll || kdb == db {
+                        tri!(dht.delete(kdb, &k).await);
+                        engine.wrote(kdb, &k, None);
+                    }
+                }
+            }
+            Reply::ok()
+        }
+        Cmd::Rename | Cmd::RenameNx => rename(engine, db, cmd, args).await,
         _ => Reply::err("ERR command not in the keyspace family"),
+    }
+}
+
+/// Live keys of `db` in one hash slot.
+async fn slot_keys(engine: &Engine, db: u8, slot: u16) -> Result<Vec<Bytes>, dmc_dht::DhtError> {
+    Ok(engine
+        .dht
+        .scan_slot(slot)
+        .await?
+        .into_iter()
+        .filter(|(d, _)| *d == db)
+        .map(|(_, k)| k)
+        .collect())
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`. The cursor is the next hash
+/// slot to visit, so every key present for the whole iteration is returned once.
+async fn scan(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let (mut pattern, mut count, mut kind): (Option<&[u8]>, i64, Option<String>) = (None, 10, None);
+    let mut i = 2;
+    while i < args.len() {
+        let opt = String::from_utf8_lossy(&args[i]).to_ascii_uppercase();
+        let Some(value) = args.get(i + 1) else {
+            return Reply::err(crate::SYNTAX);
+        };
+        match opt.as_str() {
+            "MATCH" => pattern = Some(value),
+            "COUNT" => match parse_i64(value) {
+                Some(n) if n >= 1 => count = n,
+                Some(_) => return Reply::err(crate::SYNTAX),
+                None => return Reply::err(NOT_INTEGER),
+            },
+            "TYPE" => kind = Some(String::from_utf8_lossy(value).to_ascii_lowercase()),
+            _ => return Reply::err(crate::SYNTAX),
+        }
+        i += 2;
+    }
+    let mut slot = cursor.min(HASH_SLOTS as u64) as u16;
+    let mut out = Vec::new();
+    while slot < HASH_SLOTS && (out.len() as i64) < count {
+        for k in tri!(slot_keys(engine, db, slot).await) {
+            // Only strings exist today: a TYPE filter for anything else matches nothing.
+            let type_ok = kind.as_deref().is_none_or(|t| t == "string");
+            if type_ok && pattern.is_none_or(|p| glob(p, &k, false)) {
+                out.push(Reply::Bulk(k));
+            }
+        }
+        slot += 1;
+    }
+    let next = if slot >= HASH_SLOTS { 0 } else { slot };
+    Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)])
+}
+
+/// RENAME / RENAMENX: the value and its expiry move to the new name.
+async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
+    let (src, dst) = (&args[1], &args[2]);
+    let (la, lb) = (engine.key_lock(src), engine.key_lock(dst));
+    // Two stripes, always taken in address order.
+    let (first, second) = if (la as *const _ as usize) <= (lb as *const _ as usize) {
+        (la, lb)
+    } else {
+        (lb, la)
+    };
+    let _g1 = first.lock().await;
+    let _g2 = if std::ptr::eq(first, second) {
+        None
+    } else {
+        Some(second.lock().await)
+    };
+    let Some(e) = tri!(engine.dht.get(db, src).await) else {
+        return Reply::err("ERR no such key");
+    };
+    if src == dst {
+        return if cmd == Cmd::RenameNx {
+            Reply::Int(0)
+        } else {
+            Reply::ok()
+        };
+    }
+    if cmd == Cmd::RenameNx && tri!(engine.dht.exists(db, dst).await) {
+        return Reply::Int(0);
+    }
+    let expiry = match e.expire_at {
+        Some(at) => SetExpiry::At(at),
+        None => SetExpiry::Clear,
+    };
+    tri!(
+        engine
+            .dht
+            .set(
+                db,
+                dst,
+                &e.value,
+                SetOptions {
+                    expiry,
+                    ..Default::default()
+                }
+            )
+            .await
+    );
+    engine.wrote(db, dst, Some((&e.value[..], e.expire_at)));
+    tri!(engine.dht.delete(db, src).await);
+    engine.wrote(db, src, None);
+    if cmd == Cmd::RenameNx {
+        Reply::Int(1)
+    } else {
+        Reply::ok()
     }
 }
 

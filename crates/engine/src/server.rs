@@ -20,14 +20,22 @@ fn upper(a: &[u8]) -> String {
     String::from_utf8_lossy(a).to_ascii_uppercase()
 }
 
-/// Redis's `stringmatchlen` glob: `*`, `?`, `[...]`, `\` escapes; case-insensitive.
-pub fn glob(pattern: &[u8], text: &[u8]) -> bool {
+/// Redis's `stringmatchlen` glob: `*`, `?`, `[...]` (ranges, `^`), `\` escapes.
+pub fn glob(pattern: &[u8], text: &[u8], nocase: bool) -> bool {
+    let eq = |a: u8, b: u8| {
+        if nocase {
+            a.eq_ignore_ascii_case(&b)
+        } else {
+            a == b
+        }
+    };
     match (pattern.first(), text.first()) {
         (None, None) => true,
         (Some(b'*'), _) => {
-            glob(&pattern[1..], text) || (!text.is_empty() && glob(pattern, &text[1..]))
+            glob(&pattern[1..], text, nocase)
+                || (!text.is_empty() && glob(pattern, &text[1..], nocase))
         }
-        (Some(b'?'), Some(_)) => glob(&pattern[1..], &text[1..]),
+        (Some(b'?'), Some(_)) => glob(&pattern[1..], &text[1..], nocase),
         (Some(b'['), Some(&c)) => {
             let Some(close) = pattern
                 .iter()
@@ -46,19 +54,21 @@ pub fn glob(pattern: &[u8], text: &[u8]) -> bool {
             let mut i = 0;
             while i < class.len() {
                 if i + 2 < class.len() && class[i + 1] == b'-' {
-                    hit |= (class[i]..=class[i + 2]).contains(&c.to_ascii_lowercase());
+                    let (lo, hi) = (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
+                    let c = if nocase { c.to_ascii_lowercase() } else { c };
+                    hit |= (lo..=hi).contains(&c);
                     i += 3;
                 } else {
-                    hit |= class[i].eq_ignore_ascii_case(&c);
+                    hit |= eq(class[i], c);
                     i += 1;
                 }
             }
-            hit != neg && glob(&pattern[close + 1..], &text[1..])
+            hit != neg && glob(&pattern[close + 1..], &text[1..], nocase)
         }
         (Some(b'\\'), Some(&c)) if pattern.len() > 1 => {
-            pattern[1].eq_ignore_ascii_case(&c) && glob(&pattern[2..], &text[1..])
+            eq(pattern[1], c) && glob(&pattern[2..], &text[1..], nocase)
         }
-        (Some(&p), Some(&c)) => p.eq_ignore_ascii_case(&c) && glob(&pattern[1..], &text[1..]),
+        (Some(&p), Some(&c)) => eq(p, c) && glob(&pattern[1..], &text[1..], nocase),
         _ => false,
     }
 }
@@ -245,7 +255,7 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
         "GET" if args.len() >= 3 => {
             let mut pairs = Vec::new();
             for (name, value) in config_values(engine) {
-                if args[2..].iter().any(|p| glob(p, name.as_bytes())) {
+                if args[2..].iter().any(|p| glob(p, name.as_bytes(), true)) {
                     pairs.push((Reply::bulk(name), Reply::bulk(value)));
                 }
             }
@@ -408,11 +418,17 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob(b"*", b"maxmemory"));
-        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
-        assert!(glob(b"MAXMEMORY", b"maxmemory"));
-        assert!(glob(b"m?xmemory", b"maxmemory"));
-        assert!(glob(b"[ab]ppendonly", b"appendonly"));
-        assert!(!glob(b"save?", b"save"));
+        assert!(glob(b"*", b"maxmemory", true));
+        assert!(glob(b"maxmemory*", b"maxmemory-policy", true));
+        assert!(glob(b"MAXMEMORY", b"maxmemory", true));
+        assert!(
+            !glob(b"MAXMEMORY", b"maxmemory", false),
+            "KEYS patterns are case-sensitive"
+        );
+        assert!(glob(b"m?xmemory", b"maxmemory", true));
+        assert!(glob(b"[ab]ppendonly", b"appendonly", false));
+        assert!(glob(b"key:[0-9]*", b"key:42", false));
+        assert!(!glob(b"save?", b"save", false));
+        assert!(glob(b"a\\*b", b"a*b", false));
     }
 }
