@@ -88,7 +88,13 @@ fn redis_cli_round_trips_string_and_key_commands() {
     assert_eq!(cli(&["SELECT", "1"]), "OK");
     assert_eq!(cli(&["-n", "1", "GET", "k"]), "");
     assert_eq!(cli(&["-n", "1", "SET", "only-in-1", "x"]), "OK");
+    assert_eq!(
+        cli(&["-n", "1", "DBSIZE"]),
+        "1",
+        "DBSIZE counts its own database"
+    );
     assert_eq!(cli(&["FLUSHDB"]), "OK");
+    assert_eq!(cli(&["DBSIZE"]), "0");
     assert_eq!(cli(&["GET", "k"]), "", "FLUSHDB empties database 0");
     assert_eq!(
         cli(&["-n", "1", "GET", "only-in-1"]),

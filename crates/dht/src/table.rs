@@ -275,7 +275,8 @@ pub struct Dht {
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
     hits: Mutex<Vec<PendingHit>>,
-    keys: AtomicI64,
+    /// Keys per database in the slots this client owns.
+    keys: Box<[AtomicI64]>,
     counters: Counters,
     removed: RwLock<Option<RemovedHook>>,
 }
@@ -326,7 +327,7 @@ impl Dht {
             partitions: RwLock::new(Vec::new()),
             commits: tx,
             hits: Mutex::new(Vec::new()),
-            keys: AtomicI64::new(0),
+            keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
             counters: Counters::default(),
             removed: RwLock::new(None),
         };
@@ -387,12 +388,17 @@ impl Dht {
             }
             parts.push(slot as u16);
             if self.owner.lease(slot as u16).is_some() {
-                keys += self.scan_words(slot as u16).await?.len() as i64;
+                for (word, _) in self.scan_words(slot as u16).await? {
+                    let Some(obj) = word.object() else { continue };
+                    if let Some((db, _, _)) = self.pool.read_any(obj).await? {
+                        self.keys[db as usize].fetch_add(1, Ordering::Relaxed);
+                        keys += 1;
+                    }
+                }
             }
         }
         tracing::info!(partitions = parts.len(), keys, "hash table opened");
         *self.partitions.write() = parts;
-        self.keys.store(keys, Ordering::Relaxed);
         Ok(())
     }
 
@@ -438,7 +444,12 @@ impl Dht {
     /// Keys in the slots this client owns (expired ones not yet reclaimed included, as
     /// Redis's `DBSIZE`).
     pub fn key_count(&self) -> i64 {
-        self.keys.load(Ordering::Relaxed)
+        self.keys.iter().map(|k| k.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Keys of database `db` in the slots this client owns (as Redis's `DBSIZE`).
+    pub fn key_count_db(&self, db: u8) -> i64 {
+        self.keys[db as usize].load(Ordering::Relaxed)
     }
 
     pub fn stats(&self) -> DhtStats {
@@ -1083,7 +1094,7 @@ impl Dht {
                     match found.and_then(|f| f.word.object()) {
                         Some(prev) => self.pool.free_object(prev).await,
                         None => {
-                            self.keys.fetch_add(1, Ordering::Relaxed);
+                            self.keys[loc.db as usize].fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     return Ok(SetOutcome { written: true, old });
@@ -1136,6 +1147,7 @@ impl Dht {
         loc_slot: u16,
         probe_bucket: (GlobalAddr, u64),
         f: &Found,
+        db: Option<u8>,
     ) -> Result<bool, DhtError> {
         let lease = self.lease(loc_slot)?;
         let tx = Tx {
@@ -1161,7 +1173,9 @@ impl Dht {
         };
         match self.commit(tx).await {
             TxOutcome::Committed => {
-                self.keys.fetch_sub(1, Ordering::Relaxed);
+                if let Some(db) = db {
+                    self.keys[db as usize].fetch_sub(1, Ordering::Relaxed);
+                }
                 if let Some(obj) = f.word.object() {
                     self.pool.free_object(obj).await;
                 }
@@ -1180,6 +1194,7 @@ impl Dht {
                     loc.slot,
                     (probe.buckets[f.bucket].0, probe.header(f.bucket)),
                     f,
+                    Some(loc.db),
                 )
                 .await
         {
@@ -1202,6 +1217,7 @@ impl Dht {
                     loc.slot,
                     (probe.buckets[f.bucket].0, probe.header(f.bucket)),
                     &f,
+                    Some(loc.db),
                 )
                 .await?
             {
@@ -1615,7 +1631,10 @@ impl Dht {
                 continue;
             };
             let key = self.pool.read_any(obj).await?;
-            if self.clear(slot, (bucket, header), &victim).await? {
+            if self
+                .clear(slot, (bucket, header), &victim, key.as_ref().map(|k| k.0))
+                .await?
+            {
                 self.counters.evicted.fetch_add(1, Ordering::Relaxed);
                 if let Some((db, k, _)) = &key {
                     self.removed(*db, k);
@@ -1705,7 +1724,14 @@ impl Dht {
         let mut n = 0;
         for _ in 0..buckets {
             for (slot, bucket, header, f) in self.sample_bucket(&parts).await? {
-                if self.is_expired(f.meta, abs) && self.clear(slot, (bucket, header), &f).await? {
+                if !self.is_expired(f.meta, abs) {
+                    continue;
+                }
+                let db = match f.word.object() {
+                    Some(obj) => self.pool.read_any(obj).await?.map(|(db, _, _)| db),
+                    None => None,
+                };
+                if self.clear(slot, (bucket, header), &f, db).await? {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                 }
