@@ -1,0 +1,80 @@
+"""redis-py against a compute agent: every implemented command, RESP2 and RESP3.
+
+Run by tests/tests/redis_py.rs with the agent's port as the only argument; exits
+non-zero with the failing assertion otherwise.
+"""
+import sys
+import time
+
+import redis
+
+
+def check(r: redis.Redis, proto: int) -> None:
+    r.flushall()
+    assert r.ping() is True
+    assert r.echo("hi") == "hi"
+    assert r.set("k", "v") is True
+    assert r.get("k") == "v"
+    assert r.set("k", "w", nx=True) is None
+    assert r.set("k", "w", xx=True, get=True) == "v"
+    assert r.setnx("k", "x") is False
+    assert r.setex("t", 100, "1") is True
+    assert 98 <= r.ttl("t") <= 100
+    assert r.psetex("pt", 100000, "1") is True
+    assert 99000 <= r.pttl("pt") <= 100000
+    assert r.getdel("pt") == "1" and r.get("pt") is None
+    assert r.getex("t", persist=True) == "1" and r.ttl("t") == -1
+    assert r.getset("k", "z") == "w"
+    assert r.mset({"a": "1", "b": "2"}) is True
+    assert r.mget(["a", "b", "nope"]) == ["1", "2", None]
+    assert r.msetnx({"a": "9", "c": "3"}) is False and r.get("c") is None
+    assert r.incr("n") == 1 and r.incrby("n", 9) == 10
+    assert r.decr("n") == 9 and r.decrby("n", 4) == 5
+    assert abs(r.incrbyfloat("f", 1.5) - 1.5) < 1e-9
+    assert r.append("s", "ab") == 2 and r.append("s", "cd") == 4
+    assert r.strlen("s") == 4 and r.getrange("s", 1, 2) == "bc"
+    assert r.setrange("s", 1, "XY") == 4 and r.get("s") == "aXYd"
+    assert r.exists("a", "b", "nope") == 2
+    assert r.type("a") == "string" and r.type("nope") == "none"
+    assert r.expire("a", 100) is True and r.expire("a", 50, gt=True) is False
+    assert r.expireat("b", int(time.time()) + 100) is True
+    assert r.pexpire("c2", 100) is False
+    assert r.persist("a") is True and r.ttl("a") == -1
+    assert r.expiretime("b") > time.time()
+    assert r.touch("a", "b") == 2
+    assert sorted(r.keys("*")) == sorted(["k", "t", "a", "b", "n", "f", "s"])
+    cursor, seen = 0, []
+    while True:
+        cursor, batch = r.scan(cursor, match="?", count=3)
+        seen += batch
+        if cursor == 0:
+            break
+    assert sorted(seen) == sorted(["k", "t", "a", "b", "n", "f", "s"])
+    assert r.rename("a", "a2") is True and r.get("a2") == "1"
+    assert r.renamenx("a2", "b") is False
+    assert r.randomkey() is not None
+    assert r.dbsize() == 7
+    assert r.delete("a2", "b", "nope") == 2 and r.unlink("k") == 1
+    info = r.info()
+    assert info["redis_version"] == "7.2.4"
+    assert "maxmemory" in r.config_get("maxmemory*")
+    assert r.config_set("maxmemory-policy", "allkeys-lru") is True
+    assert r.config_get("maxmemory-policy")["maxmemory-policy"] == "allkeys-lru"
+    assert r.client_id() > 0
+    assert r.client_setname("tester") is True and r.client_getname() == "tester"
+    assert r.command_count() > 40
+    assert len(r.time()) == 2
+    assert r.flushdb() is True and r.dbsize() == 0
+    print(f"RESP{proto}: ok")
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    for proto in (2, 3):
+        r = redis.Redis(host="127.0.0.1", port=port, protocol=proto, decode_responses=True)
+        check(r, proto)
+        r.close()
+
+
+if __name__ == "__main__":
+    main()
