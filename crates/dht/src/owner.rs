@@ -6,7 +6,7 @@
 //! memory nodes. Until the cluster manager assigns shards, a standalone client owns all
 //! slots as shard 0.
 
-use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::layout::HASH_SLOTS;
 
@@ -17,46 +17,84 @@ pub struct Lease {
     pub epoch: u64,
 }
 
+/// Read on every write, from every worker thread: plain atomics per slot, no lock.
+/// A reassignment stores the shard then the epoch; a writer that reads a mixed pair
+/// during a rescale is refused by the memory nodes' epoch fencing, never silently wrong.
 pub struct Ownership {
-    slots: RwLock<Vec<Option<Lease>>>,
+    /// Shard per hash slot; `NONE` when not owned.
+    shards: Box<[AtomicU32]>,
+    epochs: Box<[AtomicU64]>,
 }
 
+const NONE: u32 = u32::MAX;
+
 impl Ownership {
+    fn with(lease: Option<Lease>) -> Self {
+        Ownership {
+            shards: (0..HASH_SLOTS)
+                .map(|_| AtomicU32::new(lease.map_or(NONE, |l| l.shard)))
+                .collect(),
+            epochs: (0..HASH_SLOTS)
+                .map(|_| AtomicU64::new(lease.map_or(0, |l| l.epoch)))
+                .collect(),
+        }
+    }
+
     /// Owns every slot as `shard` at `epoch`.
     pub fn all(shard: u32, epoch: u64) -> Self {
-        Ownership {
-            slots: RwLock::new(vec![Some(Lease { shard, epoch }); HASH_SLOTS]),
-        }
+        Self::with(Some(Lease { shard, epoch }))
     }
 
     /// Owns nothing (a read-only client).
     pub fn none() -> Self {
-        Ownership {
-            slots: RwLock::new(vec![None; HASH_SLOTS]),
-        }
+        Self::with(None)
     }
 
     pub fn lease(&self, slot: u16) -> Option<Lease> {
-        self.slots.read().get(slot as usize).copied().flatten()
+        let shard = self.shards.get(slot as usize)?.load(Ordering::Acquire);
+        (shard != NONE).then(|| Lease {
+            shard,
+            epoch: self.epochs[slot as usize].load(Ordering::Acquire),
+        })
     }
 
     /// Assigns (or with `None` removes) slots `range`.
     pub fn assign(&self, range: std::ops::Range<u16>, lease: Option<Lease>) {
-        let mut slots = self.slots.write();
         for s in range {
-            if let Some(e) = slots.get_mut(s as usize) {
-                *e = lease;
+            let s = s as usize;
+            if s >= HASH_SLOTS {
+                break;
+            }
+            match lease {
+                Some(l) => {
+                    self.epochs[s].store(l.epoch, Ordering::Release);
+                    self.shards[s].store(l.shard, Ordering::Release);
+                }
+                None => self.shards[s].store(NONE, Ordering::Release),
             }
         }
     }
 
     /// Slots currently owned.
     pub fn owned(&self) -> Vec<u16> {
-        self.slots
-            .read()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| l.map(|_| i as u16))
+        (0..HASH_SLOTS as u16)
+            .filter(|s| self.lease(*s).is_some())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assign_and_release() {
+        let o = Ownership::none();
+        assert_eq!(o.lease(5), None);
+        o.assign(0..10, Some(Lease { shard: 2, epoch: 7 }));
+        assert_eq!(o.lease(5), Some(Lease { shard: 2, epoch: 7 }));
+        o.assign(5..6, None);
+        assert_eq!(o.lease(5), None);
+        assert_eq!(o.owned().len(), 9);
     }
 }

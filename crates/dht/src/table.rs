@@ -269,6 +269,8 @@ pub struct Dht {
     /// Every memory node's memory is in this address space: a get reads its first
     /// bucket alone and reads the second only when the key is not in the first.
     inline_reads: bool,
+    /// Every memory node is in this process: commits are function calls.
+    inline_calls: bool,
     owner: Ownership,
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
@@ -309,6 +311,7 @@ impl Dht {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(commit_loop(pool.clone(), rx));
         let inline_reads = pool.nodes().iter().all(|n| n.completes_inline());
+        let inline_calls = pool.nodes().iter().all(|n| n.calls_inline());
         let dht = Dht {
             pool,
             clock,
@@ -319,6 +322,7 @@ impl Dht {
             policy: std::sync::atomic::AtomicU8::new(policy_index(config.policy)),
             hit_batch: config.hit_batch.max(1),
             inline_reads,
+            inline_calls,
             owner,
             dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
             locks: (0..HASH_SLOTS)
@@ -957,6 +961,10 @@ impl Dht {
     // ------------------------------------------------------------ writes
 
     async fn commit(&self, tx: Tx) -> TxOutcome {
+        if self.inline_calls {
+            // In-process nodes: commit here; a batch would only add a task hop.
+            return self.pool.commit(std::slice::from_ref(&tx)).await.remove(0);
+        }
         let (done, wait) = oneshot::channel();
         if self.commits.send((tx, done)).is_err() {
             return TxOutcome::Failed(UmoError::Config("the commit task stopped".into()));

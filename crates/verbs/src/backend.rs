@@ -86,6 +86,10 @@ impl Transport for LocalTransport {
         true
     }
 
+    fn calls_inline(&self) -> bool {
+        true
+    }
+
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         Some(
             verbs

@@ -107,6 +107,12 @@ pub trait Transport: Send + Sync {
         false
     }
 
+    /// Whether [`call`](Self::call) is a plain function call in this process (the
+    /// `local` backend): batching RPCs then buys nothing.
+    fn calls_inline(&self) -> bool {
+        false
+    }
+
     /// Sends one RPC. An error response arrives as `Err`.
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>>;
 }
