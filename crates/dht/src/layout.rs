@@ -18,7 +18,7 @@
 //! +----------------+-------------+---------------------------------------+
 //! | header:u64     | reserved:u64| 7 × slot (word:u64, meta:u64)         |
 //! +----------------+-------------+---------------------------------------+
-//! header: local_depth:8 | suffix:32 << 8 | MOVED << 63
+//! header: local_depth:8 | suffix:32 << 8 | hash slot:14 << 40 | MOVED << 63
 //!
 //! slot word (changed only by committed transactions):
 //!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
@@ -58,9 +58,9 @@ pub const EXPIRE_MASK: u64 = (1 << EXPIRE_BITS) - 1;
 pub const ACCESS_SHIFT: u32 = 40;
 pub const LFU_SHIFT: u32 = 56;
 
-/// A bucket header.
-pub fn header(local_depth: u32, suffix: u64) -> u64 {
-    (local_depth as u64) | ((suffix & 0xffff_ffff) << 8)
+/// A bucket header: which hash slot, depth and suffix its subtable covers.
+pub fn header(local_depth: u32, suffix: u64, slot: u16) -> u64 {
+    (local_depth as u64) | ((suffix & 0xffff_ffff) << 8) | (((slot as u64) & 0x3fff) << 40)
 }
 
 pub fn header_depth(h: u64) -> u32 {
@@ -71,10 +71,19 @@ pub fn header_suffix(h: u64) -> u64 {
     (h >> 8) & 0xffff_ffff
 }
 
-/// Whether a bucket with header `h` is live and covers `hash`.
-pub fn header_covers(h: u64, hash: u64) -> bool {
+pub fn header_slot(h: u64) -> u16 {
+    ((h >> 40) & 0x3fff) as u16
+}
+
+/// Whether a bucket with header `h` is live and covers `hash` in hash slot `slot`. The
+/// slot check catches a stale directory whose subtable was freed and reused by
+/// another hash slot's table.
+pub fn header_covers(h: u64, hash: u64, slot: u16) -> bool {
     let d = header_depth(h);
-    h & MOVED == 0 && d <= 32 && (hash & ((1u64 << d) - 1)) == header_suffix(h)
+    h & MOVED == 0
+        && d <= 32
+        && header_slot(h) == slot
+        && (hash & ((1u64 << d) - 1)) == header_suffix(h)
 }
 
 /// A slot's atomic word.
@@ -188,10 +197,14 @@ mod tests {
 
     #[test]
     fn headers_cover_their_suffix() {
-        let h = header(2, 0b10);
-        assert!(header_covers(h, 0b1110));
-        assert!(!header_covers(h, 0b1101));
-        assert!(!header_covers(h | MOVED, 0b1110));
-        assert!(header_covers(header(0, 0), 12345));
+        let h = header(2, 0b10, 77);
+        assert!(header_covers(h, 0b1110, 77));
+        assert!(
+            !header_covers(h, 0b1110, 78),
+            "another hash slot's subtable"
+        );
+        assert!(!header_covers(h, 0b1101, 77));
+        assert!(!header_covers(h | MOVED, 0b1110, 77));
+        assert!(header_covers(header(0, 0, 16383), 12345, 16383));
     }
 }

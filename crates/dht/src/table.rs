@@ -574,8 +574,8 @@ impl Dht {
                 let mut reads = [(*a_addr, &mut a_buf[..]), (*b_addr, &mut b_buf[..])];
                 self.pool.read_batch(&mut reads).await?;
             }
-            if layout::header_covers(probe.header(0), loc.hash)
-                && layout::header_covers(probe.header(1), loc.hash)
+            if layout::header_covers(probe.header(0), loc.hash, loc.slot)
+                && layout::header_covers(probe.header(1), loc.hash, loc.slot)
             {
                 return Ok(Some(probe));
             }
@@ -621,7 +621,10 @@ impl Dht {
                     }
                     // A fingerprint collision, or a slot that changed under us: the
                     // caller's commit validates the words it relies on.
-                    Ok(ReadObject::Mismatch) | Err(_) => continue,
+                    Ok(ReadObject::Mismatch) => continue,
+                    // A failed read is not an absent key: reporting a miss could let
+                    // NX succeed or a second slot take the key.
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -660,7 +663,7 @@ impl Dht {
             if let Err(e) = self.pool.read_now(addr, &mut bytes)? {
                 return Some(Err(e.into()));
             }
-            if !layout::header_covers(le64(&bytes, 0), loc.hash) {
+            if !layout::header_covers(le64(&bytes, 0), loc.hash, loc.slot) {
                 return None;
             }
             for i in 0..SLOTS_PER_BUCKET {
@@ -684,7 +687,8 @@ impl Dht {
                             value: Some(v),
                         })));
                     }
-                    Ok(ReadObject::Mismatch) | Err(_) => continue,
+                    Ok(ReadObject::Mismatch) => continue,
+                    Err(e) => return Some(Err(e.into())),
                 }
             }
         }
@@ -764,7 +768,7 @@ impl Dht {
                 let probe = Probe {
                     buckets: [(*addr, *b), (*addr, *b)],
                 };
-                if !layout::header_covers(probe.header(0), locs[*i].hash) {
+                if !layout::header_covers(probe.header(0), locs[*i].hash, locs[*i].slot) {
                     continue;
                 }
                 let hit = (0..SLOTS_PER_BUCKET)
@@ -894,7 +898,7 @@ impl Dht {
         let probe = Probe {
             buckets: [(addr, bytes), (addr, bytes)],
         };
-        if !layout::header_covers(probe.header(0), loc.hash) {
+        if !layout::header_covers(probe.header(0), loc.hash, loc.slot) {
             return Ok(None);
         }
         self.find(loc, key, &probe, true).await
@@ -1156,6 +1160,7 @@ impl Dht {
         probe_bucket: (GlobalAddr, u64),
         f: &Found,
         db: Option<u8>,
+        expect_meta: bool,
     ) -> Result<bool, DhtError> {
         let lease = self.lease(loc_slot)?;
         let tx = Tx {
@@ -1174,7 +1179,9 @@ impl Dht {
                 },
                 TxWrite {
                     addr: f.addr.offset_by(8),
-                    expect: None,
+                    // Reclaiming an expired key must not act on a torn read (a fresh
+                    // word with the old, expired metadata): validate the metadata too.
+                    expect: expect_meta.then_some(f.meta.0),
                     new: 0,
                 },
             ],
@@ -1203,6 +1210,7 @@ impl Dht {
                     (probe.buckets[f.bucket].0, probe.header(f.bucket)),
                     f,
                     Some(loc.db),
+                    true,
                 )
                 .await
         {
@@ -1226,6 +1234,7 @@ impl Dht {
                     (probe.buckets[f.bucket].0, probe.header(f.bucket)),
                     &f,
                     Some(loc.db),
+                    false,
                 )
                 .await?
             {
@@ -1244,6 +1253,9 @@ impl Dht {
     pub async fn expire(&self, db: u8, key: &[u8], at: Option<u64>) -> Result<bool, DhtError> {
         let loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
+        // Only the metadata word changes, which a split copies without validating: hold
+        // the hash slot's split lock so a split cannot carry the old metadata over.
+        let _split_guard = self.locks[loc.slot as usize].lock().await;
         for _ in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {
@@ -1291,9 +1303,9 @@ impl Dht {
 
     // ------------------------------------------------------------ growth
 
-    fn subtable_bytes(&self, depth: u32, suffix: u64) -> Vec<u8> {
+    fn subtable_bytes(&self, depth: u32, suffix: u64, slot: u16) -> Vec<u8> {
         let mut bytes = vec![0u8; (self.buckets * layout::BUCKET) as usize];
-        let h = layout::header(depth, suffix).to_le_bytes();
+        let h = layout::header(depth, suffix, slot).to_le_bytes();
         for b in 0..self.buckets as usize {
             let at = b * layout::BUCKET as usize;
             bytes[at..at + 8].copy_from_slice(&h);
@@ -1309,9 +1321,10 @@ impl Dht {
         depth: u32,
         suffix: u64,
         k: u32,
+        slot: u16,
     ) -> Option<Vec<Vec<u8>>> {
         let mut children: Vec<Vec<u8>> = (0..1u64 << k)
-            .map(|j| self.subtable_bytes(depth + k, suffix | (j << depth)))
+            .map(|j| self.subtable_bytes(depth + k, suffix | (j << depth), slot))
             .collect();
         for (hash, word, meta) in entries {
             let side = ((hash >> depth) & ((1 << k) - 1)) as usize;
@@ -1341,7 +1354,7 @@ impl Dht {
         dir_bytes[8..].copy_from_slice(&st.addr.bits().to_le_bytes());
         self.pool
             .write_all(&[
-                (st.addr, &self.subtable_bytes(0, 0)),
+                (st.addr, &self.subtable_bytes(0, 0, slot)),
                 (dir.addr, &dir_bytes),
             ])
             .await?;
@@ -1361,8 +1374,11 @@ impl Dht {
                 Ok(())
             }
             other => {
-                self.pool.free(st);
-                self.pool.free(dir);
+                // An in-doubt commit may have made the blocks reachable: leak them.
+                if !matches!(other, TxOutcome::Failed(_)) {
+                    self.pool.free(st);
+                    self.pool.free(dir);
+                }
                 match other {
                     TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(slot)),
                     TxOutcome::Failed(e) => Err(e.into()),
@@ -1433,7 +1449,7 @@ impl Dht {
             if depth + k > layout::MAX_DEPTH {
                 break;
             }
-            if let Some(children) = self.place(&entries, depth, suffix, k) {
+            if let Some(children) = self.place(&entries, depth, suffix, k, loc.slot) {
                 placed = Some((k, children));
                 break;
             }
@@ -1508,9 +1524,12 @@ impl Dht {
             self.load_dir(loc.slot).await?;
             return Ok(());
         }
-        blocks.into_iter().for_each(|b| self.pool.free(b));
-        if let Some(b) = new_dir {
-            self.pool.free(b);
+        // An in-doubt commit may have made the new blocks reachable: leak them then.
+        if !matches!(outcome, TxOutcome::Failed(_)) {
+            blocks.into_iter().for_each(|b| self.pool.free(b));
+            if let Some(b) = new_dir {
+                self.pool.free(b);
+            }
         }
         self.load_dir(loc.slot).await?;
         match outcome {
@@ -1640,7 +1659,13 @@ impl Dht {
             };
             let key = self.pool.read_any(obj).await?;
             if self
-                .clear(slot, (bucket, header), &victim, key.as_ref().map(|k| k.0))
+                .clear(
+                    slot,
+                    (bucket, header),
+                    &victim,
+                    key.as_ref().map(|k| k.0),
+                    false,
+                )
                 .await?
             {
                 self.counters.evicted.fetch_add(1, Ordering::Relaxed);
@@ -1739,7 +1764,7 @@ impl Dht {
                     Some(obj) => self.pool.read_any(obj).await?.map(|(db, _, _)| db),
                     None => None,
                 };
-                if self.clear(slot, (bucket, header), &f, db).await? {
+                if self.clear(slot, (bucket, header), &f, db, true).await? {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                 }
