@@ -128,11 +128,15 @@ pub struct Entry {
     pub slot: SlotRef,
 }
 
-/// A key's metadata word in the table, as last seen.
+/// A key's metadata word in the table, as last seen, and when. A reference is only
+/// used while it is younger than half the pool's reuse grace period: after that the
+/// slot's subtable may have been split, freed and reused, and an FAA there would
+/// corrupt whatever lives there now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotRef {
     meta_addr: GlobalAddr,
     meta: SlotMeta,
+    seen: std::time::Instant,
 }
 
 /// A key's time to live.
@@ -250,6 +254,8 @@ struct Found {
 struct PendingHit {
     addr: GlobalAddr,
     seen: SlotMeta,
+    /// When the slot was read: updates older than half the grace period are dropped.
+    at: std::time::Instant,
     lfu_add: u8,
     access: u16,
 }
@@ -830,8 +836,10 @@ impl Dht {
     /// of combined metadata updates is sent with inline FAAs.
     fn hit_now(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, now) {
-            for (addr, add) in combine_hits(batch) {
+        if let Some(batch) =
+            self.record_touch(f.addr.offset_by(8), f.meta, std::time::Instant::now(), now)
+        {
+            for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
                 let _ = self.pool.faa_now(addr, add);
             }
         }
@@ -847,6 +855,7 @@ impl Dht {
             slot: SlotRef {
                 meta_addr: f.addr.offset_by(8),
                 meta: f.meta,
+                seen: std::time::Instant::now(),
             },
         }
     }
@@ -858,11 +867,25 @@ impl Dht {
     }
 
     /// Reports a hit served outside the table (the agent's local cache) to the key's
-    /// metadata, combined with other hits into one FAA per key per batch.
-    pub async fn record_hit(&self, slot: SlotRef) {
-        let (_, now) = self.now();
+    /// metadata, combined with other hits into one FAA per key per batch. Returns
+    /// `false` when the reference is too old to use: the caller should refresh it with
+    /// a [`get`](Self::get).
+    pub async fn record_hit(&self, slot: SlotRef) -> bool {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        self.touch_meta(slot.meta_addr, slot.meta, &now).await;
+        if slot.seen.elapsed() >= self.ref_lifetime() {
+            return false;
+        }
+        let (_, now) = self.now();
+        if let Some(batch) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
+            self.send_hits(batch).await;
+        }
+        true
+    }
+
+    /// How long a slot reference stays safe to write through: half the grace period
+    /// before freed blocks are reused.
+    fn ref_lifetime(&self) -> std::time::Duration {
+        self.pool.config().grace / 2
     }
 
     /// Registers a function told of every key this client evicts or reclaims as
@@ -926,7 +949,7 @@ impl Dht {
     /// Records an access to a key's metadata: combined locally, sent as one FAA per key
     /// per batch. The engine calls this for hits served from its own cache too.
     async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
-        if let Some(batch) = self.record_touch(meta_addr, meta, now) {
+        if let Some(batch) = self.record_touch(meta_addr, meta, std::time::Instant::now(), now) {
             self.send_hits(batch).await;
         }
     }
@@ -936,6 +959,7 @@ impl Dht {
         &self,
         meta_addr: GlobalAddr,
         meta: SlotMeta,
+        at: std::time::Instant,
         now: &Now,
     ) -> Option<Vec<PendingHit>> {
         let t = self.policy().update(meta, now, rng::next_f64());
@@ -943,6 +967,7 @@ impl Dht {
         hits.push(PendingHit {
             addr: meta_addr,
             seen: meta,
+            at,
             lfu_add: t.lfu_add,
             access: t.access,
         });
@@ -956,7 +981,7 @@ impl Dht {
     }
 
     async fn send_hits(&self, batch: Vec<PendingHit>) {
-        for (addr, add) in combine_hits(batch) {
+        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
             // Metadata is advisory: a failed update only ages the key a little.
             let _ = self.pool.faa(addr, add).await;
         }
@@ -1864,7 +1889,12 @@ impl Dht {
 }
 
 /// Combines the accesses of each key (in order) into one FAA addend per metadata word.
-fn combine_hits(mut batch: Vec<PendingHit>) -> Vec<(GlobalAddr, u64)> {
+/// Accesses whose slot reference is older than `lifetime` are dropped (see [`SlotRef`]).
+fn combine_hits(
+    mut batch: Vec<PendingHit>,
+    lifetime: std::time::Duration,
+) -> Vec<(GlobalAddr, u64)> {
+    batch.retain(|h| h.at.elapsed() < lifetime);
     batch.sort_by_key(|h| h.addr);
     let mut out = Vec::new();
     let mut i = 0;

@@ -28,6 +28,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Del | Cmd::Unlink => {
             let mut n = 0;
             for k in &args[1..] {
+                // Under the key's write lock: a SET finishing meanwhile must not put its
+                // value back into the cache after this delete.
+                let _g = engine.key_lock(k).lock().await;
                 n += tri!(dht.delete(db, k).await) as i64;
                 engine.wrote(db, k, None);
             }
@@ -114,6 +117,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             for slot in 0..HASH_SLOTS {
                 for (kdb, k) in tri!(dht.scan_slot(slot).await) {
                     if cmd == Cmd::FlushAll || kdb == db {
+                        let _g = engine.key_lock(&k).lock().await;
                         tri!(dht.delete(kdb, &k).await);
                         engine.wrote(kdb, &k, None);
                     }

@@ -145,10 +145,16 @@ impl Engine {
         if let Some(c) = &self.cache
             && let Some((value, slot)) = c.get(db, key, self.now_ms(), fastrand_f64(key))
         {
-            if let Some(slot) = slot {
-                self.dht.record_hit(slot).await;
+            let fresh = match slot {
+                Some(slot) => self.dht.record_hit(slot).await,
+                None => false,
+            };
+            if fresh {
+                return Ok(Some(value));
             }
-            return Ok(Some(value));
+            // The cached reference to the key's pool metadata is too old to write
+            // through (or was never known): read the pool, which records the hit there
+            // and refreshes the entry below.
         }
         let ticket = self.cache.as_ref().map(|c| c.fill_ticket(db, key));
         let Some(e) = self.dht.get(db, key).await? else {

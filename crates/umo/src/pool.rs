@@ -1093,7 +1093,6 @@ impl Pool {
             async move { node.call(Request::Prepare(prepares)).await }
         }))
         .await;
-        let mut yes_on: Vec<Vec<usize>> = vec![Vec::new(); txs.len()];
         for ((n, (_, meta)), result) in plan.iter().zip(votes) {
             let node_id = self.nodes[*n].node();
             let list = match result {
@@ -1107,7 +1106,7 @@ impl Pool {
                     Err(e) => TxVote::Failed(e.clone()),
                 };
                 match vote {
-                    TxVote::Yes => yes_on[*t].push(*n),
+                    TxVote::Yes => {}
                     TxVote::Conflict { index, actual } => {
                         let w = idx.get(index as usize).copied().unwrap_or(0);
                         outcomes[*t].get_or_insert(TxOutcome::Conflict { index: w, actual });
@@ -1137,9 +1136,9 @@ impl Pool {
             for (t, _, is_primary) in meta {
                 let txid = base + *t as u64;
                 if outcomes[*t].is_some() {
-                    if yes_on[*t].contains(n) {
-                        aborts.entry(*n).or_default().push(txid);
-                    }
+                    // Every participant, not only those that voted yes: a prepare whose
+                    // answer was lost may still hold locks there (abort is idempotent).
+                    aborts.entry(*n).or_default().push(txid);
                 } else if *is_primary {
                     last.entry(*n).or_default().push(txid);
                 } else {

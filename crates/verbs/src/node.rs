@@ -294,6 +294,10 @@ impl NodeCore {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return TxVote::StaleEpoch { current };
         }
+        if p.epoch > current {
+            // A newer owner is here: what older epochs prepared may not commit.
+            Self::drop_older(tx, p.shard, p.epoch, &self.counters);
+        }
         tx.epochs.insert(p.shard, p.epoch);
         let key = (session, p.txid);
         if tx.pending.contains_key(&key) {
@@ -384,6 +388,10 @@ impl NodeCore {
         let mut tx = self.tx.lock();
         let current = tx.epochs.entry(shard).or_insert(0);
         *current = (*current).max(epoch);
+        Self::drop_older(&mut tx, shard, epoch, &self.counters);
+    }
+
+    fn drop_older(tx: &mut TxState, shard: u32, epoch: u64, counters: &Counters) {
         let victims: Vec<TxKey> = tx
             .pending
             .iter()
@@ -391,8 +399,8 @@ impl NodeCore {
             .map(|(k, _)| *k)
             .collect();
         for key in victims {
-            Self::release(&mut tx, key);
-            self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+            Self::release(tx, key);
+            counters.aborted.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -597,6 +605,29 @@ mod tests {
         assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
         // The lock went with it.
         assert_eq!(n.prepare(2, &[tx(1, 4, Some(0), 1)]), vec![TxVote::Yes]);
+    }
+
+    #[test]
+    fn a_newer_epoch_drops_older_prepared_transactions() {
+        let n = heap_node();
+        n.create_region(1, 4096).unwrap();
+        assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
+        let other = TxPrepare {
+            writes: vec![WordWrite {
+                region: 1,
+                offset: 16,
+                expect: None,
+                new: 1,
+            }],
+            ..tx(2, 4, None, 0)
+        };
+        assert_eq!(n.prepare(2, &[other]), vec![TxVote::Yes]);
+        assert_eq!(
+            n.commit(1, &[1]),
+            vec![TxVote::Failed(VerbsError::UnknownTx(1))],
+            "the fenced owner cannot commit"
+        );
+        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
     }
 
     #[test]
