@@ -836,17 +836,17 @@ impl Dht {
     /// of combined metadata updates is sent with inline FAAs.
     fn hit_now(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        if let Some(batch) =
-            self.record_touch(f.addr.offset_by(8), f.meta, std::time::Instant::now(), now)
-        {
+        let at = std::time::Instant::now();
+        if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
             for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
                 let _ = self.pool.faa_now(addr, add);
             }
         }
-        self.entry(f, now)
+        self.entry(f, now, at)
     }
 
-    fn entry(&self, f: Found, now: &Now) -> Entry {
+    /// The entry a found key is returned as; `at` is when its slot was read.
+    fn entry(&self, f: Found, now: &Now, at: std::time::Instant) -> Entry {
         Entry {
             value: f.value.unwrap_or_default(),
             expire_at: self.decode_expire(f.meta.expire()),
@@ -855,7 +855,7 @@ impl Dht {
             slot: SlotRef {
                 meta_addr: f.addr.offset_by(8),
                 meta: f.meta,
-                seen: std::time::Instant::now(),
+                seen: at,
             },
         }
     }
@@ -863,7 +863,7 @@ impl Dht {
     async fn hit(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
-        self.entry(f, now)
+        self.entry(f, now, std::time::Instant::now())
     }
 
     /// Reports a hit served outside the table (the agent's local cache) to the key's
@@ -1894,7 +1894,8 @@ fn combine_hits(
     mut batch: Vec<PendingHit>,
     lifetime: std::time::Duration,
 ) -> Vec<(GlobalAddr, u64)> {
-    batch.retain(|h| h.at.elapsed() < lifetime);
+    let now = std::time::Instant::now();
+    batch.retain(|h| now.saturating_duration_since(h.at) < lifetime);
     batch.sort_by_key(|h| h.addr);
     let mut out = Vec::new();
     let mut i = 0;
