@@ -92,6 +92,8 @@ pub struct Engine {
 }
 
 const KEY_LOCKS: usize = 1024;
+/// Share of cache hits with a stale pool reference that re-read the pool to refresh it.
+const REFRESH_ODDS: f64 = 1.0 / 16.0;
 
 impl Engine {
     pub fn new(dht: Arc<Dht>, clock: Arc<dyn Clock>, config: EngineConfig) -> Arc<Engine> {
@@ -149,12 +151,13 @@ impl Engine {
                 Some(slot) => self.dht.record_hit(slot).await,
                 None => false,
             };
-            if fresh {
+            // The cached value is right either way (the cache is write-through). A
+            // reference to the key's pool metadata that is too old to write through,
+            // or unknown, is refreshed by an occasional pool read, which records the hit
+            // there; the other hits go unreported rather than risk a stale write.
+            if fresh || fastrand_f64(key) >= REFRESH_ODDS {
                 return Ok(Some(value));
             }
-            // The cached reference to the key's pool metadata is too old to write
-            // through (or was never known): read the pool, which records the hit there
-            // and refreshes the entry below.
         }
         let ticket = self.cache.as_ref().map(|c| c.fill_ticket(db, key));
         let Some(e) = self.dht.get(db, key).await? else {

@@ -114,9 +114,15 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                     .as_ref()
                     .and_then(|c| c.get(db, k, engine.now_ms(), 0.5));
                 match cached {
-                    Some((v, Some(slot))) if dht.record_hit(slot).await => out[i] = Some(v),
-                    // Not cached, or its pool reference is stale: read the pool.
-                    _ => missing.push(i),
+                    Some((v, slot)) => {
+                        // As in `Engine::read`: serve the cached value; only report the
+                        // hit while the pool reference is fresh.
+                        if let Some(slot) = slot {
+                            dht.record_hit(slot).await;
+                        }
+                        out[i] = Some(v);
+                    }
+                    None => missing.push(i),
                 }
             }
             if !missing.is_empty() {
