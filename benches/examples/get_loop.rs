@@ -1,33 +1,11 @@
-//! Profiling aid: load keys into an shm table, then run gets in a loop on one core.
+//! Profiling aid: load KEYS keys, then GETS single-key gets on one core.
+//! `get_loop KEYS GETS [local]` (shm with r = 2 unless `local`).
 use dmc_benches::*;
+
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let n: u64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(200_000);
-    let gets: u64 = std::env::args()
-        .nth(2)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(2_000_000);
-    let local = std::env::args().nth(3).is_some();
-    let mut _keep = None;
-    let dht = rt.block_on(async {
-        let dht = if local {
-            embedded_table(4 << 30).await.unwrap()
-        } else {
-            let t = shm_table(2, 2 << 30).await.unwrap();
-            let d = t.dht.clone();
-            _keep = Some(t);
-            d
-        };
-        load(&dht, n, 64, None, false).await.unwrap();
-        dht
-    });
+    let rt = runtime();
+    let (n, gets) = (arg(1, 200_000), arg(2, 2_000_000));
+    let (_keep, dht) = loaded_table(&rt, n, std::env::args().nth(3).is_some());
     let one = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,24 +1,11 @@
-//! Profiling aid: batched gets (16 keys per call) on one core over an shm table.
+//! Profiling aid: load KEYS keys, then GETS gets in batches of 16 on one core.
+//! `get_many_loop KEYS GETS [local]`.
 use dmc_benches::*;
+
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let n: u64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(200_000);
-    let gets: u64 = std::env::args()
-        .nth(2)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(2_000_000);
-    let t = rt.block_on(async {
-        let t = shm_table(2, 2 << 30).await.unwrap();
-        load(&t.dht, n, 64, None, false).await.unwrap();
-        t
-    });
+    let rt = runtime();
+    let (n, gets) = (arg(1, 200_000), arg(2, 2_000_000));
+    let (_keep, dht) = loaded_table(&rt, n, std::env::args().nth(3).is_some());
     let names: Vec<[u8; 16]> = (0..n).map(key).collect();
     let one = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -34,8 +21,13 @@ fn main() {
                     &names[k as usize][..]
                 })
                 .collect();
-            let got = t.dht.get_many(0, &batch).await.unwrap();
-            assert!(got.iter().all(|e| e.is_some()));
+            assert!(
+                dht.get_many(0, &batch)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .all(|e| e.is_some())
+            );
         }
     });
     let s = start.elapsed().as_secs_f64();

@@ -149,3 +149,41 @@ pub async fn load(
     }
     Ok(start.elapsed())
 }
+
+/// A table for the profiling examples: `n` keys loaded with 64 sets in flight, on the
+/// embedded pool (`local`) or over `shm` with `r = 2`. Keep the returned `ShmTable`
+/// alive as long as the table is used.
+pub fn loaded_table(
+    rt: &tokio::runtime::Runtime,
+    n: u64,
+    local: bool,
+) -> (Option<ShmTable>, Arc<Dht>) {
+    rt.block_on(async {
+        let (keep, dht) = if local {
+            (None, embedded_table(4 << 30).await.expect("embedded table"))
+        } else {
+            let t = shm_table(2, 2 << 30).await.expect("shm table");
+            let d = t.dht.clone();
+            (Some(t), d)
+        };
+        load(&dht, n, 64, None, false).await.expect("load");
+        (keep, dht)
+    })
+}
+
+/// The multi-threaded runtime the benches and examples use.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The n-th numeric command-line argument, or `default`.
+pub fn arg(n: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(n)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
