@@ -7,17 +7,12 @@ use memory_node::Args;
 fn main() -> Result<()> {
     let args = Args::parse();
     let cfg = args.resolve()?;
-    if args.print_config {
-        print!("{}", toml::to_string(&cfg)?);
-        return Ok(());
-    }
-    if args.check_config {
-        println!("configuration ok");
-        return Ok(());
-    }
-    dmc_process::init_logging(&cfg.log);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(memory_node::run(cfg, dmc_process::shutdown_signal()))
+    let log = cfg.log.clone();
+    dmc_process::run_main(
+        cfg,
+        &log,
+        args.print_config,
+        args.check_config,
+        memory_node::run,
+    )
 }

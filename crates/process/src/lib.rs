@@ -114,6 +114,35 @@ pub async fn serve_metrics(
     }
 }
 
+/// What every binary's `main` does after parsing flags: print the effective config
+/// (`--print-config`) or validate it (`--check-config`) and exit, or set up logging and
+/// run `serve(cfg, shutdown)` on a multi-threaded runtime until SIGTERM/SIGINT.
+pub fn run_main<C, F>(
+    cfg: C,
+    log: &str,
+    print_config: bool,
+    check_config: bool,
+    serve: impl FnOnce(C, std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> F,
+) -> anyhow::Result<()>
+where
+    C: serde::Serialize,
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if print_config {
+        print!("{}", toml::to_string(&cfg)?);
+        return Ok(());
+    }
+    if check_config {
+        println!("configuration ok");
+        return Ok(());
+    }
+    init_logging(log);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(cfg, Box::pin(shutdown_signal())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
