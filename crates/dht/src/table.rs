@@ -209,6 +209,57 @@ impl Dir {
     }
 }
 
+/// Directories of this depth or less are also kept in the [`FlatDirs`].
+const FLAT_DEPTH: u32 = 5;
+
+/// A lock-free copy of every hash slot's directory for the read path: `2^FLAT_DEPTH`
+/// words per slot, word `i` the subtable for hashes ending in `i`, word 0 also holding
+/// the depth (`(depth + 1) << 48`; 0 means not cached). A get then finds its subtable
+/// with plain loads in one cache line (depth ≤ 3) instead of a lock and two pointer
+/// hops, so the loads of a batch of keys overlap. Words may be stale or mixed between
+/// two directories during an update: every address in them is a subtable this slot had,
+/// and the bucket header each get checks says whether it still covers the hash (a
+/// deeper directory, or a miss in the flat copy, takes the locked [`Dir`] path).
+struct FlatDirs {
+    words: Box<[AtomicU64]>,
+}
+
+impl FlatDirs {
+    fn new() -> Self {
+        FlatDirs {
+            words: (0..HASH_SLOTS << FLAT_DEPTH)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn set(&self, slot: u16, dir: Option<&Dir>) {
+        let base = (slot as usize) << FLAT_DEPTH;
+        match dir {
+            Some(d) if d.depth <= FLAT_DEPTH => {
+                for i in 1..1usize << d.depth {
+                    self.words[base + i].store(d.subtable(i as u64).bits(), Ordering::Relaxed);
+                }
+                let first = d.subtable(0).bits() | (u64::from(d.depth) + 1) << 48;
+                self.words[base].store(first, Ordering::Release);
+            }
+            _ => self.words[base].store(0, Ordering::Release),
+        }
+    }
+
+    fn subtable(&self, slot: u16, hash: u64) -> Option<GlobalAddr> {
+        let base = (slot as usize) << FLAT_DEPTH;
+        let first = self.words[base].load(Ordering::Acquire);
+        let depth = (first >> 48).checked_sub(1)?;
+        let i = (hash & ((1u64 << depth) - 1)) as usize;
+        let word = match i {
+            0 => first & ((1 << 48) - 1),
+            _ => self.words[base + i].load(Ordering::Relaxed),
+        };
+        (word != 0).then(|| GlobalAddr::from_bits(word))
+    }
+}
+
 /// A key's coordinates.
 #[derive(Debug, Clone, Copy)]
 struct Loc {
@@ -279,6 +330,7 @@ pub struct Dht {
     inline_calls: bool,
     owner: Ownership,
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
+    flat: FlatDirs,
     locks: Vec<tokio::sync::Mutex<()>>,
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
@@ -331,6 +383,7 @@ impl Dht {
             inline_calls,
             owner,
             dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
+            flat: FlatDirs::new(),
             locks: (0..HASH_SLOTS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -527,6 +580,7 @@ impl Dht {
         let r = u64::from_le_bytes(w);
         if r == 0 {
             *self.dirs[slot as usize].write() = None;
+            self.flat.set(slot, None);
             return Ok(None);
         }
         let block = layout::dir_block(r)
@@ -545,7 +599,18 @@ impl Dht {
             .collect();
         let dir = Arc::new(Dir::new(block, depth, subtables));
         *self.dirs[slot as usize].write() = Some(dir.clone());
+        self.flat.set(slot, Some(&dir));
         Ok(Some(dir))
+    }
+
+    /// The subtable `loc` maps to in the cached directory (lock-free where it can be).
+    fn cached_subtable(&self, loc: &Loc) -> Option<GlobalAddr> {
+        self.flat.subtable(loc.slot, loc.hash).or_else(|| {
+            self.dirs[loc.slot as usize]
+                .read()
+                .as_ref()
+                .map(|d| d.subtable(loc.hash))
+        })
     }
 
     async fn dir(&self, slot: u16) -> Result<Option<Arc<Dir>>, DhtError> {
@@ -658,10 +723,7 @@ impl Dht {
     /// general path: no cached directory, a stale one, a chained object, an expired key
     /// (which that path reclaims), or a backend that must be awaited.
     fn find_now(&self, loc: &Loc, key: &[u8], abs: u64) -> Option<Result<Option<Found>, DhtError>> {
-        let st = self.dirs[loc.slot as usize]
-            .read()
-            .as_ref()
-            .map(|d| d.subtable(loc.hash))?;
+        let st = self.cached_subtable(loc)?;
         let (a, b) = hash::buckets(loc.hash, self.buckets);
         for (n, bucket) in [a, b].into_iter().enumerate() {
             let addr = st.offset_by(bucket * layout::BUCKET);
@@ -750,11 +812,7 @@ impl Dht {
             // Stage 1: the first candidate bucket of every key with a cached directory.
             let mut buckets: Vec<(usize, GlobalAddr)> = Vec::with_capacity(keys.len());
             for (i, loc) in locs.iter().enumerate() {
-                let st = self.dirs[loc.slot as usize]
-                    .read()
-                    .as_ref()
-                    .map(|d| d.subtable(loc.hash));
-                if let Some(st) = st {
+                if let Some(st) = self.cached_subtable(loc) {
                     let (a, _) = hash::buckets(loc.hash, self.buckets);
                     buckets.push((i, st.offset_by(a * layout::BUCKET)));
                 }
@@ -808,6 +866,7 @@ impl Dht {
                     .collect();
                 self.pool.read_batch(&mut reads).await?;
             }
+            let mut hits: Vec<(usize, Found)> = Vec::with_capacity(objects.len());
             for ((i, mut f, obj), head) in objects.into_iter().zip(heads) {
                 let head = &head[..obj.block.size() as usize];
                 if let dmc_umo::object::Head::Inline {
@@ -819,9 +878,12 @@ impl Dht {
                     && head[k] == *keys[i]
                 {
                     f.value = Some(Bytes::copy_from_slice(&head[value]));
-                    out[i] = Some(self.hit_now(f, &now));
                     settled[i] = true;
+                    hits.push((i, f));
                 }
+            }
+            for (i, entry) in self.hits_now(hits, &now) {
+                out[i] = Some(entry);
             }
         }
         for (i, key) in keys.iter().enumerate() {
@@ -838,11 +900,51 @@ impl Dht {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         let at = std::time::Instant::now();
         if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
-            for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
-                let _ = self.pool.faa_now(addr, add);
-            }
+            self.send_hits_now(batch);
         }
         self.entry(f, now, at)
+    }
+
+    /// [`hit_now`](Self::hit_now) for a batch of keys read together: one clock read,
+    /// one counter update and one lock for all of them.
+    fn hits_now<'a>(
+        &'a self,
+        found: Vec<(usize, Found)>,
+        now: &'a Now,
+    ) -> impl Iterator<Item = (usize, Entry)> + 'a {
+        self.counters
+            .hits
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        let at = std::time::Instant::now();
+        let policy = self.policy();
+        let full = {
+            let mut hits = self.hits.lock();
+            for (_, f) in &found {
+                let t = policy.update(f.meta, now, rng::next_f64());
+                hits.push(PendingHit {
+                    addr: f.addr.offset_by(8),
+                    seen: f.meta,
+                    at,
+                    lfu_add: t.lfu_add,
+                    access: t.access,
+                });
+            }
+            (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+        };
+        if let Some(batch) = full {
+            self.send_hits_now(batch);
+        }
+        found
+            .into_iter()
+            .map(move |(i, f)| (i, self.entry(f, now, at)))
+    }
+
+    /// Sends combined metadata updates with inline FAAs.
+    fn send_hits_now(&self, batch: Vec<PendingHit>) {
+        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
+            // Metadata is advisory: a failed update only ages the key a little.
+            let _ = self.pool.faa_now(addr, add);
+        }
     }
 
     /// The entry a found key is returned as; `at` is when its slot was read.
@@ -903,11 +1005,7 @@ impl Dht {
     /// The key if it is in its first candidate bucket (read alone); `None` sends the
     /// caller down the full two-bucket path, which also handles stale directories.
     async fn find_in_first_bucket(&self, loc: &Loc, key: &[u8]) -> Result<Option<Found>, DhtError> {
-        let cached = self.dirs[loc.slot as usize]
-            .read()
-            .as_ref()
-            .map(|d| d.subtable(loc.hash));
-        let st = match cached {
+        let st = match self.cached_subtable(loc) {
             Some(st) => st,
             None => match self.load_dir(loc.slot).await? {
                 Some(d) => d.subtable(loc.hash),
@@ -1938,5 +2036,39 @@ async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver<CommitJob>
         for ((_, done), outcome) in batch.drain(..).zip(outcomes) {
             let _ = done.send(outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(depth: u32) -> Dir {
+        let subtables = (0..1u64 << depth)
+            .map(|i| GlobalAddr::new(7, 4096 * (i + 1)))
+            .collect();
+        let block = Block {
+            addr: GlobalAddr::new(7, 0),
+            class: 0,
+        };
+        Dir::new(block, depth, subtables)
+    }
+
+    #[test]
+    fn flat_dirs_agree_with_the_directory_or_defer_to_it() {
+        let flat = FlatDirs::new();
+        assert_eq!(flat.subtable(3, 12345), None, "nothing cached yet");
+        for depth in 0..=FLAT_DEPTH + 1 {
+            let d = dir(depth);
+            flat.set(3, Some(&d));
+            for hash in [0u64, 1, 5, 31, 12345, u64::MAX, 0xdead_beef] {
+                let want = (depth <= FLAT_DEPTH).then(|| d.subtable(hash));
+                assert_eq!(flat.subtable(3, hash), want, "depth {depth} hash {hash}");
+                assert_eq!(flat.subtable(4, hash), None, "other slots untouched");
+            }
+        }
+        flat.set(3, Some(&dir(1)));
+        flat.set(3, None);
+        assert_eq!(flat.subtable(3, 1), None);
     }
 }

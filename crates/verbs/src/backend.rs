@@ -19,7 +19,7 @@ use crate::error::VerbsError;
 use crate::memory::RegionMemory;
 use crate::node::NodeCore;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions};
-use crate::transport::{Transport, Verb, execute, unexpected};
+use crate::transport::{Transport, Verb, execute, prefetch, unexpected};
 use crate::wire::{Request, Response, VerbOut, WireVerb};
 use crate::{NodeId, RegionId};
 
@@ -91,6 +91,14 @@ impl Transport for LocalTransport {
     }
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        if verbs.len() > 1 {
+            for v in verbs.iter() {
+                let _ = self.core.with_region(v.region(), |mem| {
+                    prefetch(mem, v);
+                    Ok(())
+                });
+            }
+        }
         Some(
             verbs
                 .iter_mut()
@@ -162,6 +170,11 @@ impl ShmTransport {
         let mapped = |r: RegionId| maps.get(r as usize).and_then(|m| m.as_ref());
         if !verbs.iter().all(|v| mapped(v.region()).is_some()) {
             return None;
+        }
+        if verbs.len() > 1 {
+            for v in verbs.iter() {
+                prefetch(mapped(v.region()).expect("checked above"), v);
+            }
         }
         for v in verbs.iter_mut() {
             let mem = mapped(v.region()).expect("checked above");

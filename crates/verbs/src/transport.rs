@@ -79,6 +79,15 @@ pub fn execute(mem: &RegionMemory, verb: &mut Verb<'_>) -> Result<(), VerbsError
     }
 }
 
+/// Starts loading the bytes `verb` will touch (see [`RegionMemory::prefetch`]).
+pub fn prefetch(mem: &RegionMemory, verb: &Verb<'_>) {
+    match verb {
+        Verb::Read { offset, buf, .. } => mem.prefetch(*offset, buf.len()),
+        Verb::Write { offset, data, .. } => mem.prefetch(*offset, data.len()),
+        Verb::Cas { offset, .. } | Verb::Faa { offset, .. } => mem.prefetch(*offset, 8),
+    }
+}
+
 /// A connection to one memory node.
 pub trait Transport: Send + Sync {
     /// The node's id, as it reported itself.
