@@ -490,8 +490,11 @@ pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
     ]
 }
 
-/// Serves one client: parse every complete request in the buffer, run them in order,
-/// write all their replies together (pipelining).
+/// Pipelined GETs read from the pool together, at most this many at a time.
+const GET_BATCH: usize = 32;
+
+/// Serves one client: parse every complete request in the buffer, run them in order
+/// (runs of plain GETs as one batch), write all their replies together (pipelining).
 async fn serve_conn(
     engine: &Engine,
     stream: tokio::net::TcpStream,
@@ -507,28 +510,48 @@ async fn serve_conn(
         if rd.read_buf(&mut buf).await? == 0 {
             return Ok(());
         }
+        // Parse every complete request first, so runs of pipelined GETs can be read
+        // from the pool as one batch.
+        let mut commands: Vec<Vec<Bytes>> = Vec::new();
+        let mut bad = None;
         loop {
             match parse_command(&mut buf, limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
-                Ok(Some(args)) => {
-                    let (reply, flow) = engine.execute(&mut session, args).await;
-                    reply.encode(session.proto, &mut out);
-                    if flow == Flow::Close {
-                        wr.write_all(&out).await?;
-                        return Ok(());
-                    }
-                    if out.len() >= 64 << 10 {
-                        wr.write_all(&out).await?;
-                        out.clear();
-                    }
-                }
+                Ok(Some(args)) => commands.push(args),
                 Ok(None) => break,
                 Err(e) => {
-                    Reply::Error(e.to_string()).encode(session.proto, &mut out);
+                    bad = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < commands.len() {
+            let gets = engine.leading_gets(&session, &commands[i..], GET_BATCH);
+            if gets >= 2 {
+                for reply in engine.get_batch(&session, &commands[i..i + gets]).await {
+                    reply.encode(session.proto, &mut out);
+                }
+                i += gets;
+            } else {
+                let args = std::mem::take(&mut commands[i]);
+                i += 1;
+                let (reply, flow) = engine.execute(&mut session, args).await;
+                reply.encode(session.proto, &mut out);
+                if flow == Flow::Close {
                     wr.write_all(&out).await?;
                     return Ok(());
                 }
             }
+            if out.len() >= 64 << 10 {
+                wr.write_all(&out).await?;
+                out.clear();
+            }
+        }
+        if let Some(e) = bad {
+            Reply::Error(e.to_string()).encode(session.proto, &mut out);
+            wr.write_all(&out).await?;
+            return Ok(());
         }
         if !out.is_empty() {
             wr.write_all(&out).await?;

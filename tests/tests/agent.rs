@@ -185,6 +185,55 @@ fn malformed_input_gets_redis_errors_and_the_agent_keeps_serving() {
     assert_eq!(agent.cli(&["PING"]).unwrap().trim(), "PONG");
 }
 
+/// A pipeline mixing GET runs (read as one batch) with writes, wrong arity, a protocol
+/// error and other databases answers exactly as running the commands one by one would.
+#[test]
+fn pipelined_gets_answer_in_order_around_writes() {
+    let agent = Agent::start(&[]).unwrap();
+    let cmd = |args: &[&str]| -> String {
+        let mut c = format!("*{}\r\n", args.len());
+        for a in args {
+            c += &format!("${}\r\n{a}\r\n", a.len());
+        }
+        c
+    };
+    let mut pipeline = String::new();
+    let mut expect = String::new();
+    for (args, reply) in [
+        (&["SET", "pa", "1"][..], "+OK\r\n"),
+        (&["GET", "pa"], "$1\r\n1\r\n"),
+        (&["GET", "pb"], "$-1\r\n"),
+        (&["GET", "pa"], "$1\r\n1\r\n"),
+        (&["SET", "pb", "22"], "+OK\r\n"),
+        (&["get", "pb"], "$2\r\n22\r\n"),
+        (
+            &["GET", "pa", "extra"],
+            "-ERR wrong number of arguments for 'get' command\r\n",
+        ),
+        (&["GET", "pa"], "$1\r\n1\r\n"),
+        (&["SELECT", "1"], "+OK\r\n"),
+        (&["GET", "pa"], "$-1\r\n"),
+        (&["GET", "pb"], "$-1\r\n"),
+        (&["DEL", "pa"], ":0\r\n"),
+        (&["SELECT", "0"], "+OK\r\n"),
+        (&["DEL", "pa"], ":1\r\n"),
+        (&["GET", "pa"], "$-1\r\n"),
+        (&["GET", "pb"], "$2\r\n22\r\n"),
+    ] {
+        pipeline += &cmd(args);
+        expect += reply;
+    }
+    // A protocol error after the run: everything before it is answered first.
+    pipeline += "*1\r\n:5\r\n";
+    expect += "-ERR Protocol error: expected '$', got ':'\r\n";
+    let mut s = TcpStream::connect(&agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(pipeline.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert_eq!(String::from_utf8_lossy(&out), expect);
+}
+
 /// An agent over two memory nodes (shm, r = 2) is SIGKILLed and restarted on the same
 /// pool: every acknowledged write is there.
 #[test]

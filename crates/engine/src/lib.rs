@@ -170,6 +170,80 @@ impl Engine {
         Ok(Some(value))
     }
 
+    /// The live values of many keys of `db`: cached ones from the local cache (hits
+    /// reported while the pool reference is fresh), the rest read from the pool in one
+    /// batch whose memory accesses overlap (and offered to the cache).
+    pub async fn read_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>, DhtError> {
+        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let cached = self
+                .cache
+                .as_ref()
+                .and_then(|c| c.get(db, k, self.now_ms(), fastrand_f64(k)));
+            match cached {
+                Some((v, slot)) => {
+                    if let Some(slot) = slot {
+                        self.dht.record_hit(slot).await;
+                    }
+                    out[i] = Some(v);
+                }
+                None => missing.push(i),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let wanted: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+        let tickets: Vec<u64> = match &self.cache {
+            Some(c) => wanted.iter().map(|k| c.fill_ticket(db, k)).collect(),
+            None => Vec::new(),
+        };
+        let got = self.dht.get_many(db, &wanted).await?;
+        for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
+            if let Some(e) = e {
+                out[i] = Some(e.value.clone());
+                if let Some(c) = &self.cache {
+                    c.fill(tickets[n], db, keys[i], e.into());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many of the leading `commands` are plain `GET key` that
+    /// [`get_batch`](Self::get_batch) may run together (at most `max`). Consecutive
+    /// reads of one connection see no write of its own between them, so reading them
+    /// as one batch answers exactly what running them one by one would.
+    pub fn leading_gets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
+        if !session.authenticated {
+            return 0;
+        }
+        commands
+            .iter()
+            .take(max)
+            .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
+            .count()
+    }
+
+    /// Runs pipelined `GET`s together (see [`leading_gets`](Self::leading_gets)).
+    pub async fn get_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+        self.stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
+        match self.read_many(session.db, &keys).await {
+            Ok(values) => values
+                .into_iter()
+                .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
+                .collect(),
+            Err(e) => {
+                let reply = error_reply(e);
+                vec![reply; commands.len()]
+            }
+        }
+    }
+
     /// Tells the cache about a write the pool committed: the new value and expiry, or
     /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
     pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {

@@ -106,43 +106,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         }
         Cmd::GetEx => getex(engine, db, args).await,
         Cmd::MGet => {
-            let mut out: Vec<Option<Bytes>> = vec![None; args.len() - 1];
-            let mut missing: Vec<usize> = Vec::new();
-            for (i, k) in args[1..].iter().enumerate() {
-                let cached = engine
-                    .cache
-                    .as_ref()
-                    .and_then(|c| c.get(db, k, engine.now_ms(), 0.5));
-                match cached {
-                    Some((v, slot)) => {
-                        // As in `Engine::read`: serve the cached value; only report the
-                        // hit while the pool reference is fresh.
-                        if let Some(slot) = slot {
-                            dht.record_hit(slot).await;
-                        }
-                        out[i] = Some(v);
-                    }
-                    None => missing.push(i),
-                }
-            }
-            if !missing.is_empty() {
-                let keys: Vec<&[u8]> = missing.iter().map(|&i| &args[i + 1][..]).collect();
-                let tickets: Vec<u64> = match &engine.cache {
-                    Some(c) => keys.iter().map(|k| c.fill_ticket(db, k)).collect(),
-                    None => Vec::new(),
-                };
-                let got = tri!(dht.get_many(db, &keys).await);
-                for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
-                    if let Some(e) = e {
-                        out[i] = Some(e.value.clone());
-                        if let Some(c) = &engine.cache {
-                            c.fill(tickets[n], db, &args[i + 1], e.into());
-                        }
-                    }
-                }
-            }
+            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+            let got = tri!(engine.read_many(db, &keys).await);
             Reply::Array(
-                out.into_iter()
+                got.into_iter()
                     .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
                     .collect(),
             )
