@@ -65,6 +65,33 @@ def check(r: redis.Redis, proto: int) -> None:
     assert r.command_count() > 40
     assert len(r.time()) == 2
     assert r.flushdb() is True and r.dbsize() == 0
+    # Copies, moves and database swaps: values and TTLs go along, keys stay put.
+    assert r.set("c1", "v", ex=100) is True
+    assert r.copy("c1", "c2") is True and r.copy("c1", "c2") is False
+    assert 98 <= r.ttl("c2") <= 100
+    assert r.copy("c1", "c2", destination_db=3, replace=True) is True
+    assert r.move("c1", 3) is True and r.move("c2", 3) is False
+    assert r.exists("c1") == 0 and r.exists("c2") == 1
+    assert r.swapdb(0, 3) is True
+    assert r.get("c1") == "v" and r.dbsize() == 2
+    assert r.swapdb(0, 3) is True and r.get("c1") is None
+    r.select(3)
+    assert r.flushdb() is True
+    r.select(0)
+    assert r.delete("c2") == 1
+    # Introspection and LCS.
+    assert r.set("num", "12345") and r.object("encoding", "num") == "int"
+    assert r.set("str", "x" * 64) and r.object("encoding", "str") == "raw"
+    assert r.object("refcount", "num") == 1
+    assert r.object("idletime", "num") >= 0
+    assert r.memory_usage("str") >= 64 and r.memory_usage("nope") is None
+    assert r.set("l1", "ohmytext") and r.set("l2", "mynewtext")
+    assert r.lcs("l1", "l2") == "mytext" and r.lcs("l1", "l2", len=True) == 6
+    got = r.lcs("l1", "l2", idx=True, minmatchlen=4, withmatchlen=True)
+    if isinstance(got, list):  # RESP2: the map arrives flattened, as from redis-server
+        got = dict(zip(got[::2], got[1::2]))
+    assert got["len"] == 6 and got["matches"] == [[[4, 7], [5, 8], 4]], got
+    assert r.flushdb() is True
     print(f"RESP{proto}: ok")
 
 

@@ -5,6 +5,9 @@
 //! +------------------+----------------+-----------------------------+
 //! | magic "DMCDHT01" | version:u32    | buckets_per_subtable:u32    |  ... to 64 B
 //! +------------------+----------------+-----------------------------+
+//! | db map: 32 × u8 at byte 16: logical db i is stored as physical db i ^ map[i]  |
+//! | (all zero: identity; SWAPDB swaps two entries in one transaction)              |
+//! +------------------------------------------------------------------------------+
 //! | slot table: 16384 × u64 directory refs (class << 48 | address, 0 = empty) |
 //! +----------------------------------------------------------------------------+
 //!
@@ -38,6 +41,10 @@ pub const VERSION: u32 = 1;
 pub const ROOT_HEADER: u64 = 64;
 pub const HASH_SLOTS: usize = 16384;
 pub const ROOT_LEN: u64 = ROOT_HEADER + 8 * HASH_SLOTS as u64;
+
+/// Where the db map starts in the root block, and how many databases it can remap.
+pub const DB_MAP: u64 = 16;
+pub const DB_MAP_LEN: usize = 32;
 
 pub const BUCKET: u64 = 128;
 pub const BUCKET_HEADER: u64 = 16;

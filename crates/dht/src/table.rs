@@ -50,6 +50,9 @@ pub enum DhtError {
     Corrupt(String),
     #[error("too much contention on hash slot {0}; try again")]
     Contention(u16),
+    /// A request this table cannot serve (the text says which and why).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 #[derive(Debug, Clone)]
@@ -339,6 +342,8 @@ pub struct Dht {
     keys: Box<[AtomicI64]>,
     counters: Counters,
     removed: RwLock<Option<RemovedHook>>,
+    /// Logical database -> the database number keys are stored under (SWAPDB).
+    db_map: Box<[std::sync::atomic::AtomicU8]>,
 }
 
 type RemovedHook = Box<dyn Fn(u8, &[u8]) + Send + Sync>;
@@ -393,7 +398,11 @@ impl Dht {
             keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
             counters: Counters::default(),
             removed: RwLock::new(None),
+            db_map: (0..=u8::MAX)
+                .map(std::sync::atomic::AtomicU8::new)
+                .collect(),
         };
+        dht.load_db_map().await?;
         dht.recover().await?;
         Ok(Arc::new(dht))
     }
@@ -1023,6 +1032,98 @@ impl Dht {
             return Ok(None);
         }
         self.find(loc, key, &probe, true).await
+    }
+
+    /// The key's value and metadata without recording an access (`OBJECT`, `MEMORY
+    /// USAGE`, `LCS`-style inspection), with the pool bytes one copy of it occupies
+    /// (its slot plus its object's blocks).
+    pub async fn peek(&self, db: u8, key: &[u8]) -> Result<Option<(Entry, u64)>, DhtError> {
+        let loc = Self::loc(db, key);
+        let (abs, now) = self.now();
+        let (_, found) = self.lookup(&loc, key, true).await?;
+        let Some(f) = found.filter(|f| !self.is_expired(f.meta, abs)) else {
+            return Ok(None);
+        };
+        let object = match f.word.object() {
+            Some(o) if !o.chained => u64::from(o.block.size()),
+            // A chain's blocks are each full but the last: estimate from the content.
+            _ => {
+                let len = f.value.as_ref().map_or(0, |v| v.len()) + key.len();
+                (dmc_umo::object::CHAINED_HEADER + len) as u64
+            }
+        };
+        Ok(Some((
+            self.entry(f, &now, std::time::Instant::now()),
+            layout::SLOT + object,
+        )))
+    }
+
+    // ------------------------------------------------------------ databases
+
+    /// The database number the keys of logical database `db` are stored under: the
+    /// same number unless SWAPDB swapped it with another.
+    pub fn physical_db(&self, db: u8) -> u8 {
+        self.db_map[db as usize].load(Ordering::Relaxed)
+    }
+
+    async fn read_db_map(&self) -> Result<[u8; layout::DB_MAP_LEN], DhtError> {
+        let mut map = [0u8; layout::DB_MAP_LEN];
+        self.pool
+            .read(self.root.offset_by(layout::DB_MAP), &mut map)
+            .await?;
+        Ok(map)
+    }
+
+    /// Reloads the db map from the pool (after another agent's SWAPDB).
+    pub async fn load_db_map(&self) -> Result<(), DhtError> {
+        let map = self.read_db_map().await?;
+        for (i, x) in map.iter().enumerate() {
+            self.db_map[i].store(i as u8 ^ x, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Swaps two logical databases (Redis's `SWAPDB`) by swapping which stored
+    /// databases they name: one transaction on the table root, no key moves. Only the
+    /// first [`layout::DB_MAP_LEN`] databases can be swapped.
+    pub async fn swap_dbs(&self, a: u8, b: u8) -> Result<(), DhtError> {
+        let n = layout::DB_MAP_LEN;
+        if a as usize >= n || b as usize >= n {
+            return Err(DhtError::Unsupported(format!(
+                "SWAPDB is supported for databases 0 to {} on this pool",
+                n - 1
+            )));
+        }
+        for _ in 0..MAX_RETRIES {
+            let old = self.read_db_map().await?;
+            let mut new = old;
+            // Stored as i ^ physical(i): swap the physical numbers.
+            let (pa, pb) = (a ^ old[a as usize], b ^ old[b as usize]);
+            new[a as usize] = a ^ pb;
+            new[b as usize] = b ^ pa;
+            let writes = (0..n / 8)
+                .filter(|w| old[w * 8..w * 8 + 8] != new[w * 8..w * 8 + 8])
+                .map(|w| TxWrite {
+                    addr: self.root.offset_by(layout::DB_MAP + 8 * w as u64),
+                    expect: Some(le64(&old, w * 8)),
+                    new: le64(&new, w * 8),
+                })
+                .collect::<Vec<_>>();
+            if writes.is_empty() {
+                return Ok(());
+            }
+            let tx = Tx {
+                shard: dmc_umo::pool::POOL_SHARD,
+                epoch: 0,
+                writes,
+            };
+            match self.pool.commit(std::slice::from_ref(&tx)).await.remove(0) {
+                TxOutcome::Committed => return self.load_db_map().await,
+                TxOutcome::Failed(e) => return Err(e.into()),
+                _ => continue,
+            }
+        }
+        Err(DhtError::Contention(0))
     }
 
     /// Whether `key` exists (and has not expired), without fetching its value.

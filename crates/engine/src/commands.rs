@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use dmc_resp::Reply;
 
-use crate::{Engine, Flow, Session, keys, server, strings};
+use crate::{Engine, Flow, Session, introspect, keys, server, strings};
 
 /// Which handler runs a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,12 @@ pub enum Cmd {
     FlushAll,
     Rename,
     RenameNx,
+    Copy,
+    Move,
+    SwapDb,
+    Lcs,
+    Object,
+    Memory,
 }
 
 /// One row of the command table (the fields `COMMAND INFO` reports).
@@ -211,6 +217,12 @@ pub const TABLE: &[Spec] = &[
     spec!("flushall", -1, &["write"], 0, 0, 0, FlushAll),
     spec!("rename", 3, &["write"], 1, 2, 1, Rename),
     spec!("renamenx", 3, &["write", "fast"], 1, 2, 1, RenameNx),
+    spec!("copy", -3, &["write", "denyoom"], 1, 2, 1, Copy),
+    spec!("move", 3, &["write", "fast"], 1, 1, 1, Move),
+    spec!("swapdb", 3, &["write", "fast"], 0, 0, 0, SwapDb),
+    spec!("lcs", -3, &["readonly"], 1, 2, 1, Lcs),
+    spec!("object", -2, &["readonly"], 2, 2, 1, Object),
+    spec!("memory", -2, &["readonly"], 0, 0, 0, Memory),
 ];
 
 fn index() -> &'static HashMap<&'static str, &'static Spec> {
@@ -303,7 +315,12 @@ pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) 
         | Cmd::FlushDb
         | Cmd::FlushAll
         | Cmd::Rename
-        | Cmd::RenameNx => keys::run(engine, session, spec.cmd, &args).await,
+        | Cmd::RenameNx
+        | Cmd::Copy
+        | Cmd::Move
+        | Cmd::SwapDb => keys::run(engine, session, spec.cmd, &args).await,
+        Cmd::Object => introspect::object(engine, session, &args).await,
+        Cmd::Memory => introspect::memory(engine, session, &args).await,
         _ => strings::run(engine, session, spec.cmd, &args).await,
     };
     (reply, Flow::Continue)

@@ -7,7 +7,7 @@ use dmc_resp::Reply;
 use crate::commands::Cmd;
 use crate::server::glob;
 use dmc_dht::layout::HASH_SLOTS as SLOTS;
-use dmc_dht::{SetExpiry, SetOptions};
+use dmc_dht::{SetCond, SetExpiry, SetOptions};
 
 const HASH_SLOTS: u16 = SLOTS as u16;
 use crate::{Engine, NOT_INTEGER, Session, error_reply, parse_i64};
@@ -22,7 +22,7 @@ macro_rules! tri {
 }
 
 pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
-    let db = s.db;
+    let db = engine.physical_db(s.db);
     let dht = &engine.dht;
     match cmd {
         Cmd::Del | Cmd::Unlink => {
@@ -126,6 +126,22 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             Reply::ok()
         }
         Cmd::Rename | Cmd::RenameNx => rename(engine, db, cmd, args).await,
+        Cmd::Copy => copy(engine, s, args).await,
+        Cmd::Move => move_key(engine, s, args).await,
+        Cmd::SwapDb => {
+            let Some(a) = parse_i64(&args[1]) else {
+                return Reply::err("ERR invalid first DB index");
+            };
+            let Some(b) = parse_i64(&args[2]) else {
+                return Reply::err("ERR invalid second DB index");
+            };
+            let range = 0..i64::from(engine.config.databases);
+            if !range.contains(&a) || !range.contains(&b) {
+                return Reply::err("ERR DB index is out of range");
+            }
+            tri!(engine.dht.swap_dbs(a as u8, b as u8).await);
+            Reply::ok()
+        }
         _ => Reply::err("ERR command not in the keyspace family"),
     }
 }
@@ -241,6 +257,125 @@ async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     } else {
         Reply::ok()
     }
+}
+
+/// Takes the write locks of two keys, in address order so two callers cannot deadlock.
+async fn lock_two<'a>(
+    engine: &'a Engine,
+    a: &[u8],
+    b: &[u8],
+) -> (
+    tokio::sync::MutexGuard<'a, ()>,
+    Option<tokio::sync::MutexGuard<'a, ()>>,
+) {
+    let (la, lb) = (engine.key_lock(a), engine.key_lock(b));
+    let (first, second) = if (la as *const _ as usize) <= (lb as *const _ as usize) {
+        (la, lb)
+    } else {
+        (lb, la)
+    };
+    let g1 = first.lock().await;
+    let g2 = if std::ptr::eq(first, second) {
+        None
+    } else {
+        Some(second.lock().await)
+    };
+    (g1, g2)
+}
+
+/// A DB index argument of COPY or MOVE: the stored database it names.
+fn db_arg(engine: &Engine, arg: &[u8]) -> Result<u8, Reply> {
+    match parse_i64(arg) {
+        Some(n) if (0..i64::from(engine.config.databases)).contains(&n) => {
+            Ok(engine.physical_db(n as u8))
+        }
+        Some(_) => Err(Reply::err("ERR DB index is out of range")),
+        None => Err(Reply::err(NOT_INTEGER)),
+    }
+}
+
+/// Writes `e` (value and expiry) as `key` in `db`; `replace` overwrites an existing key.
+/// Returns whether it was written.
+async fn write_entry(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    e: &dmc_dht::Entry,
+    replace: bool,
+) -> Result<bool, dmc_dht::DhtError> {
+    let opts = SetOptions {
+        cond: if replace {
+            SetCond::Always
+        } else {
+            SetCond::IfAbsent
+        },
+        expiry: match e.expire_at {
+            Some(at) => SetExpiry::At(at),
+            None => SetExpiry::Clear,
+        },
+        ..Default::default()
+    };
+    let written = engine.dht.set(db, key, &e.value, opts).await?.written;
+    if written {
+        engine.wrote(db, key, Some((&e.value[..], e.expire_at)));
+    }
+    Ok(written)
+}
+
+/// `COPY source destination [DB destination-db] [REPLACE]`.
+async fn copy(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
+    let src_db = engine.physical_db(s.db);
+    let (mut dst_db, mut replace) = (src_db, false);
+    let mut i = 3;
+    while i < args.len() {
+        match String::from_utf8_lossy(&args[i])
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "REPLACE" => replace = true,
+            "DB" if i + 1 < args.len() => {
+                i += 1;
+                dst_db = match db_arg(engine, &args[i]) {
+                    Ok(d) => d,
+                    Err(r) => return r,
+                };
+            }
+            _ => return Reply::err(crate::SYNTAX),
+        }
+        i += 1;
+    }
+    let (src, dst) = (&args[1], &args[2]);
+    if src_db == dst_db && src == dst {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let _g = lock_two(engine, src, dst).await;
+    let Some(e) = tri!(engine.dht.get(src_db, src).await) else {
+        return Reply::Int(0);
+    };
+    Reply::Int(tri!(write_entry(engine, dst_db, dst, &e, replace).await) as i64)
+}
+
+/// `MOVE key db`: moves the key (value and expiry) unless the target has it already.
+async fn move_key(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
+    let src_db = engine.physical_db(s.db);
+    let dst_db = match db_arg(engine, &args[2]) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    if src_db == dst_db {
+        return Reply::err("ERR source and destination objects are the same");
+    }
+    let key = &args[1];
+    let _g = engine.key_lock(key).lock().await;
+    let Some(e) = tri!(engine.dht.get(src_db, key).await) else {
+        return Reply::Int(0);
+    };
+    if !tri!(write_entry(engine, dst_db, key, &e, false).await) {
+        return Reply::Int(0);
+    }
+    tri!(engine.dht.delete(src_db, key).await);
+    engine.wrote(src_db, key, None);
+    Reply::Int(1)
 }
 
 async fn expire(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {

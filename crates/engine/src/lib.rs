@@ -14,6 +14,7 @@
 
 pub mod cache;
 pub mod commands;
+pub mod introspect;
 pub mod keys;
 pub mod server;
 pub mod strings;
@@ -137,6 +138,11 @@ impl Engine {
         &self.key_locks[(h % KEY_LOCKS as u64) as usize]
     }
 
+    /// The stored database behind the logical one a client selected (see SWAPDB).
+    pub fn physical_db(&self, db: u8) -> u8 {
+        self.dht.physical_db(db)
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
@@ -232,7 +238,7 @@ impl Engine {
             .commands
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
         let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
-        match self.read_many(session.db, &keys).await {
+        match self.read_many(self.physical_db(session.db), &keys).await {
             Ok(values) => values
                 .into_iter()
                 .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
@@ -281,6 +287,7 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::Pool(dmc_umo::UmoError::TooLarge(_)) => {
             Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
         }
+        DhtError::Unsupported(text) => Reply::err(format!("ERR {text}")),
         other => Reply::err(format!("ERR memory pool: {other}")),
     }
 }

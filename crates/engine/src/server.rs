@@ -205,7 +205,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 Reply::bulk((us % 1_000_000).to_string()),
             ])
         }
-        Cmd::Dbsize => Reply::Int(engine.dht.key_count_db(s.db)),
+        Cmd::Dbsize => Reply::Int(engine.dht.key_count_db(engine.physical_db(s.db))),
         _ => Reply::err("ERR command not in the server family"),
     }
 }
@@ -406,7 +406,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
     if want("keyspace") {
         out.push_str("# Keyspace\r\n");
         for db in 0..engine.config.databases {
-            let keys = engine.dht.key_count_db(db);
+            let keys = engine.dht.key_count_db(engine.physical_db(db));
             if keys > 0 {
                 let _ = write!(out, "db{db}:keys={keys},expires=0,avg_ttl=0\r\n");
             }

@@ -41,7 +41,7 @@ fn upper(a: &[u8]) -> String {
 }
 
 pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
-    let db = s.db;
+    let db = engine.physical_db(s.db);
     let dht = &engine.dht;
     match cmd {
         Cmd::Get => match tri!(engine.read(db, &args[1]).await) {
@@ -105,6 +105,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
         }
         Cmd::GetEx => getex(engine, db, args).await,
+        Cmd::Lcs => {
+            let a = tri!(engine.read(db, &args[1]).await).unwrap_or_default();
+            let b = tri!(engine.read(db, &args[2]).await).unwrap_or_default();
+            lcs(&a, &b, &args[3..])
+        }
         Cmd::MGet => {
             let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
             let got = tri!(engine.read_many(db, &keys).await);
@@ -402,6 +407,162 @@ async fn getex(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         engine.wrote(db, &args[1], None);
     }
     Reply::Bulk(value)
+}
+
+/// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]` on two values, with
+/// Redis's dynamic program, tie-breaking and reply shapes (matches from the end).
+fn lcs(a: &[u8], b: &[u8], opts: &[Bytes]) -> Reply {
+    let (mut len_only, mut idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+    let mut i = 0;
+    while i < opts.len() {
+        match upper(&opts[i]).as_str() {
+            "LEN" => len_only = true,
+            "IDX" => idx = true,
+            "WITHMATCHLEN" => with_len = true,
+            "MINMATCHLEN" if i + 1 < opts.len() => {
+                i += 1;
+                match parse_i64(&opts[i]) {
+                    Some(n) => min_len = n.max(0),
+                    None => return Reply::err(NOT_INTEGER),
+                }
+            }
+            _ => return Reply::err(SYNTAX),
+        }
+        i += 1;
+    }
+    if len_only && idx {
+        return Reply::err("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    let (n, m) = (a.len(), b.len());
+    // The table is (n+1) x (m+1) u32s; Redis refuses it past proto-max-bulk-len.
+    let cells = (n as u64 + 1).saturating_mul(m as u64 + 1);
+    if cells.saturating_mul(4) > MAX_STRING {
+        return Reply::err(
+            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        );
+    }
+    let w = n + 1;
+    let mut t = vec![0u32; (n + 1) * (m + 1)];
+    for j in 1..=m {
+        for i in 1..=n {
+            t[j * w + i] = if a[i - 1] == b[j - 1] {
+                t[(j - 1) * w + i - 1] + 1
+            } else {
+                t[(j - 1) * w + i].max(t[j * w + i - 1])
+            };
+        }
+    }
+    let total = t[m * w + n];
+    if len_only {
+        return Reply::Int(i64::from(total));
+    }
+    let mut out = vec![0u8; total as usize];
+    let mut k = total as usize;
+    let mut matches = Vec::new();
+    // Current range: (a_start, a_end, b_start, b_end); none while a_start == n.
+    let (mut ras, mut rae, mut rbs, mut rbe) = (n, n, 0, 0);
+    let (mut i, mut j) = (n, m);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            out[k - 1] = a[i - 1];
+            if ras == n {
+                (ras, rae, rbs, rbe) = (i - 1, i - 1, j - 1, j - 1);
+            } else if ras == i && rbs == j {
+                ras -= 1;
+                rbs -= 1;
+            } else {
+                emit = true;
+            }
+            if ras == 0 || rbs == 0 {
+                emit = true;
+            }
+            k -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if t[j * w + i - 1] > t[(j - 1) * w + i] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            if ras != n {
+                emit = true;
+            }
+        }
+        if emit {
+            let match_len = (rae - ras + 1) as i64;
+            if idx && (min_len == 0 || match_len >= min_len) {
+                let pair = |s: usize, e: usize| {
+                    Reply::Array(vec![Reply::Int(s as i64), Reply::Int(e as i64)])
+                };
+                let mut row = vec![pair(ras, rae), pair(rbs, rbe)];
+                if with_len {
+                    row.push(Reply::Int(match_len));
+                }
+                matches.push(Reply::Array(row));
+            }
+            ras = n;
+        }
+    }
+    if idx {
+        Reply::Map(vec![
+            (Reply::bulk("matches"), Reply::Array(matches)),
+            (Reply::bulk("len"), Reply::Int(i64::from(total))),
+        ])
+    } else {
+        Reply::Bulk(Bytes::from(out))
+    }
+}
+
+#[cfg(test)]
+mod lcs_tests {
+    use super::*;
+
+    fn opts(o: &[&str]) -> Vec<Bytes> {
+        o.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    }
+
+    // The examples of Redis's LCS documentation.
+    #[test]
+    fn lcs_matches_the_redis_documentation() {
+        let (a, b) = (b"ohmytext", b"mynewtext");
+        assert_eq!(lcs(a, b, &[]), Reply::bulk("mytext"));
+        assert_eq!(lcs(a, b, &opts(&["LEN"])), Reply::Int(6));
+        let range = |s: i64, e: i64| Reply::Array(vec![Reply::Int(s), Reply::Int(e)]);
+        assert_eq!(
+            lcs(a, b, &opts(&["IDX"])),
+            Reply::Map(vec![
+                (
+                    Reply::bulk("matches"),
+                    Reply::Array(vec![
+                        Reply::Array(vec![range(4, 7), range(5, 8)]),
+                        Reply::Array(vec![range(2, 3), range(0, 1)]),
+                    ])
+                ),
+                (Reply::bulk("len"), Reply::Int(6)),
+            ])
+        );
+        assert_eq!(
+            lcs(a, b, &opts(&["IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"])),
+            Reply::Map(vec![
+                (
+                    Reply::bulk("matches"),
+                    Reply::Array(vec![Reply::Array(vec![
+                        range(4, 7),
+                        range(5, 8),
+                        Reply::Int(4)
+                    ])])
+                ),
+                (Reply::bulk("len"), Reply::Int(6)),
+            ])
+        );
+        assert_eq!(lcs(b"", b"abc", &[]), Reply::bulk(""));
+        assert!(matches!(lcs(a, b, &opts(&["LEN", "IDX"])), Reply::Error(_)));
+        assert!(matches!(lcs(a, b, &opts(&["BOGUS"])), Reply::Error(_)));
+    }
 }
 
 #[cfg(test)]
