@@ -501,14 +501,38 @@ async fn serve_conn(
     limits: &Limits,
     qbuf_limit: usize,
 ) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let show =
+        |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let mut session = engine.new_session(
+        show(stream.peer_addr()),
+        show(stream.local_addr()),
+        i64::from(stream.as_raw_fd()),
+    );
+    let result = serve_session(engine, stream, &mut session, limits, qbuf_limit).await;
+    engine.end_session(&session);
+    result
+}
+
+async fn serve_session(
+    engine: &Engine,
+    stream: tokio::net::TcpStream,
+    session: &mut dmc_engine::Session,
+    limits: &Limits,
+    qbuf_limit: usize,
+) -> std::io::Result<()> {
     let (mut rd, mut wr) = stream.into_split();
-    let mut session = engine.new_session();
+    let client = session.client.clone();
     let mut buf = BytesMut::new();
     let mut out = BytesMut::new();
     loop {
         buf.reserve(4096);
-        if rd.read_buf(&mut buf).await? == 0 {
-            return Ok(());
+        tokio::select! {
+            read = rd.read_buf(&mut buf) => if read? == 0 {
+                return Ok(());
+            },
+            // CLIENT KILL from another connection.
+            _ = client.killed() => return Ok(()),
         }
         // Parse every complete request first, so runs of pipelined GETs can be read
         // from the pool as one batch.
@@ -527,18 +551,22 @@ async fn serve_conn(
         }
         let mut i = 0;
         while i < commands.len() {
-            let gets = engine.leading_gets(&session, &commands[i..], GET_BATCH);
+            let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
             if gets >= 2 {
-                for reply in engine.get_batch(&session, &commands[i..i + gets]).await {
-                    reply.encode(session.proto, &mut out);
+                for reply in engine.get_batch(session, &commands[i..i + gets]).await {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
                 }
                 i += gets;
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;
-                let (reply, flow) = engine.execute(&mut session, args).await;
-                reply.encode(session.proto, &mut out);
-                if flow == Flow::Close {
+                let (reply, flow) = engine.execute(session, args).await;
+                if session.should_reply() {
+                    reply.encode(session.proto, &mut out);
+                }
+                if flow == Flow::Close || client.is_killed() {
                     wr.write_all(&out).await?;
                     return Ok(());
                 }

@@ -62,6 +62,9 @@ def check(r: redis.Redis, proto: int) -> None:
     assert r.config_get("maxmemory-policy")["maxmemory-policy"] == "allkeys-lru"
     assert r.client_id() > 0
     assert r.client_setname("tester") is True and r.client_getname() == "tester"
+    assert r.client_info()["name"] == "tester"
+    assert any(c["name"] == "tester" for c in r.client_list())
+    assert r.client_kill_filter(_id=10**9) == 0
     assert r.command_count() > 40
     assert len(r.time()) == 2
     assert r.flushdb() is True and r.dbsize() == 0

@@ -234,6 +234,67 @@ fn pipelined_gets_answer_in_order_around_writes() {
     assert_eq!(String::from_utf8_lossy(&out), expect);
 }
 
+/// CLIENT LIST shows every connection with its name and address, CLIENT KILL closes
+/// the ones a filter selects (not the caller, by default), CLIENT REPLY drops replies.
+#[test]
+fn client_list_kill_and_reply_modes() {
+    let agent = Agent::start(&[]).unwrap();
+    let mut idle = TcpStream::connect(&agent.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    idle.write_all(b"CLIENT SETNAME sleeper\r\n").unwrap();
+    let mut ok = [0u8; 5];
+    idle.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let list = agent.cli(&["CLIENT", "LIST"]).unwrap();
+    let line = list
+        .lines()
+        .find(|l| l.contains(" name=sleeper "))
+        .unwrap_or_else(|| panic!("no sleeper in {list}"));
+    assert!(line.contains(" cmd=client "), "{line}");
+    let addr = line
+        .split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        agent
+            .cli(&["CLIENT", "KILL", "ADDR", &addr])
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    let mut rest = Vec::new();
+    assert_eq!(idle.read_to_end(&mut rest).unwrap(), 0, "killed: closed");
+    assert!(!agent.cli(&["CLIENT", "LIST"]).unwrap().contains("sleeper"));
+    assert_eq!(
+        agent.cli(&["CLIENT", "KILL", &addr]).unwrap().trim(),
+        "ERR No such client"
+    );
+    // The caller is skipped by default.
+    assert_eq!(
+        agent
+            .cli(&["CLIENT", "KILL", "SKIPME", "yes"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+
+    let mut s = TcpStream::connect(&agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        b"CLIENT REPLY SKIP\r\nECHO skipped\r\nECHO one\r\nCLIENT REPLY OFF\r\n\
+          ECHO off\r\nCLIENT REPLY ON\r\nECHO two\r\nQUIT\r\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "$3\r\none\r\n+OK\r\n$3\r\ntwo\r\n+OK\r\n"
+    );
+}
+
 /// An agent over two memory nodes (shm, r = 2) is SIGKILLed and restarted on the same
 /// pool: every acknowledged write is there.
 #[test]

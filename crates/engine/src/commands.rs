@@ -225,13 +225,18 @@ pub const TABLE: &[Spec] = &[
     spec!("memory", -2, &["readonly"], 0, 0, 0, Memory),
 ];
 
-fn index() -> &'static HashMap<&'static str, &'static Spec> {
-    static INDEX: OnceLock<HashMap<&'static str, &'static Spec>> = OnceLock::new();
-    INDEX.get_or_init(|| TABLE.iter().map(|s| (s.name, s)).collect())
+fn index() -> &'static HashMap<&'static str, usize> {
+    static INDEX: OnceLock<HashMap<&'static str, usize>> = OnceLock::new();
+    INDEX.get_or_init(|| TABLE.iter().enumerate().map(|(i, s)| (s.name, i)).collect())
 }
 
 /// Looks a command up by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    lookup_index(name).map(|i| &TABLE[i])
+}
+
+/// The command's row number in [`TABLE`], looked up case-insensitively.
+pub fn lookup_index(name: &[u8]) -> Option<usize> {
     let mut lower = [0u8; 32];
     if name.len() > lower.len() {
         return None;
@@ -263,9 +268,13 @@ fn unknown(args: &[Bytes]) -> Reply {
 }
 
 pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
-    let Some(spec) = lookup(&args[0]) else {
+    let Some(index) = lookup_index(&args[0]) else {
         return (unknown(&args), Flow::Continue);
     };
+    let spec = &TABLE[index];
+    session
+        .client
+        .touch(&engine.clients, index, session.db, session.proto);
     if !arity_ok(spec, args.len()) {
         return (
             Reply::Error(format!(

@@ -13,6 +13,7 @@
 //! them; the local cache is told afterwards (write-through).
 
 pub mod cache;
+pub mod clients;
 pub mod commands;
 pub mod introspect;
 pub mod keys;
@@ -67,8 +68,25 @@ pub struct Session {
     pub id: u64,
     pub db: u8,
     pub proto: u8,
-    pub name: Option<Bytes>,
     pub authenticated: bool,
+    /// The connection's record in the client registry (name, kill signal, ...).
+    pub client: Arc<clients::Client>,
+    /// `CLIENT REPLY OFF`.
+    pub reply_off: bool,
+    /// Replies still to drop: `CLIENT REPLY SKIP` drops its own and the next one.
+    pub skip_replies: u8,
+}
+
+impl Session {
+    /// Whether the reply of the command that just ran goes to the client
+    /// (`CLIENT REPLY`); call once per command.
+    pub fn should_reply(&mut self) -> bool {
+        if self.skip_replies > 0 {
+            self.skip_replies -= 1;
+            return false;
+        }
+        !self.reply_off
+    }
 }
 
 /// What the connection does after a reply.
@@ -85,6 +103,7 @@ pub struct Engine {
     pub config: EngineConfig,
     pub stats: Stats,
     pub cache: Option<Arc<cache::LocalCache>>,
+    pub clients: clients::Clients,
     started: Instant,
     next_client: AtomicU64,
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
@@ -111,6 +130,7 @@ impl Engine {
             clock,
             config,
             stats: Stats::default(),
+            clients: clients::Clients::default(),
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)
@@ -119,14 +139,25 @@ impl Engine {
         })
     }
 
-    pub fn new_session(&self) -> Session {
+    /// A new connection's session, registered for `CLIENT LIST`/`KILL` until
+    /// [`end_session`](Self::end_session). `addr` and `laddr` are the peer's and our
+    /// address as `ip:port`.
+    pub fn new_session(&self, addr: String, laddr: String, fd: i64) -> Session {
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         Session {
-            id: self.next_client.fetch_add(1, Ordering::Relaxed),
+            id,
             db: 0,
             proto: 2,
-            name: None,
             authenticated: self.config.requirepass.is_none(),
+            client: self.clients.register(id, addr, laddr, fd),
+            reply_off: false,
+            skip_replies: 0,
         }
+    }
+
+    /// Removes a closed connection from the client registry.
+    pub fn end_session(&self, session: &Session) {
+        self.clients.unregister(session.id);
     }
 
     pub fn uptime_secs(&self) -> u64 {
@@ -237,6 +268,11 @@ impl Engine {
         self.stats
             .commands
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        if let Some(get) = commands::lookup_index(b"get") {
+            session
+                .client
+                .touch(&self.clients, get, session.db, session.proto);
+        }
         let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
         match self.read_many(self.physical_db(session.db), &keys).await {
             Ok(values) => values

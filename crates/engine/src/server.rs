@@ -9,8 +9,9 @@ use dmc_dht::RedisPolicy;
 use dmc_proto::ByteSize;
 use dmc_resp::Reply;
 
+use crate::clients::KillFilter;
 use crate::commands::{self, Cmd, TABLE};
-use crate::{Engine, NOT_INTEGER, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
 
 /// The Redis version reported to clients (they switch features on it).
 pub const REDIS_VERSION: &str = "7.2.4";
@@ -151,7 +152,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                         i += 3;
                     }
                     "SETNAME" if i + 1 < args.len() => {
-                        s.name = Some(args[i + 1].clone());
+                        if let Err(r) = check_name(&args[i + 1]) {
+                            return r;
+                        }
+                        s.client.set_name(Some(args[i + 1].clone()));
                         i += 2;
                     }
                     _ => {
@@ -190,7 +194,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Reset => {
             s.db = 0;
             s.proto = 2;
-            s.name = None;
+            s.client.set_name(None);
+            s.client.set_no_evict(false);
+            s.reply_off = false;
+            s.skip_replies = 0;
             s.authenticated = engine.config.requirepass.is_none();
             Reply::Simple("RESET")
         }
@@ -210,43 +217,213 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
     }
 }
 
+/// Redis's rule for client names: printable ASCII without spaces.
+fn check_name(name: &[u8]) -> Result<(), Reply> {
+    if name.iter().any(|b| *b <= b' ' || *b > b'~') {
+        return Err(Reply::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
+}
+
+fn on_off(arg: &[u8]) -> Option<bool> {
+    match upper(arg).as_str() {
+        "ON" => Some(true),
+        "OFF" => Some(false),
+        _ => None,
+    }
+}
+
 fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
     let sub = upper(&args[1]);
     match (sub.as_str(), args.len()) {
         ("ID", 2) => Reply::Int(s.id as i64),
-        ("GETNAME", 2) => s.name.clone().map(Reply::Bulk).unwrap_or(Reply::Null),
+        ("GETNAME", 2) => s.client.name().map(Reply::Bulk).unwrap_or(Reply::Null),
         ("SETNAME", 3) => {
-            if args[2].iter().any(|b| *b <= b' ' || *b > b'~') {
-                return Reply::err(
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                );
+            if let Err(r) = check_name(&args[2]) {
+                return r;
             }
-            s.name = (!args[2].is_empty()).then(|| args[2].clone());
+            s.client
+                .set_name((!args[2].is_empty()).then(|| args[2].clone()));
             Reply::ok()
         }
-        ("SETINFO", 4) => match upper(&args[2]).as_str() {
-            "LIB-NAME" | "LIB-VER" => Reply::ok(),
-            other => Reply::Error(format!("ERR Unrecognized option '{other}'")),
-        },
-        ("INFO", 2) | ("LIST", _) => {
-            let name = s
-                .name
-                .as_ref()
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .unwrap_or_default();
-            let line = format!(
-                "id={} addr=? laddr=? fd=0 name={} age=0 idle=0 flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=default redir=-1 resp={}\n",
-                s.id, name, s.db, s.proto
-            );
-            let _ = engine;
-            Reply::Verbatim(Bytes::from(line))
+        ("SETINFO", 4) => {
+            let value = String::from_utf8_lossy(&args[3]).into_owned();
+            if value.contains(|c: char| c <= ' ' || c > '~') {
+                return Reply::Error(format!(
+                    "ERR {} cannot contain spaces, newlines or special characters.",
+                    upper(&args[2])
+                ));
+            }
+            match upper(&args[2]).as_str() {
+                "LIB-NAME" => s.client.set_lib(Some(value), None),
+                "LIB-VER" => s.client.set_lib(None, Some(value)),
+                other => return Reply::Error(format!("ERR Unrecognized option '{other}'")),
+            }
+            Reply::ok()
         }
-        ("NO-EVICT", 3) | ("NO-TOUCH", 3) | ("REPLY", 3) => Reply::ok(),
+        ("INFO", 2) => Reply::Verbatim(Bytes::from(s.client.line(&engine.clients))),
+        ("LIST", _) => client_list(engine, &args[2..]),
+        ("KILL", 3) => {
+            // The old form: CLIENT KILL ip:port.
+            let addr = String::from_utf8_lossy(&args[2]);
+            match engine.clients.all().into_iter().find(|c| c.addr == addr) {
+                Some(c) => {
+                    c.kill();
+                    Reply::ok()
+                }
+                None => Reply::err("ERR No such client"),
+            }
+        }
+        ("KILL", _) => match kill_filter(&args[2..]) {
+            Ok(filter) => {
+                let mut n = 0;
+                for c in engine.clients.all() {
+                    if filter.matches(&c, s.id) {
+                        c.kill();
+                        n += 1;
+                    }
+                }
+                Reply::Int(n)
+            }
+            Err(r) => r,
+        },
+        ("NO-EVICT", 3) => match on_off(&args[2]) {
+            Some(on) => {
+                s.client.set_no_evict(on);
+                Reply::ok()
+            }
+            None => Reply::err(SYNTAX),
+        },
+        ("REPLY", 3) => match upper(&args[2]).as_str() {
+            "ON" => {
+                s.reply_off = false;
+                Reply::ok()
+            }
+            "OFF" => {
+                s.reply_off = true;
+                Reply::ok()
+            }
+            "SKIP" => {
+                // This command's reply and the next one's.
+                s.skip_replies = 2;
+                Reply::ok()
+            }
+            _ => Reply::err(SYNTAX),
+        },
+        ("HELP", 2) => Reply::Array(
+            [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GETNAME",
+                "    Return the name of the current connection.",
+                "ID",
+                "    Return the ID of the current connection.",
+                "INFO",
+                "    Return information about the current client connection.",
+                "KILL <ip:port>",
+                "    Kill connection made from <ip:port>.",
+                "KILL <option> <value> [<option> <value> [...]]",
+                "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>,",
+                "    LADDR <ip:port>, USER <username>, SKIPME (YES|NO), MAXAGE <secs>,",
+                "    TYPE (NORMAL|MASTER|REPLICA|PUBSUB).",
+                "LIST [options ...]",
+                "    Return information about client connections. Options: TYPE <type>,",
+                "    ID <client-id> [<client-id> ...].",
+                "NO-EVICT (ON|OFF)",
+                "    Protect the current client connection from eviction.",
+                "REPLY (ON|OFF|SKIP)",
+                "    Control the replies sent to the current connection.",
+                "SETNAME <name>",
+                "    Assign the name <name> to the current connection.",
+                "SETINFO <option> <value>",
+                "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::Simple(l))
+            .collect(),
+        ),
         _ => Reply::Error(format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
             String::from_utf8_lossy(&args[1])
         )),
     }
+}
+
+/// `CLIENT LIST [TYPE type] [ID id [id ...]]`.
+fn client_list(engine: &Engine, opts: &[Bytes]) -> Reply {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut normal_only = true;
+    match opts.first().map(|o| upper(o)).as_deref() {
+        None => {}
+        Some("TYPE") if opts.len() == 2 => match upper(&opts[1]).as_str() {
+            "NORMAL" => {}
+            "MASTER" | "REPLICA" | "SLAVE" | "PUBSUB" => normal_only = false,
+            other => return Reply::Error(format!("ERR Unknown client type '{other}'")),
+        },
+        Some("ID") if opts.len() >= 2 => {
+            let mut v = Vec::new();
+            for o in &opts[1..] {
+                match parse_i64(o) {
+                    Some(id) if id > 0 => v.push(id as u64),
+                    _ => return Reply::err("ERR Invalid client ID"),
+                }
+            }
+            ids = Some(v);
+        }
+        _ => return Reply::err(SYNTAX),
+    }
+    let mut out = String::new();
+    if normal_only {
+        for c in engine.clients.all() {
+            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
+                out.push_str(&c.line(&engine.clients));
+            }
+        }
+    }
+    Reply::Verbatim(Bytes::from(out))
+}
+
+/// The filters of `CLIENT KILL <option> <value> ...`.
+fn kill_filter(opts: &[Bytes]) -> Result<KillFilter, Reply> {
+    if !opts.len().is_multiple_of(2) {
+        return Err(Reply::err(SYNTAX));
+    }
+    let mut f = KillFilter {
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    for pair in opts.chunks(2) {
+        let value = String::from_utf8_lossy(&pair[1]).into_owned();
+        match upper(&pair[0]).as_str() {
+            "ID" => match parse_i64(&pair[1]) {
+                Some(id) if id > 0 => f.id = Some(id as u64),
+                _ => return Err(Reply::err("ERR client-id should be greater than 0")),
+            },
+            "ADDR" => f.addr = Some(value),
+            "LADDR" => f.laddr = Some(value),
+            "USER" if value == "default" => {}
+            "USER" => return Err(Reply::Error(format!("ERR No such user '{value}'"))),
+            "SKIPME" => match upper(&pair[1]).as_str() {
+                "YES" => f.skip_me = true,
+                "NO" => f.skip_me = false,
+                _ => return Err(Reply::err(SYNTAX)),
+            },
+            "MAXAGE" => match parse_i64(&pair[1]) {
+                Some(age) if age >= 0 => f.max_age = Some(age as u64),
+                _ => return Err(Reply::err(NOT_INTEGER)),
+            },
+            "TYPE" => match upper(&pair[1]).as_str() {
+                "NORMAL" => {}
+                "MASTER" | "REPLICA" | "SLAVE" | "PUBSUB" => f.none = true,
+                other => return Err(Reply::Error(format!("ERR Unknown client type '{other}'"))),
+            },
+            _ => return Err(Reply::err(SYNTAX)),
+        }
+    }
+    Ok(f)
 }
 
 fn config(engine: &Engine, args: &[Bytes]) -> Reply {
