@@ -311,6 +311,17 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             local_cache_bytes: cfg.local_cache_size.0 as usize,
         },
     );
+    // INFO's instantaneous rates and memory peak: one sample every 100 ms.
+    let sampler = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                engine.stats.sample(engine.dht.stats().used_memory);
+            }
+        })
+    };
     if let Some(maddr) = &cfg.metrics_listen {
         let l = tokio::net::TcpListener::bind(maddr)
             .await
@@ -361,6 +372,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     }
     tracing::info!("shutting down: no new connections; flushing metadata");
     maintenance.abort();
+    sampler.abort();
     dht.flush_hits().await;
     Ok(())
 }
@@ -514,6 +526,19 @@ async fn serve_conn(
     result
 }
 
+/// Writes replies to the client, counted for INFO.
+async fn send(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    out: &[u8],
+    stats: &dmc_engine::Stats,
+) -> std::io::Result<()> {
+    stats
+        .net_output_bytes
+        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    stats.writes_processed.fetch_add(1, Ordering::Relaxed);
+    wr.write_all(out).await
+}
+
 async fn serve_session(
     engine: &Engine,
     stream: tokio::net::TcpStream,
@@ -528,8 +553,12 @@ async fn serve_session(
     loop {
         buf.reserve(4096);
         tokio::select! {
-            read = rd.read_buf(&mut buf) => if read? == 0 {
-                return Ok(());
+            read = rd.read_buf(&mut buf) => match read? {
+                0 => return Ok(()),
+                n => {
+                    engine.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    engine.stats.reads_processed.fetch_add(1, Ordering::Relaxed);
+                }
             },
             // CLIENT KILL from another connection.
             _ = client.killed() => return Ok(()),
@@ -567,22 +596,22 @@ async fn serve_session(
                     reply.encode(session.proto, &mut out);
                 }
                 if flow == Flow::Close || client.is_killed() {
-                    wr.write_all(&out).await?;
+                    send(&mut wr, &out, &engine.stats).await?;
                     return Ok(());
                 }
             }
             if out.len() >= 64 << 10 {
-                wr.write_all(&out).await?;
+                send(&mut wr, &out, &engine.stats).await?;
                 out.clear();
             }
         }
         if let Some(e) = bad {
             Reply::Error(e.to_string()).encode(session.proto, &mut out);
-            wr.write_all(&out).await?;
+            send(&mut wr, &out, &engine.stats).await?;
             return Ok(());
         }
         if !out.is_empty() {
-            wr.write_all(&out).await?;
+            send(&mut wr, &out, &engine.stats).await?;
             out.clear();
             if out.capacity() > 1 << 20 {
                 out = BytesMut::new();

@@ -38,6 +38,7 @@ def check(r: redis.Redis, proto: int) -> None:
     assert r.type("a") == "string" and r.type("nope") == "none"
     assert r.expire("a", 100) is True and r.expire("a", 50, gt=True) is False
     assert r.expireat("b", int(time.time()) + 100) is True
+    assert r.info("keyspace")["db0"]["expires"] == 2  # "a" and "b"; "t" lost its TTL
     assert r.pexpire("c2", 100) is False
     assert r.persist("a") is True and r.ttl("a") == -1
     assert r.expiretime("b") > time.time()
@@ -57,6 +58,9 @@ def check(r: redis.Redis, proto: int) -> None:
     assert r.delete("a2", "b", "nope") == 2 and r.unlink("k") == 1
     info = r.info()
     assert info["redis_version"] == "7.2.4"
+    for field in ("run_id", "used_memory_peak", "instantaneous_ops_per_sec", "used_cpu_user",
+                  "total_net_input_bytes", "mem_fragmentation_ratio", "master_replid"):
+        assert field in info, field
     assert "maxmemory" in r.config_get("maxmemory*")
     assert r.config_set("maxmemory-policy", "allkeys-lru") is True
     assert r.config_get("maxmemory-policy")["maxmemory-policy"] == "allkeys-lru"

@@ -340,6 +340,8 @@ pub struct Dht {
     hits: Mutex<Vec<PendingHit>>,
     /// Keys per database in the slots this client owns.
     keys: Box<[AtomicI64]>,
+    /// Of those, keys with a time to live (INFO's `expires=`).
+    volatile: Box<[AtomicI64]>,
     counters: Counters,
     removed: RwLock<Option<RemovedHook>>,
     /// Logical database -> the database number keys are stored under (SWAPDB).
@@ -396,6 +398,7 @@ impl Dht {
             commits: tx,
             hits: Mutex::new(Vec::new()),
             keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
+            volatile: (0..256).map(|_| AtomicI64::new(0)).collect(),
             counters: Counters::default(),
             removed: RwLock::new(None),
             db_map: (0..=u8::MAX)
@@ -460,10 +463,10 @@ impl Dht {
             }
             parts.push(slot as u16);
             if self.owner.lease(slot as u16).is_some() {
-                for (word, _) in self.scan_words(slot as u16).await? {
+                for (word, meta) in self.scan_words(slot as u16).await? {
                     let Some(obj) = word.object() else { continue };
                     if let Some((db, _, _)) = self.pool.read_any(obj).await? {
-                        self.keys[db as usize].fetch_add(1, Ordering::Relaxed);
+                        self.count_key(db, 1, None, Some(meta));
                         keys += 1;
                     }
                 }
@@ -1153,6 +1156,24 @@ impl Dht {
         }
     }
 
+    /// Adjusts the key counts of `db`: `keys` more keys, and the volatile count by
+    /// whether the metadata before (`from`) and after (`to`) carry a TTL.
+    fn count_key(&self, db: u8, keys: i64, from: Option<SlotMeta>, to: Option<SlotMeta>) {
+        if keys != 0 {
+            self.keys[db as usize].fetch_add(keys, Ordering::Relaxed);
+        }
+        let ttl = |m: Option<SlotMeta>| i64::from(m.is_some_and(|m| m.expire() != 0));
+        let delta = ttl(to) - ttl(from);
+        if delta != 0 {
+            self.volatile[db as usize].fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Keys of `db` with a time to live, in the slots this client owns.
+    pub fn volatile_count_db(&self, db: u8) -> i64 {
+        self.volatile[db as usize].load(Ordering::Relaxed).max(0)
+    }
+
     /// Records one access; returns the pending batch when it is full.
     fn record_touch(
         &self,
@@ -1327,11 +1348,13 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
+                    let prev_meta = found.as_ref().map(|f| f.meta);
                     match found.and_then(|f| f.word.object()) {
-                        Some(prev) => self.pool.free_object(prev).await,
-                        None => {
-                            self.keys[loc.db as usize].fetch_add(1, Ordering::Relaxed);
+                        Some(prev) => {
+                            self.count_key(loc.db, 0, prev_meta, Some(meta));
+                            self.pool.free_object(prev).await
                         }
+                        None => self.count_key(loc.db, 1, None, Some(meta)),
                     }
                     return Ok(SetOutcome { written: true, old });
                 }
@@ -1413,7 +1436,7 @@ impl Dht {
         match self.commit(tx).await {
             TxOutcome::Committed => {
                 if let Some(db) = db {
-                    self.keys[db as usize].fetch_sub(1, Ordering::Relaxed);
+                    self.count_key(db, -1, Some(f.meta), None);
                 }
                 if let Some(obj) = f.word.object() {
                     self.pool.free_object(obj).await;
@@ -1516,7 +1539,10 @@ impl Dht {
                 ],
             };
             match self.commit(tx).await {
-                TxOutcome::Committed => return Ok(true),
+                TxOutcome::Committed => {
+                    self.count_key(db, 0, Some(f.meta), Some(meta));
+                    return Ok(true);
+                }
                 TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),

@@ -247,6 +247,13 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
                 }
             }
         }
+        // The counts INFO reports (keys= and expires=) match the keys the table holds.
+        prop_assert_eq!(dht.key_count_db(0), model.0.len() as i64, "key count");
+        prop_assert_eq!(
+            dht.volatile_count_db(0),
+            model.0.values().filter(|(_, exp)| exp.is_some()).count() as i64,
+            "keys with a TTL"
+        );
         // The table holds exactly the model's live keys.
         let now = T0 + clock_offset(&clock);
         for k in 0..=255u8 {

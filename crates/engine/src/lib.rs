@@ -18,6 +18,7 @@ pub mod commands;
 pub mod introspect;
 pub mod keys;
 pub mod server;
+pub mod stats;
 pub mod strings;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use dmc_dht::{Clock, Dht, DhtError};
 use dmc_resp::Reply;
 
 pub use dmc_dht as dht;
+pub use stats::Stats;
 
 /// Settings the engine serves from `CONFIG GET` and `INFO`.
 #[derive(Debug, Clone)]
@@ -51,15 +53,6 @@ impl Default for EngineConfig {
             local_cache_bytes: 64 << 20,
         }
     }
-}
-
-/// Server-wide counters for `INFO`.
-#[derive(Default)]
-pub struct Stats {
-    pub commands: AtomicU64,
-    pub connections_received: AtomicU64,
-    pub connected_clients: AtomicU64,
-    pub rejected_connections: AtomicU64,
 }
 
 /// One client connection's state.
@@ -104,6 +97,8 @@ pub struct Engine {
     pub stats: Stats,
     pub cache: Option<Arc<cache::LocalCache>>,
     pub clients: clients::Clients,
+    /// A random 40-hex-digit id of this process's run (INFO `run_id`).
+    pub run_id: String,
     started: Instant,
     next_client: AtomicU64,
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
@@ -131,6 +126,7 @@ impl Engine {
             config,
             stats: Stats::default(),
             clients: clients::Clients::default(),
+            run_id: run_id(),
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)
@@ -280,6 +276,9 @@ impl Engine {
                 .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
                 .collect(),
             Err(e) => {
+                self.stats
+                    .error_replies
+                    .fetch_add(commands.len() as u64, Ordering::Relaxed);
                 let reply = error_reply(e);
                 vec![reply; commands.len()]
             }
@@ -304,8 +303,24 @@ impl Engine {
     /// Executes one command.
     pub async fn execute(&self, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
         self.stats.commands.fetch_add(1, Ordering::Relaxed);
-        commands::dispatch(self, session, args).await
+        let (reply, flow) = commands::dispatch(self, session, args).await;
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
+        }
+        (reply, flow)
     }
+}
+
+fn run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut id = String::with_capacity(48);
+    for i in 0..3u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i ^ u64::from(std::process::id()));
+        id.push_str(&format!("{:016x}", h.finish()));
+    }
+    id.truncate(40);
+    id
 }
 
 /// The one place pool and table failures become RESP errors.

@@ -11,7 +11,7 @@ use dmc_resp::Reply;
 
 use crate::clients::KillFilter;
 use crate::commands::{self, Cmd, TABLE};
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64, stats};
 
 /// The Redis version reported to clients (they switch features on it).
 pub const REDIS_VERSION: &str = "7.2.4";
@@ -471,7 +471,7 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
             Reply::ok()
         }
         "RESETSTAT" if args.len() == 2 => {
-            engine.stats.commands.store(0, Ordering::Relaxed);
+            engine.stats.reset();
             Reply::ok()
         }
         _ => Reply::Error(format!(
@@ -512,84 +512,219 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
     };
     let dht = engine.dht.stats();
     let pool = engine.dht.pool().stats();
-    let mut out = String::new();
+    let st = &engine.stats;
+    st.note_memory(dht.used_memory);
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed).to_string();
+    let mut sections: Vec<(&str, Vec<(&str, String)>)> = Vec::new();
     if want("server") {
-        let _ = write!(
-            out,
-            "# Server\r\nredis_version:{REDIS_VERSION}\r\ndmc_version:{DMC_VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\n\r\n",
-            std::env::consts::OS,
-            std::process::id(),
-            engine.config.port,
-            engine.uptime_secs(),
-            engine.uptime_secs() / 86400
-        );
+        let now_us = engine.now_ms() * 1000;
+        sections.push((
+            "Server",
+            vec![
+                ("redis_version", REDIS_VERSION.into()),
+                ("dmc_version", DMC_VERSION.into()),
+                ("redis_git_sha1", "00000000".into()),
+                ("redis_git_dirty", "0".into()),
+                ("redis_build_id", "0".into()),
+                ("redis_mode", "standalone".into()),
+                ("os", os_name()),
+                ("arch_bits", (usize::BITS).to_string()),
+                ("monotonic_clock", "POSIX clock_gettime".into()),
+                ("multiplexing_api", "epoll".into()),
+                ("atomicvar_api", "c11-builtin".into()),
+                ("gcc_version", "0.0.0".into()),
+                ("process_id", std::process::id().to_string()),
+                ("process_supervised", "no".into()),
+                ("run_id", engine.run_id.clone()),
+                ("tcp_port", engine.config.port.to_string()),
+                ("server_time_usec", now_us.to_string()),
+                ("uptime_in_seconds", engine.uptime_secs().to_string()),
+                ("uptime_in_days", (engine.uptime_secs() / 86400).to_string()),
+                ("hz", "10".into()),
+                ("configured_hz", "10".into()),
+                (
+                    "lru_clock",
+                    ((now_us / 1_000_000) & ((1 << 24) - 1)).to_string(),
+                ),
+                (
+                    "executable",
+                    std::env::current_exe()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                ),
+                ("io_threads_active", "0".into()),
+            ],
+        ));
     }
     if want("clients") {
-        let _ = write!(
-            out,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
-            engine.stats.connected_clients.load(Ordering::Relaxed),
-            engine.config.maxclients
-        );
+        sections.push((
+            "Clients",
+            vec![
+                ("connected_clients", n(&st.connected_clients)),
+                ("cluster_connections", "0".into()),
+                ("maxclients", engine.config.maxclients.to_string()),
+                ("client_recent_max_input_buffer", "0".into()),
+                ("client_recent_max_output_buffer", "0".into()),
+                ("blocked_clients", "0".into()),
+                ("tracking_clients", "0".into()),
+                ("clients_in_timeout_table", "0".into()),
+            ],
+        ));
     }
     if want("memory") {
-        let _ = write!(
-            out,
-            "# Memory\r\nused_memory:{}\r\nused_memory_human:{:.2}M\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\npool_regions:{}\r\npool_region_size:{}\r\npool_allocated:{}\r\n\r\n",
-            dht.used_memory,
-            dht.used_memory as f64 / (1 << 20) as f64,
-            engine.dht.maxmemory(),
-            dmc_dht::Policy::name(&engine.dht.policy()),
-            pool.regions,
-            pool.region_size,
-            pool.alloc.allocated
-        );
+        let used = dht.used_memory;
+        let rss = stats::rss_bytes();
+        let system = stats::system_memory_bytes();
+        let peak = st.used_memory_peak.load(Ordering::Relaxed);
+        let maxmemory = engine.dht.maxmemory();
+        let mut rows = vec![
+            ("used_memory", used.to_string()),
+            ("used_memory_human", stats::human(used)),
+            ("used_memory_rss", rss.to_string()),
+            ("used_memory_rss_human", stats::human(rss)),
+            ("used_memory_peak", peak.to_string()),
+            ("used_memory_peak_human", stats::human(peak)),
+            ("used_memory_dataset", used.to_string()),
+            ("total_system_memory", system.to_string()),
+            ("total_system_memory_human", stats::human(system)),
+            ("maxmemory", maxmemory.to_string()),
+            ("maxmemory_human", stats::human(maxmemory)),
+            (
+                "maxmemory_policy",
+                dmc_dht::Policy::name(&engine.dht.policy()).into(),
+            ),
+            (
+                "mem_fragmentation_ratio",
+                format!("{:.2}", rss as f64 / used.max(1) as f64),
+            ),
+            ("mem_allocator", "libc".into()),
+            ("pool_regions", pool.regions.to_string()),
+            ("pool_region_size", pool.region_size.to_string()),
+            ("pool_allocated", pool.alloc.allocated.to_string()),
+        ];
         if let Some(c) = &engine.cache {
             let c = c.stats();
-            let _ = write!(
-                out,
-                "# Local cache\r\nlocal_cache_keys:{}\r\nlocal_cache_bytes:{}\r\nlocal_cache_hits:{}\r\nlocal_cache_misses:{}\r\nlocal_cache_rejected:{}\r\n\r\n",
-                c.keys, c.bytes, c.hits, c.misses, c.rejected
-            );
+            rows.extend([
+                ("local_cache_keys", c.keys.to_string()),
+                ("local_cache_bytes", c.bytes.to_string()),
+                ("local_cache_hits", c.hits.to_string()),
+                ("local_cache_misses", c.misses.to_string()),
+                ("local_cache_rejected", c.rejected.to_string()),
+            ]);
         }
+        sections.push(("Memory", rows));
     }
     if want("persistence") {
-        out.push_str(
-            "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:0\r\n\r\n",
-        );
+        let started = engine.now_ms() / 1000 - engine.uptime_secs();
+        sections.push((
+            "Persistence",
+            vec![
+                ("loading", "0".into()),
+                ("async_loading", "0".into()),
+                ("rdb_changes_since_last_save", "0".into()),
+                ("rdb_bgsave_in_progress", "0".into()),
+                ("rdb_last_save_time", started.to_string()),
+                ("rdb_last_bgsave_status", "ok".into()),
+                ("aof_enabled", "0".into()),
+                ("aof_rewrite_in_progress", "0".into()),
+                ("aof_last_bgrewrite_status", "ok".into()),
+            ],
+        ));
     }
     if want("stats") {
-        let _ = write!(
-            out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\r\n",
-            engine.stats.connections_received.load(Ordering::Relaxed),
-            engine.stats.commands.load(Ordering::Relaxed),
-            engine.stats.rejected_connections.load(Ordering::Relaxed),
-            dht.expired,
-            dht.evicted,
-            dht.hits,
-            dht.misses
-        );
+        let rates = st.rates();
+        sections.push((
+            "Stats",
+            vec![
+                ("total_connections_received", n(&st.connections_received)),
+                ("total_commands_processed", n(&st.commands)),
+                ("instantaneous_ops_per_sec", rates.ops_per_sec.to_string()),
+                ("total_net_input_bytes", n(&st.net_input_bytes)),
+                ("total_net_output_bytes", n(&st.net_output_bytes)),
+                (
+                    "instantaneous_input_kbps",
+                    format!("{:.2}", rates.input_kbps),
+                ),
+                (
+                    "instantaneous_output_kbps",
+                    format!("{:.2}", rates.output_kbps),
+                ),
+                ("rejected_connections", n(&st.rejected_connections)),
+                ("expired_keys", dht.expired.to_string()),
+                ("evicted_keys", dht.evicted.to_string()),
+                ("keyspace_hits", dht.hits.to_string()),
+                ("keyspace_misses", dht.misses.to_string()),
+                ("pubsub_channels", "0".into()),
+                ("pubsub_patterns", "0".into()),
+                ("total_error_replies", n(&st.error_replies)),
+                ("total_reads_processed", n(&st.reads_processed)),
+                ("total_writes_processed", n(&st.writes_processed)),
+            ],
+        ));
     }
     if want("replication") {
-        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+        sections.push((
+            "Replication",
+            vec![
+                ("role", "master".into()),
+                ("connected_slaves", "0".into()),
+                ("master_failover_state", "no-failover".into()),
+                ("master_replid", engine.run_id.clone()),
+                ("master_repl_offset", "0".into()),
+                ("repl_backlog_active", "0".into()),
+            ],
+        ));
     }
     if want("cpu") {
-        out.push_str("# CPU\r\n\r\n");
+        let [sys, user, csys, cuser] = stats::cpu_seconds();
+        sections.push((
+            "CPU",
+            vec![
+                ("used_cpu_sys", format!("{sys:.6}")),
+                ("used_cpu_user", format!("{user:.6}")),
+                ("used_cpu_sys_children", format!("{csys:.6}")),
+                ("used_cpu_user_children", format!("{cuser:.6}")),
+            ],
+        ));
     }
     if want("cluster") {
-        out.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
+        sections.push(("Cluster", vec![("cluster_enabled", "0".into())]));
+    }
+    let mut out = String::new();
+    for (name, rows) in sections {
+        let _ = write!(out, "# {name}\r\n");
+        for (k, v) in rows {
+            let _ = write!(out, "{k}:{v}\r\n");
+        }
+        out.push_str("\r\n");
     }
     if want("keyspace") {
         out.push_str("# Keyspace\r\n");
         for db in 0..engine.config.databases {
-            let keys = engine.dht.key_count_db(engine.physical_db(db));
+            let stored = engine.physical_db(db);
+            let keys = engine.dht.key_count_db(stored);
             if keys > 0 {
-                let _ = write!(out, "db{db}:keys={keys},expires=0,avg_ttl=0\r\n");
+                let expires = engine.dht.volatile_count_db(stored);
+                let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
             }
         }
     }
     out
+}
+
+/// `Linux 6.1.0 x86_64`, as Redis prints `os`.
+fn os_name() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{} {} {}",
+        if cfg!(target_os = "linux") {
+            "Linux"
+        } else {
+            std::env::consts::OS
+        },
+        release.trim(),
+        std::env::consts::ARCH
+    )
 }
 
 #[cfg(test)]
