@@ -7,6 +7,8 @@ import sys
 import time
 
 import redis
+import redis.backoff
+import redis.retry
 
 
 def check(r: redis.Redis, proto: int) -> None:
@@ -98,8 +100,70 @@ def check(r: redis.Redis, proto: int) -> None:
     if isinstance(got, list):  # RESP2: the map arrives flattened, as from redis-server
         got = dict(zip(got[::2], got[1::2]))
     assert got["len"] == 6 and got["matches"] == [[[4, 7], [5, 8], 4]], got
-    assert r.flushdb() is True
+    # SET and GETEX with every expiry form.
+    now = int(time.time())
+    assert r.set("e", "1", exat=now + 100) is True and 98 <= r.ttl("e") <= 100
+    assert r.set("e", "2", pxat=(now + 200) * 1000) is True and 198 <= r.ttl("e") <= 200
+    assert r.set("e", "3", keepttl=True) is True and 198 <= r.ttl("e") <= 200
+    assert r.getex("e", ex=50) == "3" and 48 <= r.ttl("e") <= 50
+    assert r.getex("e", px=70000) == "3" and 68 <= r.ttl("e") <= 70
+    assert r.getex("e", exat=now + 30) == "3" and 28 <= r.ttl("e") <= 30
+    assert r.getex("e", pxat=(now + 40) * 1000) == "3" and 38 <= r.ttl("e") <= 40
+    # OBJECT FREQ needs an LFU policy, as in Redis.
+    assert r.config_set("maxmemory-policy", "allkeys-lfu") is True
+    assert r.object("freq", "e") >= 0
+    assert r.config_set("maxmemory-policy", "noeviction") is True
+    # Connection and server commands.
+    hello = r.execute_command("HELLO", proto, "SETNAME", "hello-name")
+    assert (hello["proto"] if isinstance(hello, dict) else hello[hello.index("proto") + 1]) == proto
+    assert r.client_getname() == "hello-name"
+    assert r.client_no_evict("on") in (True, "OK") and r.client_reply("ON") in (True, "OK")
+    assert r.execute_command("CLIENT", "SETINFO", "LIB-NAME", "roundtrip") in (True, "OK")
+    assert "lib-name=roundtrip" in r.execute_command("CLIENT", "INFO")
+    docs = r.execute_command("COMMAND DOCS", "get")
+    assert "summary" in str(docs)
+    info = r.execute_command("COMMAND INFO", "get")
+    assert "get" in str(info)
+    assert r.config_resetstat() is True
+    # RESET drops the name (and returns the connection to RESP2, which a RESP3 client
+    # would then misread: only RESP2 looks further), QUIT closes: a connection of its own.
+    q = redis.Redis(host=r.connection_pool.connection_kwargs["host"],
+                    port=r.connection_pool.connection_kwargs["port"], protocol=proto,
+                    decode_responses=True, single_connection_client=True)
+    assert q.client_setname("before-reset") is True
+    assert q.execute_command("RESET") == "RESET"
+    if proto == 2:
+        assert q.client_getname() is None
+    assert q.execute_command("QUIT") in (True, "OK")
+    assert r.flushall(asynchronous=True) is True and r.dbsize() == 0
     print(f"RESP{proto}: ok")
+
+
+def check_auth(port: int, proto: int) -> None:
+    """An agent started with requirepass: NOAUTH, WRONGPASS, AUTH and HELLO AUTH."""
+    # Refusals are final: no retries with backoff.
+    once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    r = redis.Redis(host="127.0.0.1", port=port, protocol=2, decode_responses=True, retry=once)
+    try:
+        r.ping()
+        raise AssertionError("PING before AUTH succeeded")
+    except redis.AuthenticationError:
+        pass
+    try:
+        redis.Redis(host="127.0.0.1", port=port, password="wrong", protocol=proto,
+                    retry=once).ping()
+        raise AssertionError("a wrong password was accepted")
+    except redis.AuthenticationError:
+        pass
+    ok = redis.Redis(host="127.0.0.1", port=port, password="s3cret", protocol=proto,
+                     decode_responses=True)
+    assert ok.ping() is True and ok.set("authed", "1") is True and ok.get("authed") == "1"
+    # No CLIENT SETINFO on connect: like Redis 7.2, the agent answers it NOAUTH before
+    # AUTH, which redis-py treats as fatal.
+    raw = redis.Redis(host="127.0.0.1", port=port, protocol=2, decode_responses=True,
+                      driver_info=None, lib_name=None, lib_version=None)
+    assert raw.execute_command("AUTH", "s3cret") in (True, "OK") and raw.dbsize() == 1
+    print(f"AUTH RESP{proto}: ok")
 
 
 def main() -> None:
@@ -108,6 +172,9 @@ def main() -> None:
         r = redis.Redis(host="127.0.0.1", port=port, protocol=proto, decode_responses=True)
         check(r, proto)
         r.close()
+    if len(sys.argv) > 2:
+        for proto in (2, 3):
+            check_auth(int(sys.argv[2]), proto)
 
 
 if __name__ == "__main__":

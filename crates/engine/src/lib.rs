@@ -15,6 +15,7 @@
 pub mod cache;
 pub mod clients;
 pub mod commands;
+pub mod docs;
 pub mod introspect;
 pub mod keys;
 pub mod server;

@@ -497,7 +497,17 @@ fn command(args: &[Bytes]) -> Reply {
                 .collect(),
         ),
         Some("LIST") => Reply::Array(TABLE.iter().map(|s| Reply::bulk(s.name)).collect()),
-        Some("DOCS") => Reply::Map(Vec::new()),
+        // Every command, or the named ones that exist.
+        Some("DOCS") if args.len() == 2 => {
+            Reply::Map(TABLE.iter().map(crate::docs::entry).collect())
+        }
+        Some("DOCS") => Reply::Map(
+            args[2..]
+                .iter()
+                .filter_map(|n| commands::lookup(n))
+                .map(crate::docs::entry)
+                .collect(),
+        ),
         Some(other) => Reply::Error(format!(
             "ERR unknown subcommand '{other}'. Try COMMAND HELP."
         )),

@@ -1,0 +1,345 @@
+//! `COMMAND DOCS`: each command's summary, group, first Redis version and complexity,
+//! as Redis 7 reports them (redis-cli builds its interactive help from this). The match
+//! is exhaustive, so a new command does not compile without its documentation.
+
+use dmc_resp::Reply;
+
+use crate::commands::{Cmd, Spec};
+
+/// (summary, group, since, complexity)
+pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str) {
+    use Cmd::*;
+    const O1: &str = "O(1)";
+    const ON: &str = "O(N) where N is the number of keys";
+    match cmd {
+        Ping => (
+            "Returns the server's liveliness response.",
+            "connection",
+            "1.0.0",
+            O1,
+        ),
+        Echo => ("Returns the given string.", "connection", "1.0.0", O1),
+        Hello => (
+            "Handshakes with the Redis server.",
+            "connection",
+            "6.0.0",
+            O1,
+        ),
+        Auth => ("Authenticates the connection.", "connection", "1.0.0", O1),
+        Select => ("Changes the selected database.", "connection", "1.0.0", O1),
+        Quit => ("Closes the connection.", "connection", "1.0.0", O1),
+        Reset => ("Resets the connection.", "connection", "6.2.0", O1),
+        Client => (
+            "A container for client connection commands.",
+            "connection",
+            "2.4.0",
+            "Depends on subcommand.",
+        ),
+        Info => (
+            "Returns information and statistics about the server.",
+            "server",
+            "1.0.0",
+            O1,
+        ),
+        Config => (
+            "A container for server configuration commands.",
+            "server",
+            "2.0.0",
+            "Depends on subcommand.",
+        ),
+        Command => (
+            "Returns detailed information about all commands.",
+            "server",
+            "2.8.13",
+            "O(N) where N is the total number of Redis commands",
+        ),
+        Time => ("Returns the server time.", "server", "2.6.0", O1),
+        Dbsize => (
+            "Returns the number of keys in the database.",
+            "server",
+            "1.0.0",
+            O1,
+        ),
+        Memory => (
+            "A container for memory diagnostics commands.",
+            "server",
+            "4.0.0",
+            "Depends on subcommand.",
+        ),
+        Object => (
+            "A container for object introspection commands.",
+            "generic",
+            "2.2.3",
+            "Depends on subcommand.",
+        ),
+        Get => ("Returns the string value of a key.", "string", "1.0.0", O1),
+        Set => (
+            "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        SetNx => (
+            "Set the string value of a key only when the key doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        SetEx => (
+            "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.",
+            "string",
+            "2.0.0",
+            O1,
+        ),
+        PSetEx => (
+            "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.",
+            "string",
+            "2.6.0",
+            O1,
+        ),
+        GetDel => (
+            "Returns the string value of a key after deleting the key.",
+            "string",
+            "6.2.0",
+            O1,
+        ),
+        GetEx => (
+            "Returns the string value of a key after setting its expiration time.",
+            "string",
+            "6.2.0",
+            O1,
+        ),
+        GetSet => (
+            "Returns the previous string value of a key after setting it to a new value.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        MGet => (
+            "Atomically returns the string values of one or more keys.",
+            "string",
+            "1.0.0",
+            "O(N) where N is the number of keys to retrieve.",
+        ),
+        MSet => (
+            "Atomically creates or modifies the string values of one or more keys.",
+            "string",
+            "1.0.1",
+            "O(N) where N is the number of keys to set.",
+        ),
+        MSetNx => (
+            "Atomically modifies the string values of one or more keys only when all keys don't exist.",
+            "string",
+            "1.0.1",
+            "O(N) where N is the number of keys to set.",
+        ),
+        Incr => (
+            "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        Decr => (
+            "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        IncrBy => (
+            "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        DecrBy => (
+            "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.",
+            "string",
+            "1.0.0",
+            O1,
+        ),
+        IncrByFloat => (
+            "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.",
+            "string",
+            "2.6.0",
+            O1,
+        ),
+        Append => (
+            "Appends a string to the value of a key. Creates the key if it doesn't exist.",
+            "string",
+            "2.0.0",
+            O1,
+        ),
+        Strlen => (
+            "Returns the length of a string value.",
+            "string",
+            "2.2.0",
+            O1,
+        ),
+        GetRange => (
+            "Returns a substring of the string stored at a key.",
+            "string",
+            "2.4.0",
+            "O(N) where N is the length of the returned string.",
+        ),
+        SetRange => (
+            "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
+            "string",
+            "2.2.0",
+            O1,
+        ),
+        Lcs => (
+            "Finds the longest common substring.",
+            "string",
+            "7.0.0",
+            "O(N*M) where N and M are the lengths of s1 and s2, respectively",
+        ),
+        Del => ("Deletes one or more keys.", "generic", "1.0.0", ON),
+        Unlink => (
+            "Asynchronously deletes one or more keys.",
+            "generic",
+            "4.0.0",
+            ON,
+        ),
+        Exists => (
+            "Determines whether one or more keys exist.",
+            "generic",
+            "1.0.0",
+            ON,
+        ),
+        Type => (
+            "Determines the type of value stored at a key.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        Expire => (
+            "Sets the expiration time of a key in seconds.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        PExpire => (
+            "Sets the expiration time of a key in milliseconds.",
+            "generic",
+            "2.6.0",
+            O1,
+        ),
+        ExpireAt => (
+            "Sets the expiration time of a key to a Unix timestamp.",
+            "generic",
+            "1.2.0",
+            O1,
+        ),
+        PExpireAt => (
+            "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+            "generic",
+            "2.6.0",
+            O1,
+        ),
+        Ttl => (
+            "Returns the expiration time in seconds of a key.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        PTtl => (
+            "Returns the expiration time in milliseconds of a key.",
+            "generic",
+            "2.6.0",
+            O1,
+        ),
+        ExpireTime => (
+            "Returns the expiration time of a key as a Unix timestamp.",
+            "generic",
+            "7.0.0",
+            O1,
+        ),
+        PExpireTime => (
+            "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+            "generic",
+            "7.0.0",
+            O1,
+        ),
+        Persist => (
+            "Removes the expiration time of a key.",
+            "generic",
+            "2.2.0",
+            O1,
+        ),
+        Touch => (
+            "Returns the number of existing keys out of those specified after updating the time they were last accessed.",
+            "generic",
+            "3.2.1",
+            ON,
+        ),
+        Scan => (
+            "Iterates over the key names in the database.",
+            "generic",
+            "2.8.0",
+            "O(1) for every call. O(N) for a complete iteration.",
+        ),
+        Keys => (
+            "Returns all key names that match a pattern.",
+            "generic",
+            "1.0.0",
+            "O(N) with N being the number of keys in the database",
+        ),
+        RandomKey => (
+            "Returns a random key name from the database.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        FlushDb => (
+            "Removes all keys from the current database.",
+            "server",
+            "1.0.0",
+            "O(N) where N is the number of keys in the selected database",
+        ),
+        FlushAll => (
+            "Removes all keys from all databases.",
+            "server",
+            "1.0.0",
+            "O(N) where N is the total number of keys in all databases",
+        ),
+        Rename => (
+            "Renames a key and overwrites the destination.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        RenameNx => (
+            "Renames a key only when the target key name doesn't exist.",
+            "generic",
+            "1.0.0",
+            O1,
+        ),
+        Copy => (
+            "Copies the value of a key to a new key.",
+            "generic",
+            "6.2.0",
+            "O(N) worst case for collections, where N is the number of nested items. O(1) for string values.",
+        ),
+        Move => ("Moves a key to another database.", "generic", "1.0.0", O1),
+        SwapDb => (
+            "Swaps two Redis databases.",
+            "server",
+            "4.0.0",
+            "O(1): DMC swaps two entries of its database map",
+        ),
+    }
+}
+
+/// One command's `COMMAND DOCS` entry (name, then its map).
+pub fn entry(spec: &Spec) -> (Reply, Reply) {
+    let (summary, group, since, complexity) = doc(spec.cmd);
+    (
+        Reply::bulk(spec.name),
+        Reply::Map(vec![
+            (Reply::bulk("summary"), Reply::bulk(summary)),
+            (Reply::bulk("since"), Reply::bulk(since)),
+            (Reply::bulk("group"), Reply::bulk(group)),
+            (Reply::bulk("complexity"), Reply::bulk(complexity)),
+        ]),
+    )
+}
