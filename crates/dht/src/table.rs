@@ -1280,6 +1280,174 @@ impl Dht {
         }
     }
 
+    /// Sets many keys of `db` in one transaction (Redis's MSET and MSETNX): readers see
+    /// all of the new values or none. A repeated key keeps its last value. With
+    /// `only_if_all_absent` nothing is written if any key exists (returns false). Keys
+    /// must all be in hash slots of one shard lease (always so for a standalone agent);
+    /// otherwise the error is [`DhtError::Unsupported`].
+    pub async fn set_many(
+        &self,
+        db: u8,
+        pairs: &[(&[u8], &[u8])],
+        only_if_all_absent: bool,
+    ) -> Result<bool, DhtError> {
+        let mut unique: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs.iter().rev() {
+            if !unique.iter().any(|(u, _)| u == k) {
+                unique.push((k, v));
+            }
+        }
+        unique.reverse();
+        let locs: Vec<Loc> = unique.iter().map(|(k, _)| Self::loc(db, k)).collect();
+        let mut lease = None;
+        for loc in &locs {
+            let l = self.lease(loc.slot)?;
+            match lease {
+                None => lease = Some(l),
+                Some(first) if (first.shard, first.epoch) != (l.shard, l.epoch) => {
+                    return Err(DhtError::Unsupported(
+                        "keys of one multi-key write must be in hash slots of one shard".into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let Some(lease) = lease else {
+            return Ok(true);
+        };
+        let need: u64 = unique
+            .iter()
+            .map(|(k, v)| (dmc_umo::object::HEADER + k.len() + v.len()) as u64)
+            .sum();
+        self.make_room(need).await?;
+        let mut objects = Vec::with_capacity(unique.len());
+        for (k, v) in &unique {
+            match self.pool.write_object(db, k, v).await {
+                Ok(o) => objects.push(o),
+                Err(e) => {
+                    for o in objects {
+                        self.pool.free_object(o).await;
+                    }
+                    return Err(match e {
+                        UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
+                        e => e.into(),
+                    });
+                }
+            }
+        }
+        let result = self
+            .install_many(&locs, lease, &unique, &objects, only_if_all_absent)
+            .await;
+        match &result {
+            Ok(true) => {}
+            Ok(false) => {
+                for o in objects {
+                    self.pool.free_object(o).await;
+                }
+            }
+            // In doubt: the objects may be reachable; leak rather than free live data.
+            Err(DhtError::Pool(_)) => {}
+            Err(_) => {
+                for o in objects {
+                    self.pool.free_object(o).await;
+                }
+            }
+        }
+        result
+    }
+
+    async fn install_many(
+        &self,
+        locs: &[Loc],
+        lease: Lease,
+        pairs: &[(&[u8], &[u8])],
+        objects: &[ObjectRef],
+        only_if_all_absent: bool,
+    ) -> Result<bool, DhtError> {
+        'retry: for _ in 0..MAX_RETRIES {
+            let (abs, now) = self.now();
+            let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * pairs.len());
+            let mut taken: Vec<GlobalAddr> = Vec::new();
+            // (db, previous found slot, new metadata) per key, for the bookkeeping.
+            let mut done: Vec<(Option<Found>, SlotMeta)> = Vec::with_capacity(pairs.len());
+            for ((loc, (key, _)), obj) in locs.iter().zip(pairs).zip(objects) {
+                let (probe, found) = self.lookup(loc, key, false).await?;
+                let Some(probe) = probe else {
+                    self.create_partition(loc.slot, lease).await?;
+                    continue 'retry;
+                };
+                let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+                if only_if_all_absent && live.is_some() {
+                    return Ok(false);
+                }
+                let lfu = found
+                    .as_ref()
+                    .map(|f| f.meta.lfu())
+                    .unwrap_or(policy::LFU_INIT);
+                let meta = SlotMeta::new(0, now.access, lfu);
+                let (bucket, addr, expect) = match &found {
+                    Some(f) => (f.bucket, f.addr, f.word),
+                    None => {
+                        // An empty slot no earlier key of this batch took.
+                        let free = (0..2).flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |i| (b, i)));
+                        let pick = free
+                            .map(|(b, i)| (b, probe.slot(b, i)))
+                            .find(|(_, (a, w, _))| w.is_empty() && !taken.contains(a));
+                        match pick {
+                            Some((b, (a, _, _))) => (b, a, SlotWord::EMPTY),
+                            None => {
+                                self.split(loc, lease).await?;
+                                continue 'retry;
+                            }
+                        }
+                    }
+                };
+                taken.push(addr);
+                let guard = Self::header_guard(&probe, bucket);
+                if !writes.iter().any(|w| w.addr == guard.addr) {
+                    writes.push(guard);
+                }
+                writes.push(TxWrite {
+                    addr,
+                    expect: Some(expect.0),
+                    new: SlotWord::new(loc.fp, *obj).0,
+                });
+                writes.push(TxWrite {
+                    addr: addr.offset_by(8),
+                    expect: None,
+                    new: meta.0,
+                });
+                done.push((found, meta));
+            }
+            let tx = Tx {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                writes,
+            };
+            match self.commit(tx).await {
+                TxOutcome::Committed => {
+                    for (loc, (found, meta)) in locs.iter().zip(done) {
+                        let prev_meta = found.as_ref().map(|f| f.meta);
+                        match found.and_then(|f| f.word.object()) {
+                            Some(prev) => {
+                                self.count_key(loc.db, 0, prev_meta, Some(meta));
+                                self.pool.free_object(prev).await
+                            }
+                            None => self.count_key(loc.db, 1, None, Some(meta)),
+                        }
+                    }
+                    return Ok(true);
+                }
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
+                TxOutcome::StaleEpoch { .. } => {
+                    return Err(DhtError::NotOwner(locs[0].slot));
+                }
+                TxOutcome::Failed(e) => return Err(e.into()),
+            }
+        }
+        Err(DhtError::Contention(locs[0].slot))
+    }
+
     async fn install(
         &self,
         loc: &Loc,

@@ -25,6 +25,11 @@ enum Op {
         keep: bool,
         get: bool,
     },
+    /// MSET / MSETNX: (key, value length) pairs, possibly repeating a key.
+    SetMany {
+        pairs: Vec<(u8, usize)>,
+        nx: bool,
+    },
     Get {
         key: u8,
     },
@@ -48,6 +53,8 @@ fn op(keys: u8) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..keys, 0usize..300, 0u8..3, proptest::option::of(1u64..5000), any::<bool>(), any::<bool>())
             .prop_map(|(key, len, cond, ttl, keep, get)| Op::Set { key, len, cond, ttl, keep, get }),
+        1 => (proptest::collection::vec((0..keys, 0usize..200), 0..8), any::<bool>())
+            .prop_map(|(pairs, nx)| Op::SetMany { pairs, nx }),
         3 => (0..keys).prop_map(|key| Op::Get { key }),
         1 => proptest::collection::vec(0..keys, 0..12).prop_map(|keys| Op::GetMany { keys }),
         1 => (0..keys).prop_map(|key| Op::Del { key }),
@@ -144,6 +151,23 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
                             SetExpiry::Clear => None,
                         };
                         model.0.insert(kb, (v, exp));
+                    }
+                }
+                Op::SetMany { pairs, nx } => {
+                    let owned: Vec<(Vec<u8>, Vec<u8>)> = pairs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (k, len))| (key(*k), value(*k, *len, step * 16 + i)))
+                        .collect();
+                    let refs: Vec<(&[u8], &[u8])> =
+                        owned.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                    let written = dht.set_many(0, &refs, nx).await.unwrap();
+                    let any_live = owned.iter().any(|(k, _)| model.live(k, now).is_some());
+                    prop_assert_eq!(written, !(nx && any_live), "MSETNX semantics");
+                    if written {
+                        for (k, v) in owned {
+                            model.0.insert(k, (v, None));
+                        }
                     }
                 }
                 Op::Get { key: k } => {

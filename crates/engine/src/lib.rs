@@ -171,6 +171,22 @@ impl Engine {
         self.dht.physical_db(db)
     }
 
+    /// The write locks of many keys, taken in address order (so two multi-key writers
+    /// cannot deadlock), each stripe once.
+    pub async fn lock_keys<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<&tokio::sync::Mutex<()>> = keys.map(|k| self.key_lock(k)).collect();
+        stripes.sort_by_key(|l| *l as *const _ as usize);
+        stripes.dedup_by_key(|l| *l as *const _ as usize);
+        let mut held = Vec::with_capacity(stripes.len());
+        for l in stripes {
+            held.push(l.lock().await);
+        }
+        held
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }

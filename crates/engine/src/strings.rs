@@ -126,59 +126,26 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                     if cmd == Cmd::MSet { "mset" } else { "msetnx" }
                 ));
             }
-            let pairs: Vec<(&Bytes, &Bytes)> =
-                args[1..].chunks(2).map(|c| (&c[0], &c[1])).collect();
+            let pairs: Vec<(&[u8], &[u8])> = args[1..]
+                .chunks(2)
+                .map(|c| (&c[0][..], &c[1][..]))
+                .collect();
+            // Every key's write lock, so the local cache sees these writes in order with
+            // other writers of the same keys; one pool transaction makes them atomic.
+            let _held = engine.lock_keys(pairs.iter().map(|(k, _)| *k)).await;
+            let written = tri!(dht.set_many(db, &pairs, cmd == Cmd::MSetNx).await);
+            if written {
+                // A repeated key ends with its last value: visit from the end, once per key.
+                let mut seen: Vec<&[u8]> = Vec::with_capacity(pairs.len());
+                for (k, v) in pairs.iter().rev() {
+                    if !seen.contains(k) {
+                        seen.push(k);
+                        engine.wrote(db, k, Some((v, None)));
+                    }
+                }
+            }
             if cmd == Cmd::MSetNx {
-                // Lock every key's stripe, in address order so two MSETNX cannot deadlock.
-                let mut guards = Vec::new();
-                for (k, _) in &pairs {
-                    let l = engine.key_lock(k);
-                    if !guards.iter().any(|(p, _)| *p == l as *const _ as usize) {
-                        guards.push((l as *const _ as usize, l));
-                    }
-                }
-                guards.sort_by_key(|(p, _)| *p);
-                let mut held = Vec::new();
-                for (_, l) in &guards {
-                    held.push(l.lock().await);
-                }
-                for (k, _) in &pairs {
-                    if tri!(dht.exists(db, k).await) {
-                        return Reply::Int(0);
-                    }
-                }
-                let results = futures::future::join_all(
-                    pairs
-                        .iter()
-                        .map(|(k, v)| dht.set(db, k, v, SetOptions::default())),
-                )
-                .await;
-                for r in results {
-                    tri!(r);
-                }
-                for (k, v) in &pairs {
-                    engine.wrote(db, k, Some((&v[..], None)));
-                }
-                return Reply::Int(1);
-            }
-            // The last value of a repeated key wins, as in Redis; one write per key.
-            let mut last: Vec<(&Bytes, &Bytes)> = Vec::with_capacity(pairs.len());
-            for (k, v) in pairs.iter().rev() {
-                if !last.iter().any(|(lk, _)| lk == k) {
-                    last.push((k, v));
-                }
-            }
-            let results = futures::future::join_all(last.iter().map(|(k, v)| async move {
-                let _g = engine.key_lock(k).lock().await;
-                let r = dht.set(db, k, v, SetOptions::default()).await;
-                if r.is_ok() {
-                    engine.wrote(db, k, Some((&v[..], None)));
-                }
-                r
-            }))
-            .await;
-            for r in results {
-                tri!(r);
+                return Reply::Int(written as i64);
             }
             Reply::ok()
         }
