@@ -76,6 +76,8 @@ pub struct Config {
     pub maxmemory_samples: usize,
     pub requirepass: String,
     pub maxclients: u64,
+    /// Close clients idle this many seconds (0: never), Redis's `timeout`.
+    pub timeout: u64,
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
@@ -97,6 +99,7 @@ impl Default for Config {
             maxmemory_samples: 5,
             requirepass: String::new(),
             maxclients: 10_000,
+            timeout: 0,
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
             local_cache_size: ByteSize(64 << 20),
@@ -130,6 +133,9 @@ pub struct Args {
     pub requirepass: Option<String>,
     #[arg(long)]
     pub maxclients: Option<u64>,
+    /// Close clients idle this many seconds (0: never).
+    #[arg(long)]
+    pub timeout: Option<u64>,
     /// Local DRAM cache size, e.g. 64mb (0 disables it).
     #[arg(long)]
     pub local_cache_size: Option<ByteSize>,
@@ -175,6 +181,9 @@ impl Args {
         }
         if let Some(v) = self.maxclients {
             cfg.maxclients = v;
+        }
+        if let Some(v) = self.timeout {
+            cfg.timeout = v;
         }
         if let Some(v) = self.local_cache_size {
             cfg.local_cache_size = v;
@@ -309,6 +318,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 .then(|| Bytes::from(cfg.requirepass.clone())),
             maxclients: cfg.maxclients,
             local_cache_bytes: cfg.local_cache_size.0 as usize,
+            timeout_secs: cfg.timeout,
         },
     );
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
@@ -552,7 +562,20 @@ async fn serve_session(
     let mut out = BytesMut::new();
     loop {
         buf.reserve(4096);
+        // Redis's `timeout`: an idle client is closed (read at every wait, so CONFIG SET
+        // applies to open connections too).
+        let idle = match engine.timeout_secs.load(Ordering::Relaxed) {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        };
+        let idle_timer = async {
+            match idle {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            _ = idle_timer => return Ok(()),
             read = rd.read_buf(&mut buf) => match read? {
                 0 => return Ok(()),
                 n => {

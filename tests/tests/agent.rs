@@ -295,6 +295,41 @@ fn client_list_kill_and_reply_modes() {
     );
 }
 
+/// Redis's `timeout`: after CONFIG SET timeout 1 an idle client is closed, a busy one
+/// is not; persistence settings DMC does not have are refused, not ignored.
+#[test]
+fn idle_clients_are_closed_after_timeout() {
+    let agent = Agent::start(&[]).unwrap();
+    assert_eq!(
+        agent
+            .cli(&["CONFIG", "SET", "timeout", "1"])
+            .unwrap()
+            .trim(),
+        "OK"
+    );
+    let mut idle = TcpStream::connect(&agent.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    assert_eq!(
+        idle.read_to_end(&mut rest).unwrap(),
+        0,
+        "closed by the agent"
+    );
+    assert!(started.elapsed() < Duration::from_secs(8));
+    assert!(
+        agent
+            .cli(&["CONFIG", "SET", "appendonly", "yes"])
+            .unwrap()
+            .starts_with("ERR CONFIG SET failed")
+    );
+    assert_eq!(
+        agent.cli(&["CONFIG", "SET", "save", ""]).unwrap().trim(),
+        "OK"
+    );
+}
+
 /// An agent over two memory nodes (shm, r = 2) is SIGKILLed and restarted on the same
 /// pool: every acknowledged write is there.
 #[test]

@@ -42,6 +42,8 @@ pub struct EngineConfig {
     pub maxclients: u64,
     /// Bytes of the local DRAM cache (0: none).
     pub local_cache_bytes: usize,
+    /// Close clients idle this many seconds (0: never).
+    pub timeout_secs: u64,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +54,7 @@ impl Default for EngineConfig {
             requirepass: None,
             maxclients: 10_000,
             local_cache_bytes: 64 << 20,
+            timeout_secs: 0,
         }
     }
 }
@@ -98,6 +101,8 @@ pub struct Engine {
     pub stats: Stats,
     pub cache: Option<Arc<cache::LocalCache>>,
     pub clients: clients::Clients,
+    /// Idle clients are closed after this many seconds (0: never), Redis's `timeout`.
+    pub timeout_secs: AtomicU64,
     /// A random 40-hex-digit id of this process's run (INFO `run_id`).
     pub run_id: String,
     started: Instant,
@@ -124,10 +129,12 @@ impl Engine {
             cache,
             dht,
             clock,
+            timeout_secs: AtomicU64::new(config.timeout_secs),
             config,
             stats: Stats::default(),
             clients: clients::Clients::default(),
             run_id: run_id(),
+
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)

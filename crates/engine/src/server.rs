@@ -88,7 +88,10 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
         ("maxclients", engine.config.maxclients.to_string()),
         ("save", String::new()),
         ("appendonly", "no".into()),
-        ("timeout", "0".into()),
+        (
+            "timeout",
+            engine.timeout_secs.load(Ordering::Relaxed).to_string(),
+        ),
         ("proto-max-bulk-len", (512u64 << 20).to_string()),
     ]
 }
@@ -460,7 +463,19 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Ok(v) if v > 0 && v <= 64 => engine.dht.set_samples(v),
                         _ => return bad(),
                     },
-                    "save" | "appendonly" | "timeout" => {}
+                    // Durability is the memory nodes' replication; there is nothing to
+                    // snapshot or append to, and saying yes to either would be a lie.
+                    "save" if value.trim().is_empty() => {}
+                    "appendonly" if value.eq_ignore_ascii_case("no") => {}
+                    "save" | "appendonly" => {
+                        return Reply::Error(format!(
+                            "ERR CONFIG SET failed (possibly related to argument '{name}') - DMC keeps data in replicated memory nodes and has no RDB or AOF persistence"
+                        ));
+                    }
+                    "timeout" => match value.parse::<u64>() {
+                        Ok(v) => engine.timeout_secs.store(v, Ordering::Relaxed),
+                        Err(_) => return bad(),
+                    },
                     _ => {
                         return Reply::Error(format!(
                             "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
