@@ -185,6 +185,42 @@ fn malformed_input_gets_redis_errors_and_the_agent_keeps_serving() {
     assert_eq!(agent.cli(&["PING"]).unwrap().trim(), "PONG");
 }
 
+/// redis-cli in interactive mode, on a pseudo-terminal (`script`, TERM=dumb so its
+/// line editor asks the terminal nothing): prompts, typed replies, and `HELP GET`
+/// built from the agent's COMMAND DOCS.
+#[test]
+fn redis_cli_interactive_session() {
+    let agent = Agent::start(&[]).unwrap();
+    // `timeout` bounds the session should redis-cli ever wait for the terminal.
+    let mut cli = Command::new("timeout")
+        .args(["20", "script", "-qec"])
+        .arg(format!("redis-cli -p {}", agent.port()))
+        .arg("/dev/null")
+        .env("TERM", "dumb")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs redis-cli on a pty");
+    let mut stdin = cli.stdin.take().unwrap();
+    // Give redis-cli time to connect and print its first prompt before typing.
+    std::thread::sleep(Duration::from_millis(500));
+    stdin
+        .write_all(b"SET greeting hello\nGET greeting\nINCR n\nHELP GET\nQUIT\n")
+        .unwrap();
+    // The pty keeps reading until QUIT; EOF after it ends `script`.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stdin);
+    let out = cli.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let prompt = format!("127.0.0.1:{}> ", agent.port());
+    assert!(text.contains(&format!("{prompt}\"hello\"")), "{text}");
+    assert!(text.contains(&format!("{prompt}(integer) 1")), "{text}");
+    assert!(
+        text.contains("Returns the string value of a key."),
+        "{text}"
+    );
+}
+
 /// A pipeline mixing GET runs (read as one batch) with writes, wrong arity, a protocol
 /// error and other databases answers exactly as running the commands one by one would.
 #[test]
