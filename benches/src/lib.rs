@@ -1,6 +1,8 @@
 //! Shared setup for DMC's benches and measurement tools: a pool on the embedded
 //! backend or on in-process memory nodes reached over `shm`, and bulk loading.
 
+pub mod loadgen;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

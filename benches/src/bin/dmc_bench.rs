@@ -1,0 +1,281 @@
+//! `dmc-bench`: a load generator for any Redis-protocol server, and `dmc-bench compare`,
+//! which measures redis-server and DMC side by side. See docs/benchmarks.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use dmc_benches::loadgen::client::{RunConfig, Target, load, run};
+use dmc_benches::loadgen::compare::{CompareConfig, compare};
+use dmc_benches::loadgen::keys::KeyDist;
+use dmc_benches::loadgen::report::{Summary, timeline_csv};
+use dmc_benches::loadgen::workload::{Mix, Size, Workload};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Load generator for Redis-protocol servers (YCSB workloads, HDR latencies)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Load keys, then run a workload against one server.
+    Run(RunArgs),
+    /// redis-server and DMC side by side: redis-benchmark and YCSB suites, ratio table,
+    /// CSV and PNG charts.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, short = 'p', default_value_t = 6379)]
+    port: u16,
+    /// Connections.
+    #[arg(long, short = 'c', default_value_t = 50)]
+    connections: usize,
+    /// Requests in flight per connection (closed loop).
+    #[arg(long, short = 'P', default_value_t = 1)]
+    pipeline: usize,
+    /// RESP version (3 sends HELLO 3).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    resp: u8,
+    #[arg(long, short = 'a')]
+    auth: Option<String>,
+    /// YCSB workload a, b, c, d or f; or `custom` with --read/--update/--insert/--rmw.
+    #[arg(long, short = 'w', default_value = "b")]
+    workload: String,
+    #[arg(long, default_value_t = 0.0)]
+    read: f64,
+    #[arg(long, default_value_t = 0.0)]
+    update: f64,
+    #[arg(long, default_value_t = 0.0)]
+    insert: f64,
+    #[arg(long, default_value_t = 0.0)]
+    rmw: f64,
+    /// Key choice: uniform, zipf[:θ] or latest[:θ] (default: the workload's, θ 0.99).
+    #[arg(long)]
+    key_dist: Option<KeyDist>,
+    /// Keys loaded before the run.
+    #[arg(long, short = 'n', default_value_t = 1_000_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    /// Value bytes: fixed (32) or uniform range (16-512).
+    #[arg(long, short = 'd', default_value = "32")]
+    value_size: Size,
+    /// Write keys with this time to live (seconds).
+    #[arg(long)]
+    ttl: Option<u64>,
+    /// Measured seconds (after warm-up); default 10 unless --ops is given.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop after this many requests instead.
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Seconds of warm-up, excluded from the results.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Fixed-rate mode: requests per second over all connections (open loop).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Skip the load phase (the keys are there already).
+    #[arg(long)]
+    no_load: bool,
+    /// Only load the keys.
+    #[arg(long)]
+    load_only: bool,
+    /// Write the JSON summary here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the per-second timeline (CSV) here.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress output.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Where CSV, Markdown and PNG results go.
+    #[arg(long, default_value = "benches/results/compare")]
+    out: PathBuf,
+    /// Repetitions of every measurement (targets alternate order each time).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// redis-benchmark -n.
+    #[arg(long, default_value_t = 200_000)]
+    requests: u64,
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Seconds per YCSB measurement.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    #[arg(long, default_value = "a,b,c,d", value_delimiter = ',')]
+    workloads: Vec<String>,
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    #[arg(long, short = 'c', default_value_t = 50)]
+    connections: usize,
+    /// Leave out the agent over two shm memory nodes.
+    #[arg(long)]
+    no_shm: bool,
+    /// Directory of compute-agent and memory-node (default: next to this binary).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.cmd {
+        Cmd::Run(a) => rt.block_on(run_cmd(a)),
+        Cmd::Compare(a) => {
+            let bin_dir = match a.bin_dir {
+                Some(d) => d,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("binary directory")?
+                    .to_path_buf(),
+            };
+            rt.block_on(compare(CompareConfig {
+                out: a.out,
+                reps: a.reps.max(1),
+                requests: a.requests,
+                keys: a.keys,
+                duration: Duration::from_secs_f64(a.duration),
+                warmup: Duration::from_secs_f64(a.warmup),
+                workloads: a.workloads,
+                theta: a.theta,
+                connections: a.connections,
+                shm: !a.no_shm,
+                bin_dir,
+            }))
+        }
+    }
+}
+
+async fn run_cmd(a: RunArgs) -> Result<()> {
+    let (name, mix, dist) = if a.workload.eq_ignore_ascii_case("custom") {
+        let mix = Mix {
+            read: a.read,
+            update: a.update,
+            insert: a.insert,
+            rmw: a.rmw,
+        };
+        if mix.read + mix.update + mix.insert + mix.rmw <= 0.0 {
+            bail!("a custom workload needs --read, --update, --insert or --rmw weights");
+        }
+        ("custom", mix, a.key_dist.unwrap_or(KeyDist::Zipf(0.99)))
+    } else {
+        let w = Workload::ycsb(&a.workload, 0.99).with_context(|| {
+            format!("unknown workload {:?} (a, b, c, d, f, custom)", a.workload)
+        })?;
+        (w.name, w.mix, a.key_dist.unwrap_or(w.dist))
+    };
+    let target = Target {
+        addr: format!("{}:{}", a.host, a.port),
+        proto: a.resp,
+        auth: a.auth.clone(),
+    };
+    if !a.no_load {
+        let bar = if a.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(a.keys)
+        };
+        bar.set_style(
+            ProgressStyle::with_template("loading {bar:40} {pos}/{len} keys {per_sec} eta {eta}")
+                .context("progress template")?,
+        );
+        let b = bar.clone();
+        load(
+            &target,
+            a.connections.min(16),
+            a.keys,
+            a.key_size,
+            a.value_size,
+            a.ttl,
+            Arc::new(move |n| b.set_position(n)),
+        )
+        .await?;
+        bar.finish();
+    }
+    if a.load_only {
+        return Ok(());
+    }
+    let spinner = if a.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new_spinner()
+    };
+    let s = spinner.clone();
+    let duration = match (a.duration, a.ops) {
+        (Some(d), _) => Some(Duration::from_secs_f64(d)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let cfg = RunConfig {
+        target,
+        connections: a.connections,
+        pipeline: a.pipeline.max(1),
+        mix,
+        dist,
+        keys: a.keys,
+        key_size: a.key_size,
+        value_size: a.value_size,
+        ttl_secs: a.ttl,
+        duration,
+        ops: a.ops,
+        warmup: Duration::from_secs_f64(a.warmup),
+        rate: a.rate,
+        seed: a.seed,
+        progress: Some(Arc::new(move |secs, ops| {
+            s.set_message(format!("{name}: {secs} s measured, {ops} requests issued"));
+            s.tick();
+        })),
+    };
+    let (rec, measured) = run(cfg).await?;
+    spinner.finish_and_clear();
+    let value = match a.value_size {
+        Size::Fixed(n) => n.to_string(),
+        Size::Uniform(lo, hi) => format!("{lo}-{hi}"),
+    };
+    let summary = Summary::new(
+        &rec,
+        measured,
+        &format!("{}:{}", a.host, a.port),
+        name,
+        a.connections,
+        a.pipeline,
+        a.resp,
+        a.keys,
+        a.key_size,
+        value,
+        a.rate,
+    );
+    print!("{}", summary.table());
+    if let Some(p) = &a.json {
+        summary.write_json(p)?;
+    }
+    if let Some(p) = &a.timeline {
+        std::fs::write(p, timeline_csv(&rec))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
