@@ -11,6 +11,7 @@ use dmc_benches::loadgen::client::{RunConfig, Target, load, run};
 use dmc_benches::loadgen::compare::{CompareConfig, compare};
 use dmc_benches::loadgen::keys::KeyDist;
 use dmc_benches::loadgen::report::{Summary, timeline_csv};
+use dmc_benches::loadgen::trace;
 use dmc_benches::loadgen::workload::{Mix, Size, Workload};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -31,6 +32,35 @@ enum Cmd {
     /// redis-server and DMC side by side: redis-benchmark and YCSB suites, ratio table,
     /// CSV and PNG charts.
     Compare(CompareArgs),
+    /// Replay a CSV trace (timestamp_ms,op,key,size) as a look-aside cache client and
+    /// report the hit ratio (per second in --timeline).
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, Args)]
+struct TraceArgs {
+    /// The trace: `timestamp_ms,op,key,size` rows, op get|set|del.
+    file: PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, short = 'p', default_value_t = 6379)]
+    port: u16,
+    #[arg(long, short = 'c', default_value_t = 8)]
+    connections: usize,
+    /// Replay at this multiple of the recorded pace (0: as fast as possible).
+    #[arg(long, default_value_t = 0.0)]
+    speed: f64,
+    /// Do not SET a key after its GET misses.
+    #[arg(long)]
+    no_fill: bool,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    resp: u8,
+    #[arg(long, short = 'a')]
+    auth: Option<String>,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long)]
+    timeline: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +175,7 @@ fn main() -> Result<()> {
         .build()?;
     match cli.cmd {
         Cmd::Run(a) => rt.block_on(run_cmd(a)),
+        Cmd::Trace(a) => rt.block_on(trace_cmd(a)),
         Cmd::Compare(a) => {
             let bin_dir = match a.bin_dir {
                 Some(d) => d,
@@ -168,6 +199,40 @@ fn main() -> Result<()> {
             }))
         }
     }
+}
+
+async fn trace_cmd(a: TraceArgs) -> Result<()> {
+    let rows = trace::load(&a.file)?;
+    let n = rows.len();
+    let target = Target {
+        addr: format!("{}:{}", a.host, a.port),
+        proto: a.resp,
+        auth: a.auth,
+    };
+    eprintln!("replaying {n} requests from {}", a.file.display());
+    let (rec, took) = trace::replay(&target, rows, a.connections, a.speed, !a.no_fill).await?;
+    let summary = Summary::new(
+        &rec,
+        took,
+        &target.addr,
+        "trace",
+        a.connections,
+        1,
+        a.resp,
+        n as u64,
+        0,
+        "trace".into(),
+        None,
+    );
+    print!("{}", summary.table());
+    if let Some(p) = &a.json {
+        summary.write_json(p)?;
+    }
+    if let Some(p) = &a.timeline {
+        std::fs::write(p, timeline_csv(&rec))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
 }
 
 async fn run_cmd(a: RunArgs) -> Result<()> {

@@ -576,10 +576,21 @@ fn charts(
                     .map(|r| (n.to_string(), r))
             })
             .map(|(n, r)| {
+                // Every recorded latency bucket with the share of requests at or below it.
+                let total = r.all.len().max(1) as f64;
                 let pts = r
                     .all
-                    .iter_quantiles(1)
-                    .map(|q| (q.value_iterated_to() as f64, q.quantile_iterated_to()))
+                    .iter_recorded()
+                    .map(|v| {
+                        (
+                            v.value_iterated_to() as f64,
+                            v.count_since_last_iteration() as f64,
+                        )
+                    })
+                    .scan(0.0, |seen, (value, n)| {
+                        *seen += n;
+                        Some((value, *seen / total))
+                    })
                     .collect();
                 (n, pts)
             })

@@ -9,4 +9,5 @@ pub mod keys;
 pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod trace;
 pub mod workload;
