@@ -134,6 +134,9 @@ struct RunArgs {
     /// No progress output.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// Cluster mode: route by hash slot (CLUSTER SLOTS), follow MOVED and ASK.
+    #[arg(long)]
+    cluster: bool,
 }
 
 #[derive(Debug, Args)]
@@ -276,6 +279,7 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
             a.key_size,
             a.value_size,
             a.ttl,
+            a.cluster,
             Arc::new(move |n| b.set_position(n)),
         )
         .await?;
@@ -310,6 +314,7 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
         warmup: Duration::from_secs_f64(a.warmup),
         rate: a.rate,
         seed: a.seed,
+        cluster: a.cluster,
         progress: Some(Arc::new(move |secs, ops| {
             s.set_message(format!("{name}: {secs} s measured, {ops} requests issued"));
             s.tick();

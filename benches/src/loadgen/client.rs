@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 
+use super::cluster::{ClusterClient, Request, SlotMap, discover};
 use super::keys::{KeyChooser, KeyDist, key_name};
 use super::stats::{Kind, Outcome, Recorder};
 use super::workload::{Mix, Op, Size};
@@ -49,6 +50,8 @@ pub struct RunConfig {
     pub rate: Option<f64>,
     pub seed: u64,
     pub progress: Option<Progress>,
+    /// Route by hash slot from `CLUSTER SLOTS` and follow MOVED/ASK (closed loop only).
+    pub cluster: bool,
 }
 
 /// The top-level shape of a reply, which is all the load generator needs.
@@ -202,16 +205,28 @@ pub async fn load(
     key_size: usize,
     value_size: Size,
     ttl_secs: Option<u64>,
+    cluster: bool,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
 ) -> Result<()> {
     const BATCH: u64 = 64;
+    let map = match cluster {
+        true => Some(Arc::new(std::sync::RwLock::new(discover(target).await?))),
+        false => None,
+    };
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..connections.max(1) {
         let (target, next, done, progress) =
             (target.clone(), next.clone(), done.clone(), progress.clone());
+        let map = map.clone();
         tasks.push(tokio::spawn(async move {
+            if let Some(map) = map {
+                return load_cluster(
+                    target, map, next, done, progress, keys, key_size, value_size, ttl_secs, c,
+                )
+                .await;
+            }
             let mut s = connect(&target).await?;
             let mut rng = rand::rngs::SmallRng::seed_from_u64(0x10ad ^ c as u64);
             let value = vec![b'v'; value_size.max()];
@@ -248,6 +263,141 @@ pub async fn load(
     Ok(())
 }
 
+/// The load phase's worker in cluster mode: batches routed by slot.
+#[allow(clippy::too_many_arguments)]
+async fn load_cluster(
+    target: Target,
+    map: Arc<std::sync::RwLock<SlotMap>>,
+    next: Arc<AtomicU64>,
+    done: Arc<AtomicU64>,
+    progress: Arc<dyn Fn(u64) + Send + Sync>,
+    keys: u64,
+    key_size: usize,
+    value_size: Size,
+    ttl_secs: Option<u64>,
+    seed: usize,
+) -> Result<()> {
+    const BATCH: u64 = 64;
+    let mut client = ClusterClient::new(target, map);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x10ad ^ seed as u64);
+    let value = vec![b'v'; value_size.max()];
+    let ttl = ttl_secs.map(|t| t.to_string());
+    let mut name = Vec::new();
+    loop {
+        let from = next.fetch_add(BATCH, Ordering::Relaxed);
+        if from >= keys {
+            return Ok(());
+        }
+        let to = (from + BATCH).min(keys);
+        let reqs: Vec<Request> = (from..to)
+            .map(|id| {
+                key_name(id, key_size, &mut name);
+                let mut wire = Vec::new();
+                let v = &value[..value_size.pick(&mut rng)];
+                match &ttl {
+                    Some(t) => encode(&mut wire, &[b"SET", &name, v, b"EX", t.as_bytes()]),
+                    None => encode(&mut wire, &[b"SET", &name, v]),
+                }
+                Request {
+                    key: name.clone(),
+                    wire,
+                }
+            })
+            .collect();
+        for r in client.exec(&reqs).await? {
+            if let ReplyKind::Error(e) = r {
+                bail!("loading failed: {e}");
+            }
+        }
+        progress(done.fetch_add(to - from, Ordering::Relaxed) + to - from);
+    }
+}
+
+/// One closed-loop worker in cluster mode: batches of `pipeline` operations, each
+/// request sent to its slot's node.
+async fn cluster_worker(
+    shared: Arc<Shared>,
+    map: Arc<std::sync::RwLock<SlotMap>>,
+    id: u64,
+) -> Result<Recorder> {
+    let cfg = &shared.cfg;
+    let mut client = ClusterClient::new(cfg.target.clone(), map);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(cfg.seed ^ id.wrapping_mul(0x9e37_79b9));
+    let value = vec![b'x'; cfg.value_size.max()];
+    let ttl = cfg.ttl_secs.map(|t| t.to_string());
+    let mut rec = Recorder::default();
+    let mut name = Vec::new();
+    'outer: while !shared.stop.load(Ordering::Relaxed) {
+        let mut reqs: Vec<Request> = Vec::new();
+        let mut kinds: Vec<Kind> = Vec::new();
+        for _ in 0..cfg.pipeline.max(1) {
+            if let Some(limit) = cfg.ops
+                && shared.issued.fetch_add(1, Ordering::Relaxed) >= limit
+            {
+                shared.stop.store(true, Ordering::Relaxed);
+                if reqs.is_empty() {
+                    break 'outer;
+                }
+                break;
+            }
+            let op = cfg.mix.pick(&mut rng);
+            let existing = shared.existing.load(Ordering::Relaxed);
+            let k = match op {
+                Op::Insert => shared.existing.fetch_add(1, Ordering::Relaxed),
+                _ => shared.chooser.next(&mut rng, existing),
+            };
+            key_name(k, cfg.key_size, &mut name);
+            let mut push = |kind: Kind, rng: &mut rand::rngs::SmallRng| {
+                let mut wire = Vec::new();
+                if kind == Kind::Get {
+                    encode(&mut wire, &[b"GET", &name]);
+                } else {
+                    let v = &value[..cfg.value_size.pick(rng)];
+                    match &ttl {
+                        Some(t) => encode(&mut wire, &[b"SET", &name, v, b"EX", t.as_bytes()]),
+                        None => encode(&mut wire, &[b"SET", &name, v]),
+                    }
+                }
+                reqs.push(Request {
+                    key: name.clone(),
+                    wire,
+                });
+                kinds.push(kind);
+            };
+            match op {
+                Op::Read => push(Kind::Get, &mut rng),
+                Op::Update | Op::Insert => push(Kind::Set, &mut rng),
+                Op::ReadModifyWrite => {
+                    push(Kind::Get, &mut rng);
+                    push(Kind::Set, &mut rng);
+                }
+            }
+        }
+        let sent = Instant::now();
+        let replies = client.exec(&reqs).await?;
+        let now = Instant::now();
+        rec.redirects = client.redirects;
+        if sent < shared.measure_from {
+            continue;
+        }
+        for (kind, reply) in kinds.into_iter().zip(replies) {
+            let outcome = match (reply, kind) {
+                (ReplyKind::Error(e), _) => Outcome::Error(e),
+                (ReplyKind::Null, Kind::Get) => Outcome::Miss,
+                (_, Kind::Get) => Outcome::Hit,
+                (_, Kind::Set) => Outcome::Written,
+            };
+            rec.record(
+                kind,
+                outcome,
+                now.saturating_duration_since(shared.measure_from),
+                now - sent,
+            );
+        }
+    }
+    Ok(rec)
+}
+
 /// A request on the wire, waiting for its reply.
 struct Pending {
     kind: Kind,
@@ -280,9 +430,23 @@ pub async fn run(cfg: RunConfig) -> Result<(Recorder, Duration)> {
         cfg,
     });
     let mut tasks = Vec::new();
-    for c in 0..shared.cfg.connections.max(1) {
-        let stream = connect(&shared.cfg.target).await?;
-        tasks.push(tokio::spawn(connection(shared.clone(), stream, c as u64)));
+    if shared.cfg.cluster {
+        if shared.cfg.rate.is_some() {
+            bail!("fixed-rate mode is not available in cluster mode");
+        }
+        let map = Arc::new(std::sync::RwLock::new(discover(&shared.cfg.target).await?));
+        for c in 0..shared.cfg.connections.max(1) {
+            tasks.push(tokio::spawn(cluster_worker(
+                shared.clone(),
+                map.clone(),
+                c as u64,
+            )));
+        }
+    } else {
+        for c in 0..shared.cfg.connections.max(1) {
+            let stream = connect(&shared.cfg.target).await?;
+            tasks.push(tokio::spawn(connection(shared.clone(), stream, c as u64)));
+        }
     }
     // The clock: stop after the duration, report progress every second.
     let ticker = {

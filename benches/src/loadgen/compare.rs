@@ -351,6 +351,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
             16,
             Size::Fixed(32),
             None,
+            false,
             Arc::new(|_| {}),
         )
         .await?;
@@ -394,6 +395,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
                     rate: None,
                     seed: rep as u64,
                     progress: None,
+                    cluster: false,
                 };
                 let (rec, measured) = run(rc).await?;
                 let sum = Summary::new(

@@ -4,6 +4,7 @@
 //! same suites against redis-server and DMC in one go.
 
 pub mod client;
+pub mod cluster;
 pub mod compare;
 pub mod keys;
 pub mod plot;

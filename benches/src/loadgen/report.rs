@@ -28,6 +28,8 @@ pub struct Summary {
     /// Hits / GETs (0 with no GETs).
     pub hit_ratio: f64,
     pub errors: BTreeMap<String, u64>,
+    /// Cluster redirections followed (MOVED, ASK).
+    pub redirects: u64,
     pub latency_us: Percentiles,
     pub get_latency_us: Percentiles,
     pub set_latency_us: Percentiles,
@@ -69,6 +71,7 @@ impl Summary {
             },
             counts: c,
             errors: rec.errors.clone(),
+            redirects: rec.redirects,
             latency_us: Percentiles::of(&rec.all),
             get_latency_us: Percentiles::of(&rec.get),
             set_latency_us: Percentiles::of(&rec.set),
@@ -94,6 +97,9 @@ impl Summary {
             "throughput {:.0} ops/s   ops {}  gets {} (hits {}, misses {}, hit ratio {:.3})  writes {}  errors {}",
             self.ops_per_sec, c.ops, c.gets, c.hits, c.misses, self.hit_ratio, c.writes, c.errors
         );
+        if self.redirects > 0 {
+            let _ = writeln!(s, "cluster redirections followed: {}", self.redirects);
+        }
         for (k, v) in &self.errors {
             let _ = writeln!(s, "  error {k}: {v}");
         }

@@ -78,6 +78,8 @@ pub struct Recorder {
     pub counts: Counts,
     pub errors: BTreeMap<String, u64>,
     pub seconds: Vec<Second>,
+    /// Cluster redirections (MOVED, ASK) followed.
+    pub redirects: u64,
 }
 
 impl Default for Recorder {
@@ -89,6 +91,7 @@ impl Default for Recorder {
             counts: Counts::default(),
             errors: BTreeMap::new(),
             seconds: Vec::new(),
+            redirects: 0,
         }
     }
 }
@@ -147,6 +150,7 @@ impl Recorder {
         let _ = self.get.add(&o.get);
         let _ = self.set.add(&o.set);
         self.counts.add(&o.counts);
+        self.redirects += o.redirects;
         for (k, v) in &o.errors {
             *self.errors.entry(k.clone()).or_default() += v;
         }
