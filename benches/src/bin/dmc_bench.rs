@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use dmc_benches::loadgen::client::{RunConfig, Target, load, run};
+use dmc_benches::loadgen::client::{LoadSpec, RunConfig, Target, load, run};
 use dmc_benches::loadgen::compare::{CompareConfig, compare};
 use dmc_benches::loadgen::keys::KeyDist;
 use dmc_benches::loadgen::report::{Summary, timeline_csv};
@@ -272,17 +272,15 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
                 .context("progress template")?,
         );
         let b = bar.clone();
-        load(
-            &target,
-            a.connections.min(16),
-            a.keys,
-            a.key_size,
-            a.value_size,
-            a.ttl,
-            a.cluster,
-            Arc::new(move |n| b.set_position(n)),
-        )
-        .await?;
+        let spec = LoadSpec {
+            connections: a.connections.min(16),
+            keys: a.keys,
+            key_size: a.key_size,
+            value_size: a.value_size,
+            ttl_secs: a.ttl,
+            cluster: a.cluster,
+        };
+        load(&target, &spec, Arc::new(move |n| b.set_position(n))).await?;
         bar.finish();
     }
     if a.load_only {

@@ -198,16 +198,31 @@ pub async fn connect(t: &Target) -> Result<TcpStream> {
 
 /// Writes keys `0..keys` (the load phase) over `connections` pipelined connections;
 /// `progress` is told how many are done.
+/// What the load phase writes.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub connections: usize,
+    pub keys: u64,
+    pub key_size: usize,
+    pub value_size: Size,
+    pub ttl_secs: Option<u64>,
+    /// Route by hash slot (cluster mode).
+    pub cluster: bool,
+}
+
 pub async fn load(
     target: &Target,
-    connections: usize,
-    keys: u64,
-    key_size: usize,
-    value_size: Size,
-    ttl_secs: Option<u64>,
-    cluster: bool,
+    spec: &LoadSpec,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
 ) -> Result<()> {
+    let LoadSpec {
+        connections,
+        keys,
+        key_size,
+        value_size,
+        ttl_secs,
+        cluster,
+    } = spec.clone();
     const BATCH: u64 = 64;
     let map = match cluster {
         true => Some(Arc::new(std::sync::RwLock::new(discover(target).await?))),

@@ -104,8 +104,9 @@ impl SlotMap {
                 bail!("bad CLUSTER SLOTS node {node:?}");
             };
             let addr = format!("{}:{port}", String::from_utf8_lossy(ip));
-            for s in (*lo as usize)..=(*hi as usize).min(SLOTS - 1) {
-                owner[s] = Some(addr.clone());
+            let (lo, hi) = (*lo as usize, (*hi as usize).min(SLOTS - 1));
+            for o in owner.iter_mut().take(hi + 1).skip(lo) {
+                *o = Some(addr.clone());
             }
         }
         Ok(SlotMap { owner })

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::client::{RunConfig, Target, load, run};
+use super::client::{LoadSpec, RunConfig, Target, load, run};
 use super::keys::KeyDist;
 use super::plot;
 use super::report::{Summary, timeline_csv};
@@ -344,17 +344,15 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
             cfg.keys,
             s.name
         );
-        load(
-            &target(s),
-            16,
-            cfg.keys,
-            16,
-            Size::Fixed(32),
-            None,
-            false,
-            Arc::new(|_| {}),
-        )
-        .await?;
+        let spec = LoadSpec {
+            connections: 16,
+            keys: cfg.keys,
+            key_size: 16,
+            value_size: Size::Fixed(32),
+            ttl_secs: None,
+            cluster: false,
+        };
+        load(&target(s), &spec, Arc::new(|_| {})).await?;
     }
     let mut last: BTreeMap<(String, String), Recorder> = BTreeMap::new();
     let mut timelines = String::from("workload,target,");
