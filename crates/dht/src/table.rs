@@ -635,10 +635,14 @@ impl Dht {
     /// Reads the key's two candidate buckets, refreshing a stale directory.
     async fn probe(&self, loc: &Loc) -> Result<Option<Probe>, DhtError> {
         for _ in 0..MAX_RETRIES {
-            let Some(dir) = self.dir(loc.slot).await? else {
-                return Ok(None);
+            // The lock-free copy first: no shared reference count to bump per write.
+            let st = match self.cached_subtable(loc) {
+                Some(st) => st,
+                None => match self.load_dir(loc.slot).await? {
+                    Some(dir) => dir.subtable(loc.hash),
+                    None => return Ok(None),
+                },
             };
-            let st = dir.subtable(loc.hash);
             let (a, b) = hash::buckets(loc.hash, self.buckets);
             let mut probe = Probe {
                 buckets: [

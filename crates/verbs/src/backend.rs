@@ -91,7 +91,8 @@ impl Transport for LocalTransport {
     }
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
-        if verbs.len() > 1 {
+        // Only batches of several reads gain from prefetching (see `run_mapped`).
+        if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
             for v in verbs.iter() {
                 let _ = self.core.with_region(v.region(), |mem| {
                     prefetch(mem, v);
@@ -171,7 +172,8 @@ impl ShmTransport {
         if !verbs.iter().all(|v| mapped(v.region()).is_some()) {
             return None;
         }
-        if verbs.len() > 1 {
+        // A batch of reads (a get_many) overlaps its cache misses; writes gain nothing.
+        if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
             for v in verbs.iter() {
                 prefetch(mapped(v.region()).expect("checked above"), v);
             }
