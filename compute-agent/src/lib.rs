@@ -514,6 +514,8 @@ pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
 
 /// Pipelined GETs read from the pool together, at most this many at a time.
 const GET_BATCH: usize = 32;
+/// Pipelined SETs of distinct keys run concurrently, at most this many at a time.
+const SET_BATCH: usize = 32;
 
 /// Serves one client: parse every complete request in the buffer, run them in order
 /// (runs of plain GETs as one batch), write all their replies together (pipelining).
@@ -604,6 +606,7 @@ async fn serve_session(
         let mut i = 0;
         while i < commands.len() {
             let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
+            let sets = engine.leading_sets(session, &commands[i..], SET_BATCH);
             if gets >= 2 {
                 for reply in engine.get_batch(session, &commands[i..i + gets]).await {
                     if session.should_reply() {
@@ -611,6 +614,13 @@ async fn serve_session(
                     }
                 }
                 i += gets;
+            } else if sets >= 2 {
+                for reply in engine.set_batch(session, &commands[i..i + sets]).await {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
+                }
+                i += sets;
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;

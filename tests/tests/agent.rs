@@ -221,8 +221,9 @@ fn redis_cli_interactive_session() {
     );
 }
 
-/// A pipeline mixing GET runs (read as one batch) with writes, wrong arity, a protocol
-/// error and other databases answers exactly as running the commands one by one would.
+/// A pipeline mixing GET runs (read as one batch) and SET runs (run concurrently) with
+/// other writes, wrong arity, a protocol error and other databases answers exactly as
+/// running the commands one by one would.
 #[test]
 fn pipelined_gets_answer_in_order_around_writes() {
     let agent = Agent::start(&[]).unwrap();
@@ -255,6 +256,16 @@ fn pipelined_gets_answer_in_order_around_writes() {
         (&["DEL", "pa"], ":1\r\n"),
         (&["GET", "pa"], "$-1\r\n"),
         (&["GET", "pb"], "$2\r\n22\r\n"),
+        // Runs of SETs of distinct keys go concurrently; a repeated key ends the run.
+        (&["SET", "sa", "1"], "+OK\r\n"),
+        (&["SET", "sb", "2"], "+OK\r\n"),
+        (&["SET", "sa", "3"], "+OK\r\n"),
+        (&["SET", "sc", "4", "GET"], "$-1\r\n"),
+        (&["SET", "sb", "5", "NX"], "$-1\r\n"),
+        (&["SET", "sd", "6", "BOGUS"], "-ERR syntax error\r\n"),
+        (&["GET", "sa"], "$1\r\n3\r\n"),
+        (&["GET", "sb"], "$1\r\n2\r\n"),
+        (&["GET", "sd"], "$-1\r\n"),
     ] {
         pipeline += &cmd(args);
         expect += reply;

@@ -309,6 +309,48 @@ impl Engine {
         }
     }
 
+    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
+    /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
+    /// keys commute, so their replies are what running them in order would give, and
+    /// their commits can share the group committer's round trips.
+    pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
+        if !session.authenticated {
+            return 0;
+        }
+        let mut keys: Vec<&[u8]> = Vec::new();
+        for a in commands.iter().take(max) {
+            if a.len() < 3 || !a[0].eq_ignore_ascii_case(b"set") || keys.contains(&&a[1][..]) {
+                break;
+            }
+            keys.push(&a[1]);
+        }
+        keys.len()
+    }
+
+    /// Runs pipelined SETs of distinct keys together (see
+    /// [`leading_sets`](Self::leading_sets)); replies in command order.
+    pub async fn set_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+        self.stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        if let Some(set) = commands::lookup_index(b"set") {
+            session
+                .client
+                .touch(&self.clients, set, session.db, session.proto);
+        }
+        let db = self.physical_db(session.db);
+        let replies =
+            futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
+        let errors = replies
+            .iter()
+            .filter(|r| matches!(r, Reply::Error(_)))
+            .count();
+        self.stats
+            .error_replies
+            .fetch_add(errors as u64, Ordering::Relaxed);
+        replies
+    }
+
     /// Tells the cache about a write the pool committed: the new value and expiry, or
     /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
     pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {

@@ -294,7 +294,7 @@ fn range(v: &Bytes, start: i64, end: i64) -> Bytes {
     v.slice(start as usize..=end as usize)
 }
 
-async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     let mut opts = SetOptions::default();
     let (mut cond_seen, mut expiry_seen) = (false, false);
     let mut i = 3;
