@@ -533,22 +533,34 @@ async fn serve_conn(
         show(stream.local_addr()),
         i64::from(stream.as_raw_fd()),
     );
-    let result = serve_session(engine, stream, &mut session, limits, qbuf_limit).await;
-    engine.end_session(&session);
-    result
+    // Unregisters the client however the session ends (error, kill, or a panic).
+    struct Registered<'a>(&'a Engine, u64);
+    impl Drop for Registered<'_> {
+        fn drop(&mut self) {
+            self.0.clients.unregister(self.1);
+        }
+    }
+    let _registered = Registered(engine, session.id);
+    serve_session(engine, stream, &mut session, limits, qbuf_limit).await
 }
 
-/// Writes replies to the client, counted for INFO.
+/// Writes replies to the client, counted for INFO. A client that stops reading blocks
+/// this write; CLIENT KILL still ends it.
 async fn send(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     out: &[u8],
-    stats: &dmc_engine::Stats,
+    engine: &Engine,
+    client: &dmc_engine::clients::Client,
 ) -> std::io::Result<()> {
+    let stats = &engine.stats;
     stats
         .net_output_bytes
         .fetch_add(out.len() as u64, Ordering::Relaxed);
     stats.writes_processed.fetch_add(1, Ordering::Relaxed);
-    wr.write_all(out).await
+    tokio::select! {
+        r = wr.write_all(out) => r,
+        _ = client.killed() => Err(std::io::Error::other("killed by CLIENT KILL")),
+    }
 }
 
 async fn serve_session(
@@ -629,22 +641,22 @@ async fn serve_session(
                     reply.encode(session.proto, &mut out);
                 }
                 if flow == Flow::Close || client.is_killed() {
-                    send(&mut wr, &out, &engine.stats).await?;
+                    send(&mut wr, &out, engine, &client).await?;
                     return Ok(());
                 }
             }
             if out.len() >= 64 << 10 {
-                send(&mut wr, &out, &engine.stats).await?;
+                send(&mut wr, &out, engine, &client).await?;
                 out.clear();
             }
         }
         if let Some(e) = bad {
             Reply::Error(e.to_string()).encode(session.proto, &mut out);
-            send(&mut wr, &out, &engine.stats).await?;
+            send(&mut wr, &out, engine, &client).await?;
             return Ok(());
         }
         if !out.is_empty() {
-            send(&mut wr, &out, &engine.stats).await?;
+            send(&mut wr, &out, engine, &client).await?;
             out.clear();
             if out.capacity() > 1 << 20 {
                 out = BytesMut::new();

@@ -1295,9 +1295,11 @@ impl Dht {
         pairs: &[(&[u8], &[u8])],
         only_if_all_absent: bool,
     ) -> Result<bool, DhtError> {
+        let mut seen: std::collections::HashSet<&[u8]> =
+            std::collections::HashSet::with_capacity(pairs.len());
         let mut unique: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
         for (k, v) in pairs.iter().rev() {
-            if !unique.iter().any(|(u, _)| u == k) {
+            if seen.insert(k) {
                 unique.push((k, v));
             }
         }
@@ -1309,9 +1311,9 @@ impl Dht {
             match lease {
                 None => lease = Some(l),
                 Some(first) if (first.shard, first.epoch) != (l.shard, l.epoch) => {
-                    return Err(DhtError::Unsupported(
-                        "keys of one multi-key write must be in hash slots of one shard".into(),
-                    ));
+                    // Hash slots of several shards cannot share one transaction: write
+                    // key by key (not atomic), as Redis Cluster would refuse CROSSSLOT.
+                    return self.set_each(db, &unique, only_if_all_absent).await;
                 }
                 Some(_) => {}
             }
@@ -1326,7 +1328,15 @@ impl Dht {
         self.make_room(need).await?;
         let mut objects = Vec::with_capacity(unique.len());
         for (k, v) in &unique {
-            match self.pool.write_object(db, k, v).await {
+            let mut written = self.pool.write_object(db, k, v).await;
+            // As in `set`: a full pool evicts (if the policy allows) and tries again.
+            while matches!(written, Err(UmoError::OutOfMemory(_)))
+                && self.policy().evicts()
+                && matches!(self.evict_one().await, Ok(Some(_)))
+            {
+                written = self.pool.write_object(db, k, v).await;
+            }
+            match written {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     for o in objects {
@@ -1342,22 +1352,45 @@ impl Dht {
         let result = self
             .install_many(&locs, lease, &unique, &objects, only_if_all_absent)
             .await;
-        match &result {
-            Ok(true) => {}
+        match result {
+            Ok(true) => Ok(true),
             Ok(false) => {
                 for o in objects {
                     self.pool.free_object(o).await;
                 }
+                Ok(false)
             }
-            // In doubt: the objects may be reachable; leak rather than free live data.
-            Err(DhtError::Pool(_)) => {}
-            Err(_) => {
+            // In doubt (the commit's outcome is unknown): the objects may be reachable;
+            // leak them rather than free live data.
+            Err((e, true)) => Err(e),
+            Err((e, false)) => {
                 for o in objects {
                     self.pool.free_object(o).await;
                 }
+                Err(e)
             }
         }
-        result
+    }
+
+    /// The keys of `pairs` one `set` at a time (not atomic), for batches whose keys
+    /// span shards; with `only_if_all_absent`, checked first.
+    async fn set_each(
+        &self,
+        db: u8,
+        pairs: &[(&[u8], &[u8])],
+        only_if_all_absent: bool,
+    ) -> Result<bool, DhtError> {
+        if only_if_all_absent {
+            for (k, _) in pairs {
+                if self.exists(db, k).await? {
+                    return Ok(false);
+                }
+            }
+        }
+        for (k, v) in pairs {
+            self.set(db, k, v, SetOptions::default()).await?;
+        }
+        Ok(true)
     }
 
     async fn install_many(
@@ -1367,7 +1400,10 @@ impl Dht {
         pairs: &[(&[u8], &[u8])],
         objects: &[ObjectRef],
         only_if_all_absent: bool,
-    ) -> Result<bool, DhtError> {
+    ) -> Result<bool, (DhtError, bool)> {
+        // Errors before the commit leave nothing reachable (`false`); a failed commit
+        // is in doubt (`true`).
+        let early = |e: DhtError| (e, false);
         'retry: for _ in 0..MAX_RETRIES {
             let (abs, now) = self.now();
             let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * pairs.len());
@@ -1375,9 +1411,11 @@ impl Dht {
             // (db, previous found slot, new metadata) per key, for the bookkeeping.
             let mut done: Vec<(Option<Found>, SlotMeta)> = Vec::with_capacity(pairs.len());
             for ((loc, (key, _)), obj) in locs.iter().zip(pairs).zip(objects) {
-                let (probe, found) = self.lookup(loc, key, false).await?;
+                let (probe, found) = self.lookup(loc, key, false).await.map_err(early)?;
                 let Some(probe) = probe else {
-                    self.create_partition(loc.slot, lease).await?;
+                    self.create_partition(loc.slot, lease)
+                        .await
+                        .map_err(early)?;
                     continue 'retry;
                 };
                 let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
@@ -1400,7 +1438,7 @@ impl Dht {
                         match pick {
                             Some((b, (a, _, _))) => (b, a, SlotWord::EMPTY),
                             None => {
-                                self.split(loc, lease).await?;
+                                self.split(loc, lease).await.map_err(early)?;
                                 continue 'retry;
                             }
                         }
@@ -1444,12 +1482,12 @@ impl Dht {
                 }
                 TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
                 TxOutcome::StaleEpoch { .. } => {
-                    return Err(DhtError::NotOwner(locs[0].slot));
+                    return Err(early(DhtError::NotOwner(locs[0].slot)));
                 }
-                TxOutcome::Failed(e) => return Err(e.into()),
+                TxOutcome::Failed(e) => return Err((e.into(), true)),
             }
         }
-        Err(DhtError::Contention(locs[0].slot))
+        Err(early(DhtError::Contention(locs[0].slot)))
     }
 
     async fn install(
@@ -2222,6 +2260,11 @@ impl Dht {
                     }
                 }
                 dht.flush_hits().await;
+                // Another agent's SWAPDB reaches this one within a tick (until the
+                // cluster manager pushes such changes).
+                if let Err(e) = dht.load_db_map().await {
+                    tracing::warn!(error = %e, "reloading the database map failed");
+                }
             }
         })
     }

@@ -143,9 +143,9 @@ impl Engine {
         })
     }
 
-    /// A new connection's session, registered for `CLIENT LIST`/`KILL` until
-    /// [`end_session`](Self::end_session). `addr` and `laddr` are the peer's and our
-    /// address as `ip:port`.
+    /// A new connection's session, registered for `CLIENT LIST`/`KILL` until the
+    /// caller unregisters it from [`clients`](Self::clients). `addr` and `laddr` are
+    /// the peer's and our address as `ip:port`.
     pub fn new_session(&self, addr: String, laddr: String, fd: i64) -> Session {
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
         Session {
@@ -157,11 +157,6 @@ impl Engine {
             reply_off: false,
             skip_replies: 0,
         }
-    }
-
-    /// Removes a closed connection from the client registry.
-    pub fn end_session(&self, session: &Session) {
-        self.clients.unregister(session.id);
     }
 
     pub fn uptime_secs(&self) -> u64 {
@@ -240,10 +235,17 @@ impl Engine {
                 .and_then(|c| c.get(db, k, self.now_ms(), fastrand_f64(k)));
             match cached {
                 Some((v, slot)) => {
-                    if let Some(slot) = slot {
-                        self.dht.record_hit(slot).await;
+                    let fresh = match slot {
+                        Some(slot) => self.dht.record_hit(slot).await,
+                        None => false,
+                    };
+                    // As in `read`: a hit whose pool reference is stale or unknown is
+                    // sometimes re-read from the pool so the pool's metadata learns of it.
+                    if fresh || fastrand_f64(k) >= REFRESH_ODDS {
+                        out[i] = Some(v);
+                    } else {
+                        missing.push(i);
                     }
-                    out[i] = Some(v);
                 }
                 None => missing.push(i),
             }
@@ -294,17 +296,25 @@ impl Engine {
                 .touch(&self.clients, get, session.db, session.proto);
         }
         let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
-        match self.read_many(self.physical_db(session.db), &keys).await {
+        let db = self.physical_db(session.db);
+        match self.read_many(db, &keys).await {
             Ok(values) => values
                 .into_iter()
                 .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
                 .collect(),
-            Err(e) => {
-                self.stats
-                    .error_replies
-                    .fetch_add(commands.len() as u64, Ordering::Relaxed);
-                let reply = error_reply(e);
-                vec![reply; commands.len()]
+            // The batch failed: read key by key, so only the keys that fail get errors.
+            Err(_) => {
+                let mut replies = Vec::with_capacity(keys.len());
+                for k in keys {
+                    replies.push(match self.read(db, k).await {
+                        Ok(v) => v.map(Reply::Bulk).unwrap_or(Reply::Null),
+                        Err(e) => {
+                            self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
+                            error_reply(e)
+                        }
+                    });
+                }
+                replies
             }
         }
     }

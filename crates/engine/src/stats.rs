@@ -74,10 +74,12 @@ impl Stats {
         if secs <= 0.0 {
             return Rates::default();
         }
+        // Saturating: a RESETSTAT between two samples must not wrap.
         Rates {
-            ops_per_sec: ((last.commands - first.commands) as f64 / secs).round() as u64,
-            input_kbps: (last.input - first.input) as f64 / secs / 1024.0,
-            output_kbps: (last.output - first.output) as f64 / secs / 1024.0,
+            ops_per_sec: (last.commands.saturating_sub(first.commands) as f64 / secs).round()
+                as u64,
+            input_kbps: last.input.saturating_sub(first.input) as f64 / secs / 1024.0,
+            output_kbps: last.output.saturating_sub(first.output) as f64 / secs / 1024.0,
         }
     }
 

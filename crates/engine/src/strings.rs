@@ -136,10 +136,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let written = tri!(dht.set_many(db, &pairs, cmd == Cmd::MSetNx).await);
             if written {
                 // A repeated key ends with its last value: visit from the end, once per key.
-                let mut seen: Vec<&[u8]> = Vec::with_capacity(pairs.len());
+                let mut seen: std::collections::HashSet<&[u8]> =
+                    std::collections::HashSet::with_capacity(pairs.len());
                 for (k, v) in pairs.iter().rev() {
-                    if !seen.contains(k) {
-                        seen.push(k);
+                    if seen.insert(k) {
                         engine.wrote(db, k, Some((v, None)));
                     }
                 }
