@@ -1,12 +1,14 @@
-//! Hash-table throughput on the `shm` backend with 1 M keys (16-byte keys, 32-byte
-//! values): one-sided gets on one core, and sets with `r = 2` and 64 in flight
-//! (batched commits). Run: `cargo bench -p dmc-benches --bench dht`.
+//! Hash-table throughput per backend with 1 M keys (16-byte keys, 32-byte values):
+//! `shm` (two in-process memory nodes reached through mapped region files, `r = 2`) and
+//! `local` (the embedded pool, `r = 1`). Gets on one core, one key or 16 keys per call,
+//! and sets with 64 in flight (batched commits).
+//! Run: `cargo bench -p dmc-benches --bench dht`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dmc_benches::{key, load, shm_table, value};
+use dmc_benches::{embedded_table, key, load, shm_table, value};
 use dmc_dht::SetOptions;
 use futures::StreamExt;
 
@@ -25,19 +27,37 @@ fn benches(c: &mut Criterion) {
         let t = shm_table(2, 2 << 30).await.unwrap();
         let took = load(&t.dht, KEYS, IN_FLIGHT, None, true).await.unwrap();
         eprintln!(
-            "loaded {KEYS} keys in {took:?}; bytes per key (one copy): {:.1}",
+            "shm: loaded {KEYS} keys in {took:?}; bytes per key (one copy): {:.1}",
             t.dht.used_memory() as f64 / KEYS as f64
         );
         t
     });
-    let dht = table.dht.clone();
+    backend(c, &rt, "dht_shm", "set_r2_64_in_flight", table.dht.clone());
+    drop(table);
+    let local = rt.block_on(async {
+        let dht = embedded_table(2 << 30).await.unwrap();
+        let took = load(&dht, KEYS, IN_FLIGHT, None, true).await.unwrap();
+        eprintln!("local: loaded {KEYS} keys in {took:?}");
+        dht
+    });
+    backend(c, &rt, "dht_local", "set_r1_64_in_flight", local);
+}
 
+/// Gets (one key and 16 keys per call, on one core) and sets (64 in flight) on one
+/// loaded table.
+fn backend(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    group: &str,
+    set_name: &str,
+    dht: Arc<dmc_dht::Dht>,
+) {
     // Gets run on a current-thread runtime: one core, no task hand-offs.
     let one_core = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let mut g = c.benchmark_group("dht_shm");
+    let mut g = c.benchmark_group(group);
     g.measurement_time(Duration::from_secs(8));
     g.throughput(Throughput::Elements(GETS_PER_ITER));
     let mut next = 0u64;
@@ -78,15 +98,14 @@ fn benches(c: &mut Criterion) {
     // SETS_PER_ITER overwrites through a window of 64, so the group committer batches.
     g.throughput(Throughput::Elements(SETS_PER_ITER));
     let mut base = 0u64;
-    let set_dht: Arc<dmc_dht::Dht> = dht.clone();
-    g.bench_function("set_r2_64_in_flight", |b| {
+    g.bench_function(set_name, |b| {
         b.iter(|| {
             let start = base;
             base += SETS_PER_ITER;
             rt.block_on(async {
                 let mut sets = futures::stream::iter(0..SETS_PER_ITER)
                     .map(|k| {
-                        let dht = set_dht.clone();
+                        let dht = dht.clone();
                         let n = (start + k * 15_485_863) % KEYS;
                         async move {
                             dht.set(0, &key(n), &value(n + 1), SetOptions::default())
@@ -101,7 +120,6 @@ fn benches(c: &mut Criterion) {
         })
     });
     g.finish();
-    drop(table);
 }
 
 criterion_group!(dht, benches);

@@ -97,8 +97,9 @@ struct RunArgs {
     /// Keys loaded before the run.
     #[arg(long, short = 'n', default_value_t = 1_000_000)]
     keys: u64,
-    #[arg(long, default_value_t = 16)]
-    key_size: usize,
+    /// Key bytes: fixed (16) or a range (16-64; each key's length is fixed by its id).
+    #[arg(long, default_value = "16")]
+    key_size: Size,
     /// Value bytes: fixed (32) or uniform range (16-512).
     #[arg(long, short = 'd', default_value = "32")]
     value_size: Size,
@@ -223,7 +224,7 @@ async fn trace_cmd(a: TraceArgs) -> Result<()> {
         1,
         a.resp,
         n as u64,
-        0,
+        "trace".into(),
         "trace".into(),
         None,
     );
@@ -320,10 +321,7 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
     };
     let (rec, measured) = run(cfg).await?;
     spinner.finish_and_clear();
-    let value = match a.value_size {
-        Size::Fixed(n) => n.to_string(),
-        Size::Uniform(lo, hi) => format!("{lo}-{hi}"),
-    };
+    let value = a.value_size.to_string();
     let summary = Summary::new(
         &rec,
         measured,
@@ -333,7 +331,7 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
         a.pipeline,
         a.resp,
         a.keys,
-        a.key_size,
+        a.key_size.to_string(),
         value,
         a.rate,
     );

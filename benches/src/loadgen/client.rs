@@ -40,7 +40,7 @@ pub struct RunConfig {
     pub dist: KeyDist,
     /// Keys loaded before the run (inserts add more).
     pub keys: u64,
-    pub key_size: usize,
+    pub key_size: Size,
     pub value_size: Size,
     pub ttl_secs: Option<u64>,
     pub duration: Option<Duration>,
@@ -203,7 +203,7 @@ pub async fn connect(t: &Target) -> Result<TcpStream> {
 pub struct LoadSpec {
     pub connections: usize,
     pub keys: u64,
-    pub key_size: usize,
+    pub key_size: Size,
     pub value_size: Size,
     pub ttl_secs: Option<u64>,
     /// Route by hash slot (cluster mode).
@@ -287,7 +287,7 @@ async fn load_cluster(
     done: Arc<AtomicU64>,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
     keys: u64,
-    key_size: usize,
+    key_size: Size,
     value_size: Size,
     ttl_secs: Option<u64>,
     seed: usize,

@@ -347,7 +347,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
         let spec = LoadSpec {
             connections: 16,
             keys: cfg.keys,
-            key_size: 16,
+            key_size: Size::Fixed(16),
             value_size: Size::Fixed(32),
             ttl_secs: None,
             cluster: false,
@@ -384,7 +384,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
                         _ => KeyDist::Zipf(cfg.theta),
                     },
                     keys: cfg.keys,
-                    key_size: 16,
+                    key_size: Size::Fixed(16),
                     value_size: Size::Fixed(32),
                     ttl_secs: None,
                     duration: Some(cfg.duration),
@@ -405,7 +405,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
                     1,
                     2,
                     cfg.keys,
-                    16,
+                    "16".into(),
                     "32".into(),
                     None,
                 );

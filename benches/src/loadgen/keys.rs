@@ -6,6 +6,8 @@
 
 use rand::{Rng, RngExt};
 
+use super::workload::Size;
+
 /// How requests pick keys.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyDist {
@@ -121,9 +123,14 @@ impl KeyChooser {
     }
 }
 
-/// The name of key `id`: `key:` and the zero-padded id, `size` bytes long (at least as
-/// long as the digits need).
-pub fn key_name(id: u64, size: usize, out: &mut Vec<u8>) {
+/// The name of key `id`: `key:` and the zero-padded id, as long as `size` says (a fixed
+/// length, or one drawn for this id from a range, the same every time) and at least as
+/// long as the digits need.
+pub fn key_name(id: u64, size: Size, out: &mut Vec<u8>) {
+    let size = match size {
+        Size::Fixed(n) => n,
+        Size::Uniform(lo, hi) => lo + (scramble(id) % (hi - lo + 1) as u64) as usize,
+    };
     out.clear();
     let digits = format!("{id}");
     let pad = size.saturating_sub(4 + digits.len());
@@ -178,9 +185,20 @@ mod tests {
         );
         assert!("zipf:1.5".parse::<KeyDist>().is_err());
         let mut k = Vec::new();
-        key_name(42, 16, &mut k);
+        key_name(42, Size::Fixed(16), &mut k);
         assert_eq!(k, b"key:000000000042");
-        key_name(42, 2, &mut k);
+        key_name(42, Size::Fixed(2), &mut k);
         assert_eq!(k, b"key:42");
+        let range = Size::Uniform(16, 64);
+        let lens: std::collections::HashSet<usize> = (0..200)
+            .map(|id| {
+                key_name(id, range, &mut k);
+                let len = k.len();
+                key_name(id, range, &mut k);
+                assert_eq!(k.len(), len, "the same name every time");
+                len
+            })
+            .collect();
+        assert!(lens.len() > 10 && lens.iter().all(|l| (16..=64).contains(l)));
     }
 }

@@ -19,7 +19,7 @@ pub struct Summary {
     pub pipeline: usize,
     pub proto: u8,
     pub keys: u64,
-    pub key_size: usize,
+    pub key_size: String,
     pub value_size: String,
     pub rate: Option<f64>,
     pub duration_secs: f64,
@@ -46,7 +46,7 @@ impl Summary {
         pipeline: usize,
         proto: u8,
         keys: u64,
-        key_size: usize,
+        key_size: String,
         value_size: String,
         rate: Option<f64>,
     ) -> Summary {

@@ -124,6 +124,15 @@ impl Size {
     }
 }
 
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Size::Fixed(n) => write!(f, "{n}"),
+            Size::Uniform(lo, hi) => write!(f, "{lo}-{hi}"),
+        }
+    }
+}
+
 impl std::str::FromStr for Size {
     type Err = String;
 
