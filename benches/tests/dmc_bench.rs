@@ -94,7 +94,7 @@ fn summary_counts_add_up_against_an_agent() {
             "2000",
             "--no-load",
             "--key-size",
-            "24",
+            "16-40",
         ],
         dir.path(),
     );
