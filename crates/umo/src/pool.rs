@@ -1086,6 +1086,34 @@ impl Pool {
             }
         }
 
+        // Every word on one node: prepare and commit in one round.
+        if plan.len() == 1
+            && let Some((n, (prepares, meta))) = plan.pop_first()
+        {
+            let node = &self.nodes[n];
+            let result = node.call(Request::PrepareCommit(prepares)).await;
+            let list = match result {
+                Ok(Response::Votes(v)) if v.len() == meta.len() => Ok(v),
+                Ok(other) => Err(dmc_verbs::transport::unexpected(&other)),
+                Err(e) => Err(e),
+            };
+            for (k, (t, idx, _)) in meta.iter().enumerate() {
+                let outcome = match &list {
+                    Ok(v) => Self::vote_outcome(v[k].clone(), idx, node.node()),
+                    // The reply is lost: the transaction may or may not have applied.
+                    Err(e) => Some(TxOutcome::Failed(UmoError::Node {
+                        node: node.node(),
+                        source: e.clone(),
+                    })),
+                };
+                outcomes[*t].get_or_insert(outcome.unwrap_or(TxOutcome::Committed));
+            }
+            return outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or(TxOutcome::Committed))
+                .collect();
+        }
+
         // Phase 1: prepare everywhere.
         let votes = join_all(plan.iter_mut().map(|(n, (prepares, _))| {
             let node = &self.nodes[*n];
@@ -1167,6 +1195,20 @@ impl Pool {
             .into_iter()
             .map(|o| o.unwrap_or(TxOutcome::Committed))
             .collect()
+    }
+
+    /// What a one-round vote means for its transaction (`None`: committed).
+    fn vote_outcome(vote: TxVote, idx: &[usize], node: dmc_verbs::NodeId) -> Option<TxOutcome> {
+        match vote {
+            TxVote::Yes => None,
+            TxVote::Conflict { index, actual } => Some(TxOutcome::Conflict {
+                index: idx.get(index as usize).copied().unwrap_or(0),
+                actual,
+            }),
+            TxVote::Locked { .. } => Some(TxOutcome::Locked),
+            TxVote::StaleEpoch { current } => Some(TxOutcome::StaleEpoch { current }),
+            TxVote::Failed(e) => Some(TxOutcome::Failed(UmoError::Node { node, source: e })),
+        }
     }
 
     async fn commit_phase(&self, calls: BTreeMap<usize, Vec<u64>>) -> HashMap<u64, UmoError> {

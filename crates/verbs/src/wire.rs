@@ -139,6 +139,9 @@ pub enum Request {
     Prepare(Vec<TxPrepare>),
     /// Answered with one [`TxVote`] per id: `Yes` or `Failed(UnknownTx)`.
     Commit(Vec<u64>),
+    /// Prepare and, for each transaction that votes `Yes`, commit at once: for
+    /// transactions whose every word is on this one node. One vote each.
+    PrepareCommit(Vec<TxPrepare>),
     Abort(Vec<u64>),
     /// Raise a shard's epoch: commits with a lower epoch are rejected from now on.
     Fence {
@@ -320,6 +323,7 @@ impl Request {
             Request::Abort(_) => 11,
             Request::Fence { .. } => 12,
             Request::CopyRegion { .. } => 13,
+            Request::PrepareCommit(_) => 14,
         }
     }
 
@@ -388,7 +392,7 @@ impl Request {
                     }
                 }
             }
-            Request::Prepare(txs) => {
+            Request::Prepare(txs) | Request::PrepareCommit(txs) => {
                 out.put_u32_le(txs.len() as u32);
                 for tx in txs {
                     out.put_u64_le(tx.txid);
@@ -480,7 +484,7 @@ impl Request {
                 }
                 Request::Verbs(verbs)
             }
-            9 => {
+            9 | 14 => {
                 let n = d.len(8 + 4 + 8 + 4)?;
                 let mut txs = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -514,7 +518,11 @@ impl Request {
                         writes,
                     });
                 }
-                Request::Prepare(txs)
+                if tag == 9 {
+                    Request::Prepare(txs)
+                } else {
+                    Request::PrepareCommit(txs)
+                }
             }
             10 | 11 => {
                 let n = d.len(8)?;
@@ -764,6 +772,25 @@ mod tests {
             },
         ]));
         roundtrip_req(Request::Prepare(vec![TxPrepare {
+            txid: 7,
+            shard: 3,
+            epoch: 9,
+            writes: vec![
+                WordWrite {
+                    region: 2,
+                    offset: 16,
+                    expect: Some(0),
+                    new: 99,
+                },
+                WordWrite {
+                    region: 2,
+                    offset: 24,
+                    expect: None,
+                    new: 1,
+                },
+            ],
+        }]));
+        roundtrip_req(Request::PrepareCommit(vec![TxPrepare {
             txid: 7,
             shard: 3,
             epoch: 9,
