@@ -1,8 +1,11 @@
 //! Types every DMC process shares.
 //!
-//! Today: [`ByteSize`], the human-readable sizes (`"4gb"`, `"16mb"`, `1048576`) that
-//! every config file and flag accepts, with Redis's unit rules. The shard map, region
-//! map and control messages join it with the cluster manager.
+//! [`ByteSize`], the human-readable sizes (`"4gb"`, `"16mb"`, `1048576`) that every
+//! config file and flag accepts, with Redis's unit rules; and [`shards`], the logical
+//! shard map (hash slots → shards → agents, with epochs). The region map and control
+//! messages join them with the cluster manager.
+
+pub mod shards;
 
 use std::fmt;
 use std::str::FromStr;
