@@ -1,0 +1,204 @@
+//! The manager's durable state: memory nodes, agents, instances and the shard map, in
+//! one JSON file replaced atomically (write a temporary file, fsync it, rename it over
+//! the old one, fsync the directory), so a crash leaves either the old or the new state
+//! and a restarted manager resumes where it stopped.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use dmc_proto::ByteSize;
+use dmc_proto::shards::{AgentId, ShardMap};
+use serde::{Deserialize, Serialize};
+
+/// The state file's format version.
+pub const STATE_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{context} {path}: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid state file: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+/// A memory node the operator added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub id: u32,
+    /// `host:port` or `unix:/path` of its RPC endpoint.
+    pub endpoint: String,
+    pub capacity: ByteSize,
+}
+
+/// A compute agent the manager knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub id: AgentId,
+    /// Where clients reach it (`host:port`).
+    pub listen: String,
+}
+
+/// A cache instance: the pool memory it may use and its eviction policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub name: String,
+    pub maxmemory: ByteSize,
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub version: u32,
+    pub nodes: BTreeMap<u32, NodeRecord>,
+    pub agents: BTreeMap<AgentId, AgentRecord>,
+    pub next_agent: AgentId,
+    pub instances: BTreeMap<String, Instance>,
+    pub shards: ShardMap,
+}
+
+impl ClusterState {
+    /// A fresh cluster with `shards` logical shards and nothing else.
+    pub fn new(shards: u32) -> ClusterState {
+        ClusterState {
+            version: STATE_VERSION,
+            nodes: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            next_agent: 1,
+            instances: BTreeMap::new(),
+            shards: ShardMap::new(shards),
+        }
+    }
+}
+
+/// Where the state lives on disk.
+#[derive(Debug, Clone)]
+pub struct StateFile {
+    path: PathBuf,
+}
+
+impl StateFile {
+    pub fn new(path: impl Into<PathBuf>) -> StateFile {
+        StateFile { path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The saved state, or `None` if there is none yet.
+    pub fn load(&self) -> Result<Option<ClusterState>, StateError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateError::Io {
+                    context: "reading",
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        let state: ClusterState = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        if state.version != STATE_VERSION {
+            return Err(StateError::Corrupt {
+                path: self.path.clone(),
+                message: format!(
+                    "format version {}, this build reads {STATE_VERSION}",
+                    state.version
+                ),
+            });
+        }
+        Ok(Some(state))
+    }
+
+    /// Replaces the saved state atomically and durably.
+    pub fn save(&self, state: &ClusterState) -> Result<(), StateError> {
+        let io = |context: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateError::Io {
+                context,
+                path,
+                source,
+            }
+        };
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let tmp = self.path.with_extension("tmp");
+        let text = serde_json::to_vec_pretty(state).map_err(|e| StateError::Corrupt {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+            f.write_all(&text).map_err(io("writing", &tmp))?;
+            f.sync_all().map_err(io("syncing", &tmp))?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(io("replacing", &self.path))?;
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("syncing directory", &dir))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_survives_a_save_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("cluster.json"));
+        assert_eq!(file.load().unwrap(), None, "nothing saved yet");
+        let mut s = ClusterState::new(64);
+        s.nodes.insert(
+            1,
+            NodeRecord {
+                id: 1,
+                endpoint: "127.0.0.1:7000".into(),
+                capacity: ByteSize(4 << 30),
+            },
+        );
+        s.agents.insert(
+            1,
+            AgentRecord {
+                id: 1,
+                listen: "127.0.0.1:6379".into(),
+            },
+        );
+        s.shards.assign(&[1]);
+        file.save(&s).unwrap();
+        assert_eq!(file.load().unwrap(), Some(s.clone()));
+        // A second save replaces the first; no temporary file is left behind.
+        s.shards.assign(&[]);
+        file.save(&s).unwrap();
+        assert_eq!(file.load().unwrap(), Some(s));
+        assert!(!dir.path().join("cluster.tmp").exists());
+    }
+
+    #[test]
+    fn corrupt_or_foreign_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.json");
+        std::fs::write(&path, "{not json").unwrap();
+        assert!(matches!(
+            StateFile::new(&path).load(),
+            Err(StateError::Corrupt { .. })
+        ));
+        let mut s = ClusterState::new(4);
+        s.version = 99;
+        std::fs::write(&path, serde_json::to_string(&s).unwrap()).unwrap();
+        let err = StateFile::new(&path).load().unwrap_err().to_string();
+        assert!(err.contains("format version 99"), "{err}");
+    }
+}
