@@ -1,5 +1,10 @@
-//! The DMC cluster manager (DESIGN.md §6), being built: today its durable state
-//! ([`state`]) over the shared shard map (`dmc_proto::shards`). Membership, the admin
-//! API, allocation and the agent launcher come next (the cluster-manager issue).
+//! The DMC cluster manager (DESIGN.md §6), being built. Today: durable state
+//! ([`state`]), membership with leases and the shard map kept balanced over the
+//! registered agents ([`manager`]), the HTTP admin API ([`api`]) and the operator CLI
+//! ([`cli`]). Allocation, the agent launcher, routing and failover come next (the
+//! cluster-manager issue).
 
+pub mod api;
+pub mod cli;
+pub mod manager;
 pub mod state;

@@ -1,14 +1,11 @@
-//! The cluster manager binary. Only its state model exists so far (see `lib.rs`); the
-//! daemon and operator CLI are the rest of the cluster-manager issue.
+//! `cluster-manager`: the daemon (`serve`) and the operator CLI (see `cli.rs`).
+
+use clap::Parser;
 
 fn main() {
-    if std::env::args().any(|a| a == "--help" || a == "-h") {
-        println!(
-            "cluster-manager: the DMC control plane (not built yet: its state model is in \
-             cluster-manager/src/state.rs; the daemon and CLI come with the cluster-manager issue)"
-        );
-        return;
+    let cli = cluster_manager::cli::Cli::parse();
+    if let Err(e) = cluster_manager::cli::run(cli) {
+        eprintln!("cluster-manager: {e:#}");
+        std::process::exit(1);
     }
-    eprintln!("cluster-manager: not built yet; see the cluster-manager issue");
-    std::process::exit(2);
 }

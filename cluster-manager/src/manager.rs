@@ -1,0 +1,311 @@
+//! The manager's logic, apart from HTTP: membership with leases, the shard map kept
+//! balanced over the registered agents, and every change persisted before it is
+//! acknowledged.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dmc_proto::ByteSize;
+use dmc_proto::shards::AgentId;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::state::{AgentRecord, ClusterState, NodeRecord, StateError, StateFile};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A process the manager tracks leases for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Member {
+    Node(u32),
+    Agent(AgentId),
+}
+
+/// What `status` shows of a memory node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: u32,
+    pub endpoint: String,
+    pub capacity: u64,
+    pub alive: bool,
+}
+
+/// What `status` shows of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    pub id: AgentId,
+    pub listen: String,
+    pub alive: bool,
+    /// Shards it is primary of.
+    pub shards: usize,
+}
+
+/// One shard's row in `slots`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardRow {
+    pub shard: u32,
+    pub first_slot: u16,
+    pub last_slot: u16,
+    pub primary: Option<AgentId>,
+    pub epoch: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub nodes: Vec<NodeStatus>,
+    pub agents: Vec<AgentStatus>,
+    pub shards: usize,
+    /// Total memory-node capacity in bytes.
+    pub capacity: u64,
+}
+
+pub struct Manager {
+    state: Mutex<ClusterState>,
+    file: StateFile,
+    lease: Duration,
+    /// Last heartbeat per member. Not persisted: after a restart every member gets a
+    /// full lease to check in again.
+    seen: Mutex<HashMap<Member, Instant>>,
+}
+
+impl Manager {
+    /// Opens the state file (or starts a cluster of `shards` shards) with leases of
+    /// `lease`.
+    pub fn open(file: StateFile, shards: u32, lease: Duration) -> Result<Manager, ManagerError> {
+        let state = match file.load()? {
+            Some(s) => s,
+            None => {
+                let s = ClusterState::new(shards);
+                file.save(&s)?;
+                s
+            }
+        };
+        let now = Instant::now();
+        let mut seen = HashMap::new();
+        for id in state.nodes.keys() {
+            seen.insert(Member::Node(*id), now);
+        }
+        for id in state.agents.keys() {
+            seen.insert(Member::Agent(*id), now);
+        }
+        Ok(Manager {
+            state: Mutex::new(state),
+            file,
+            lease,
+            seen: Mutex::new(seen),
+        })
+    }
+
+    /// Applies `change` to a copy of the state and persists it; the new state becomes
+    /// current only once it is on disk.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut ClusterState) -> Result<T, ManagerError>,
+    ) -> Result<T, ManagerError> {
+        let mut current = self.state.lock();
+        let mut next = current.clone();
+        let out = change(&mut next)?;
+        self.file.save(&next)?;
+        *current = next;
+        Ok(out)
+    }
+
+    pub fn snapshot(&self) -> ClusterState {
+        self.state.lock().clone()
+    }
+
+    fn alive(&self, m: Member) -> bool {
+        self.seen
+            .lock()
+            .get(&m)
+            .is_some_and(|t| t.elapsed() < self.lease)
+    }
+
+    pub fn heartbeat(&self, m: Member) -> Result<(), ManagerError> {
+        let known = {
+            let s = self.state.lock();
+            match m {
+                Member::Node(id) => s.nodes.contains_key(&id),
+                Member::Agent(id) => s.agents.contains_key(&id),
+            }
+        };
+        if !known {
+            return Err(ManagerError::NotFound(format!("{m:?}")));
+        }
+        self.seen.lock().insert(m, Instant::now());
+        Ok(())
+    }
+
+    pub fn add_node(
+        &self,
+        id: u32,
+        endpoint: String,
+        capacity: ByteSize,
+    ) -> Result<(), ManagerError> {
+        if endpoint.is_empty() {
+            return Err(ManagerError::Invalid("a node needs an endpoint".into()));
+        }
+        self.update(|s| {
+            if s.nodes
+                .values()
+                .any(|n| n.endpoint == endpoint && n.id != id)
+            {
+                return Err(ManagerError::Invalid(format!(
+                    "{endpoint} is already a node"
+                )));
+            }
+            s.nodes.insert(
+                id,
+                NodeRecord {
+                    id,
+                    endpoint,
+                    capacity,
+                },
+            );
+            Ok(())
+        })?;
+        self.seen.lock().insert(Member::Node(id), Instant::now());
+        Ok(())
+    }
+
+    pub fn remove_node(&self, id: u32) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.nodes
+                .remove(&id)
+                .map(|_| ())
+                .ok_or_else(|| ManagerError::NotFound(format!("node {id}")))
+        })?;
+        self.seen.lock().remove(&Member::Node(id));
+        Ok(())
+    }
+
+    /// Registers an agent serving clients at `listen`, gives it its share of shards,
+    /// and returns its id.
+    pub fn register_agent(&self, listen: String) -> Result<AgentId, ManagerError> {
+        if listen.is_empty() {
+            return Err(ManagerError::Invalid(
+                "an agent needs a listen address".into(),
+            ));
+        }
+        let id = self.update(|s| {
+            let id = s.next_agent;
+            s.next_agent += 1;
+            s.agents.insert(id, AgentRecord { id, listen });
+            let agents: Vec<AgentId> = s.agents.keys().copied().collect();
+            s.shards.assign(&agents);
+            Ok(id)
+        })?;
+        self.seen.lock().insert(Member::Agent(id), Instant::now());
+        Ok(id)
+    }
+
+    /// Removes an agent; its shards go to the others (no key moves).
+    pub fn remove_agent(&self, id: AgentId) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.agents
+                .remove(&id)
+                .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+            let agents: Vec<AgentId> = s.agents.keys().copied().collect();
+            s.shards.assign(&agents);
+            Ok(())
+        })?;
+        self.seen.lock().remove(&Member::Agent(id));
+        Ok(())
+    }
+
+    pub fn status(&self) -> Status {
+        let s = self.snapshot();
+        let counts = s.shards.counts();
+        Status {
+            nodes: s
+                .nodes
+                .values()
+                .map(|n| NodeStatus {
+                    id: n.id,
+                    endpoint: n.endpoint.clone(),
+                    capacity: n.capacity.0,
+                    alive: self.alive(Member::Node(n.id)),
+                })
+                .collect(),
+            agents: s
+                .agents
+                .values()
+                .map(|a| AgentStatus {
+                    id: a.id,
+                    listen: a.listen.clone(),
+                    alive: self.alive(Member::Agent(a.id)),
+                    shards: counts.get(&a.id).copied().unwrap_or(0),
+                })
+                .collect(),
+            shards: s.shards.shards.len(),
+            capacity: s.nodes.values().map(|n| n.capacity.0).sum(),
+        }
+    }
+
+    pub fn slots(&self) -> Vec<ShardRow> {
+        let s = self.snapshot();
+        s.shards
+            .shards
+            .iter()
+            .map(|sh| {
+                let r = s.shards.slots(sh.id);
+                ShardRow {
+                    shard: sh.id,
+                    first_slot: r.start,
+                    last_slot: r.end.saturating_sub(1),
+                    primary: sh.primary,
+                    epoch: sh.epoch,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn membership_and_shards_persist_and_leases_lapse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_millis(200);
+        let m = Manager::open(StateFile::new(&path), 8, lease).unwrap();
+        m.add_node(1, "127.0.0.1:7000".into(), ByteSize(1 << 30))
+            .unwrap();
+        assert!(
+            m.add_node(2, "127.0.0.1:7000".into(), ByteSize(1)).is_err(),
+            "duplicate endpoint"
+        );
+        let a = m.register_agent("127.0.0.1:6379".into()).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into()).unwrap();
+        let st = m.status();
+        assert_eq!(st.agents.iter().map(|x| x.shards).sum::<usize>(), 8);
+        assert!(st.agents.iter().all(|x| x.shards == 4 && x.alive));
+        // Leases lapse without heartbeats, and come back with one.
+        std::thread::sleep(Duration::from_millis(300));
+        m.heartbeat(Member::Agent(a)).unwrap();
+        let st = m.status();
+        let alive: Vec<bool> = st.agents.iter().map(|x| x.alive).collect();
+        assert_eq!(alive, vec![true, false]);
+        assert!(!st.nodes[0].alive);
+        assert!(m.heartbeat(Member::Agent(99)).is_err());
+        // A restarted manager has the same members and map.
+        let before = m.snapshot();
+        drop(m);
+        let m = Manager::open(StateFile::new(&path), 8, lease).unwrap();
+        assert_eq!(m.snapshot(), before);
+        m.remove_agent(b).unwrap();
+        assert_eq!(m.status().agents[0].shards, 8);
+        assert!(m.slots().iter().all(|r| r.primary == Some(a)));
+        assert!(m.remove_agent(b).is_err());
+    }
+}

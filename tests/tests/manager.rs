@@ -1,0 +1,161 @@
+//! The cluster manager as operators meet it: `serve` on a free port with a state file,
+//! the CLI against it, agents registering and heartbeating over the HTTP API, leases
+//! lapsing, and a restarted manager resuming with the same members and shard map.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dmc_e2e::bin;
+
+struct Manager {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(state: &std::path::Path) -> Manager {
+    let mut child = Command::new(bin("cluster-manager").unwrap())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "16",
+            "--lease-ms",
+            "700",
+        ])
+        .arg("--state")
+        .arg(state)
+        .args(["--log", "warn"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8(line).unwrap();
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no ready line: {line:?}"))
+        .to_string();
+    Manager {
+        child,
+        url: format!("http://{addr}"),
+    }
+}
+
+fn cli(m: &Manager, args: &[&str]) -> (bool, String) {
+    let out = Command::new(bin("cluster-manager").unwrap())
+        .args(["--manager", &m.url])
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A minimal HTTP/1.1 POST with a JSON body; returns the response body.
+fn post(m: &Manager, path: &str, body: &str) -> String {
+    let addr = m.url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 2"), "{out}");
+    out.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+fn status(m: &Manager) -> serde_json::Value {
+    let (ok, text) = cli(m, &["status", "--json"]);
+    assert!(ok, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn manager_tracks_members_and_resumes_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cluster.json");
+    let m = start(&state);
+    let (ok, text) = cli(
+        &m,
+        &[
+            "nodes",
+            "add",
+            "--id",
+            "1",
+            "--endpoint",
+            "127.0.0.1:7000",
+            "--capacity",
+            "2gb",
+        ],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = cli(
+        &m,
+        &["nodes", "add", "--id", "2", "--endpoint", "127.0.0.1:7000"],
+    );
+    assert!(!ok && text.contains("already a node"), "{text}");
+    let (ok, text) = cli(&m, &["nodes", "remove", "9"]);
+    assert!(!ok && text.contains("node 9 not found"), "{text}");
+    let a: serde_json::Value =
+        serde_json::from_str(&post(&m, "/v1/agents", r#"{"listen":"127.0.0.1:6379"}"#)).unwrap();
+    let b: serde_json::Value =
+        serde_json::from_str(&post(&m, "/v1/agents", r#"{"listen":"127.0.0.1:6380"}"#)).unwrap();
+    let (a, b) = (a["id"].as_u64().unwrap(), b["id"].as_u64().unwrap());
+    let s = status(&m);
+    assert_eq!(s["capacity"].as_u64(), Some(2 << 30));
+    let shards: Vec<u64> = s["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["shards"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shards, vec![8, 8], "{s}");
+    // Only agent a keeps heartbeating: b's lease lapses.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(200));
+        post(&m, &format!("/v1/agents/{a}/heartbeat"), "");
+    }
+    let s = status(&m);
+    let alive: Vec<bool> = s["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["alive"].as_bool().unwrap())
+        .collect();
+    assert_eq!(alive, vec![true, false], "{s}");
+    let (_, slots) = cli(&m, &["slots"]);
+    drop(m);
+
+    // A restarted manager: same members and the same slot map.
+    let m = start(&state);
+    assert_eq!(cli(&m, &["slots"]).1, slots);
+    let (ok, text) = cli(&m, &["agents", "remove", &b.to_string()]);
+    assert!(ok, "{text}");
+    let s = status(&m);
+    assert_eq!(s["agents"][0]["shards"].as_u64(), Some(16), "{s}");
+    let (ok, table) = cli(&m, &["status"]);
+    assert!(
+        ok && table.contains("127.0.0.1:7000") && table.contains("alive"),
+        "{table}"
+    );
+}
