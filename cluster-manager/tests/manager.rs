@@ -7,8 +7,6 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use dmc_e2e::bin;
-
 struct Manager {
     child: Child,
     url: String,
@@ -22,7 +20,7 @@ impl Drop for Manager {
 }
 
 fn start(state: &std::path::Path) -> Manager {
-    let mut child = Command::new(bin("cluster-manager").unwrap())
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
         .args([
             "serve",
             "--listen",
@@ -57,7 +55,7 @@ fn start(state: &std::path::Path) -> Manager {
 }
 
 fn cli(m: &Manager, args: &[&str]) -> (bool, String) {
-    let out = Command::new(bin("cluster-manager").unwrap())
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
         .args(["--manager", &m.url])
         .args(args)
         .output()
