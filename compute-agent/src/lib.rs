@@ -86,6 +86,9 @@ pub struct Config {
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
     pub metrics_listen: Option<String>,
+    /// The cluster manager's admin API (`http://host:port`) to register with; none if
+    /// unset.
+    pub manager: Option<String>,
     pub pool: PoolSection,
 }
 
@@ -105,6 +108,7 @@ impl Default for Config {
             local_cache_size: ByteSize(64 << 20),
             log: "info".into(),
             metrics_listen: None,
+            manager: None,
             pool: PoolSection::default(),
         }
     }
@@ -153,6 +157,9 @@ pub struct Args {
     /// Serve Prometheus metrics on host:port.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Register with the cluster manager at this URL (http://host:port) and heartbeat.
+    #[arg(long)]
+    pub manager: Option<String>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -202,6 +209,9 @@ impl Args {
         }
         if let Some(v) = &self.metrics_listen {
             cfg.metrics_listen = Some(v.clone());
+        }
+        if let Some(v) = &self.manager {
+            cfg.manager = Some(v.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -338,6 +348,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             .with_context(|| format!("binding metrics address {maddr}"))?;
         let engine = engine.clone();
         tokio::spawn(dmc_process::serve_metrics(l, move || metrics(&engine)));
+    }
+    if let Some(url) = &cfg.manager {
+        dmc_process::membership::spawn(
+            url.clone(),
+            dmc_process::membership::Registration::Agent {
+                listen: addr.to_string(),
+            },
+            Duration::from_secs(1),
+        );
     }
     tracing::info!(listen = %addr, backend = ?cfg.pool.backend, "compute agent serving");
     {

@@ -39,6 +39,9 @@ pub struct Config {
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
     pub metrics_listen: Option<String>,
+    /// The cluster manager's admin API (`http://host:port`) to register with; none if
+    /// unset.
+    pub manager: Option<String>,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             max_frame: ByteSize(dmc_verbs::wire::DEFAULT_MAX_FRAME),
             log: "info".into(),
             metrics_listen: None,
+            manager: None,
         }
     }
 }
@@ -88,6 +92,9 @@ pub struct Args {
     /// Serve Prometheus metrics on host:port.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Register with the cluster manager at this URL (http://host:port) and heartbeat.
+    #[arg(long)]
+    pub manager: Option<String>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -123,6 +130,9 @@ impl Args {
         }
         if let Some(v) = &self.metrics_listen {
             cfg.metrics_listen = Some(v.clone());
+        }
+        if let Some(v) = &self.manager {
+            cfg.manager = Some(v.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -196,6 +206,17 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         regions = stats.regions,
         "memory node serving"
     );
+    if let Some(url) = &cfg.manager {
+        dmc_process::membership::spawn(
+            url.clone(),
+            dmc_process::membership::Registration::Node {
+                id: cfg.id,
+                endpoint: bound.to_string(),
+                capacity: cfg.capacity.0,
+            },
+            std::time::Duration::from_secs(1),
+        );
+    }
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "memory-node ready listen={bound} node={}", cfg.id)?;

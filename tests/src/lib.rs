@@ -116,6 +116,11 @@ pub struct MemoryNode {
 impl MemoryNode {
     /// Starts a node on a free loopback port and waits (bounded) for its ready line.
     pub fn start(id: u32, dir: &Path, capacity: &str) -> Result<Self> {
+        Self::start_with(id, dir, capacity, &[])
+    }
+
+    /// [`start`](Self::start) with extra flags.
+    pub fn start_with(id: u32, dir: &Path, capacity: &str, extra: &[&str]) -> Result<Self> {
         let args: Vec<String> = [
             "--id",
             &id.to_string(),
@@ -130,6 +135,7 @@ impl MemoryNode {
         .iter()
         .map(|s| s.to_string())
         .chain(std::iter::once(dir.display().to_string()))
+        .chain(extra.iter().map(|s| s.to_string()))
         .collect();
         let (child, endpoint) = start_ready("memory-node", &args)?;
         Ok(MemoryNode {

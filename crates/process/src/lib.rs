@@ -1,4 +1,7 @@
-//! Process plumbing every DMC binary shares, so each `main.rs` stays a few lines.
+//! Process plumbing every DMC binary shares, so each `main.rs` stays a few lines;
+//! and [`membership`], registering with the cluster manager.
+
+pub mod membership;
 
 /// Reads a TOML config file into `T`, or `T::default()` when no file is given. Errors
 /// name the file.
