@@ -149,6 +149,33 @@ pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// What every SET the load generator sends looks like: a value of `size` bytes (cut
+/// from `values`) and an optional `EX` time to live.
+struct SetShape<'a> {
+    values: &'a [u8],
+    size: Size,
+    ttl: Option<String>,
+}
+
+impl SetShape<'_> {
+    /// Appends `SET name <value> [EX ttl]`.
+    fn encode(&self, out: &mut Vec<u8>, name: &[u8], rng: &mut rand::rngs::SmallRng) {
+        let v = &self.values[..self.size.pick(rng)];
+        match &self.ttl {
+            Some(t) => encode(out, &[b"SET", name, v, b"EX", t.as_bytes()]),
+            None => encode(out, &[b"SET", name, v]),
+        }
+    }
+
+    /// Appends the request of `kind` for `name`.
+    fn request(&self, out: &mut Vec<u8>, kind: Kind, name: &[u8], rng: &mut rand::rngs::SmallRng) {
+        match kind {
+            Kind::Get => encode(out, &[b"GET", name]),
+            Kind::Set => self.encode(out, name, rng),
+        }
+    }
+}
+
 /// Reads one reply, keeping any bytes after it in `buf`.
 async fn read_reply(
     stream: &mut (impl AsyncReadExt + Unpin),
@@ -244,8 +271,12 @@ pub async fn load(
             }
             let mut s = connect(&target).await?;
             let mut rng = rand::rngs::SmallRng::seed_from_u64(0x10ad ^ c as u64);
-            let value = vec![b'v'; value_size.max()];
-            let ttl = ttl_secs.map(|t| t.to_string());
+            let values = vec![b'v'; value_size.max()];
+            let shape = SetShape {
+                values: &values,
+                size: value_size,
+                ttl: ttl_secs.map(|t| t.to_string()),
+            };
             let (mut out, mut buf, mut name) = (Vec::new(), Vec::new(), Vec::new());
             loop {
                 let from = next.fetch_add(BATCH, Ordering::Relaxed);
@@ -256,11 +287,7 @@ pub async fn load(
                 out.clear();
                 for id in from..to {
                     key_name(id, key_size, &mut name);
-                    let v = &value[..value_size.pick(&mut rng)];
-                    match &ttl {
-                        Some(t) => encode(&mut out, &[b"SET", &name, v, b"EX", t.as_bytes()]),
-                        None => encode(&mut out, &[b"SET", &name, v]),
-                    }
+                    shape.encode(&mut out, &name, &mut rng);
                 }
                 s.write_all(&out).await?;
                 for _ in from..to {
@@ -295,8 +322,12 @@ async fn load_cluster(
     const BATCH: u64 = 64;
     let mut client = ClusterClient::new(target, map);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0x10ad ^ seed as u64);
-    let value = vec![b'v'; value_size.max()];
-    let ttl = ttl_secs.map(|t| t.to_string());
+    let values = vec![b'v'; value_size.max()];
+    let shape = SetShape {
+        values: &values,
+        size: value_size,
+        ttl: ttl_secs.map(|t| t.to_string()),
+    };
     let mut name = Vec::new();
     loop {
         let from = next.fetch_add(BATCH, Ordering::Relaxed);
@@ -308,11 +339,7 @@ async fn load_cluster(
             .map(|id| {
                 key_name(id, key_size, &mut name);
                 let mut wire = Vec::new();
-                let v = &value[..value_size.pick(&mut rng)];
-                match &ttl {
-                    Some(t) => encode(&mut wire, &[b"SET", &name, v, b"EX", t.as_bytes()]),
-                    None => encode(&mut wire, &[b"SET", &name, v]),
-                }
+                shape.encode(&mut wire, &name, &mut rng);
                 Request {
                     key: name.clone(),
                     wire,
@@ -338,8 +365,8 @@ async fn cluster_worker(
     let cfg = &shared.cfg;
     let mut client = ClusterClient::new(cfg.target.clone(), map);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(cfg.seed ^ id.wrapping_mul(0x9e37_79b9));
-    let value = vec![b'x'; cfg.value_size.max()];
-    let ttl = cfg.ttl_secs.map(|t| t.to_string());
+    let values = vec![b'x'; cfg.value_size.max()];
+    let shape = cfg.set_shape(&values);
     let mut rec = Recorder::default();
     let mut name = Vec::new();
     'outer: while !shared.stop.load(Ordering::Relaxed) {
@@ -355,37 +382,16 @@ async fn cluster_worker(
                 }
                 break;
             }
-            let op = cfg.mix.pick(&mut rng);
-            let existing = shared.existing.load(Ordering::Relaxed);
-            let k = match op {
-                Op::Insert => shared.existing.fetch_add(1, Ordering::Relaxed),
-                _ => shared.chooser.next(&mut rng, existing),
-            };
+            let (k, op_kinds) = shared.next_op(&mut rng);
             key_name(k, cfg.key_size, &mut name);
-            let mut push = |kind: Kind, rng: &mut rand::rngs::SmallRng| {
+            for kind in op_kinds {
                 let mut wire = Vec::new();
-                if kind == Kind::Get {
-                    encode(&mut wire, &[b"GET", &name]);
-                } else {
-                    let v = &value[..cfg.value_size.pick(rng)];
-                    match &ttl {
-                        Some(t) => encode(&mut wire, &[b"SET", &name, v, b"EX", t.as_bytes()]),
-                        None => encode(&mut wire, &[b"SET", &name, v]),
-                    }
-                }
+                shape.request(&mut wire, *kind, &name, &mut rng);
                 reqs.push(Request {
                     key: name.clone(),
                     wire,
                 });
-                kinds.push(kind);
-            };
-            match op {
-                Op::Read => push(Kind::Get, &mut rng),
-                Op::Update | Op::Insert => push(Kind::Set, &mut rng),
-                Op::ReadModifyWrite => {
-                    push(Kind::Get, &mut rng);
-                    push(Kind::Set, &mut rng);
-                }
+                kinds.push(*kind);
             }
         }
         let sent = Instant::now();
@@ -431,6 +437,29 @@ struct Shared {
     issued: AtomicU64,
     stop: AtomicBool,
     measure_from: Instant,
+}
+
+impl Shared {
+    /// The next operation: its key id and the requests it sends, in order.
+    fn next_op(&self, rng: &mut rand::rngs::SmallRng) -> (u64, &'static [Kind]) {
+        let existing = || self.existing.load(Ordering::Relaxed);
+        match self.cfg.mix.pick(rng) {
+            Op::Read => (self.chooser.next(rng, existing()), &[Kind::Get]),
+            Op::Update => (self.chooser.next(rng, existing()), &[Kind::Set]),
+            Op::Insert => (self.existing.fetch_add(1, Ordering::Relaxed), &[Kind::Set]),
+            Op::ReadModifyWrite => (self.chooser.next(rng, existing()), &[Kind::Get, Kind::Set]),
+        }
+    }
+}
+
+impl RunConfig {
+    fn set_shape<'a>(&self, values: &'a [u8]) -> SetShape<'a> {
+        SetShape {
+            values,
+            size: self.value_size,
+            ttl: self.ttl_secs.map(|t| t.to_string()),
+        }
+    }
 }
 
 /// Runs the workload; returns the merged measurements and the measured time.
@@ -517,18 +546,11 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, id: u64) -> Result<R
             let cfg = &shared.cfg;
             let mut rng =
                 rand::rngs::SmallRng::seed_from_u64(cfg.seed ^ (id.wrapping_mul(0x9e37_79b9)));
-            let value = vec![b'x'; cfg.value_size.max()];
-            let ttl = cfg.ttl_secs.map(|t| t.to_string());
+            let values = vec![b'x'; cfg.value_size.max()];
+            let shape = cfg.set_shape(&values);
             let per_conn_rate = cfg.rate.map(|r| r / cfg.connections.max(1) as f64);
             let mut due = Instant::now();
             let (mut out, mut name) = (Vec::new(), Vec::new());
-            let set = |out: &mut Vec<u8>, name: &[u8], rng: &mut rand::rngs::SmallRng| {
-                let v = &value[..cfg.value_size.pick(rng)];
-                match &ttl {
-                    Some(t) => encode(out, &[b"SET", name, v, b"EX", t.as_bytes()]),
-                    None => encode(out, &[b"SET", name, v]),
-                }
-            };
             'outer: while !shared.stop.load(Ordering::Relaxed) {
                 out.clear();
                 let mut batch: Vec<Pending> = Vec::new();
@@ -569,60 +591,16 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, id: u64) -> Result<R
                         shared.stop.store(true, Ordering::Relaxed);
                         break 'outer;
                     }
-                    let op = cfg.mix.pick(&mut rng);
-                    match op {
-                        Op::Read => {
-                            let k = shared
-                                .chooser
-                                .next(&mut rng, shared.existing.load(Ordering::Relaxed));
-                            key_name(k, cfg.key_size, &mut name);
-                            encode(&mut out, &[b"GET", &name]);
-                            batch.push(Pending {
-                                kind: Kind::Get,
-                                at,
-                                frees_slot: true,
-                            });
-                        }
-                        Op::Update => {
-                            let k = shared
-                                .chooser
-                                .next(&mut rng, shared.existing.load(Ordering::Relaxed));
-                            key_name(k, cfg.key_size, &mut name);
-                            set(&mut out, &name, &mut rng);
-                            batch.push(Pending {
-                                kind: Kind::Set,
-                                at,
-                                frees_slot: true,
-                            });
-                        }
-                        Op::Insert => {
-                            let k = shared.existing.fetch_add(1, Ordering::Relaxed);
-                            key_name(k, cfg.key_size, &mut name);
-                            set(&mut out, &name, &mut rng);
-                            batch.push(Pending {
-                                kind: Kind::Set,
-                                at,
-                                frees_slot: true,
-                            });
-                        }
-                        Op::ReadModifyWrite => {
-                            let k = shared
-                                .chooser
-                                .next(&mut rng, shared.existing.load(Ordering::Relaxed));
-                            key_name(k, cfg.key_size, &mut name);
-                            encode(&mut out, &[b"GET", &name]);
-                            set(&mut out, &name, &mut rng);
-                            batch.push(Pending {
-                                kind: Kind::Get,
-                                at,
-                                frees_slot: false,
-                            });
-                            batch.push(Pending {
-                                kind: Kind::Set,
-                                at,
-                                frees_slot: true,
-                            });
-                        }
+                    let (k, kinds) = shared.next_op(&mut rng);
+                    key_name(k, cfg.key_size, &mut name);
+                    for (n, kind) in kinds.iter().enumerate() {
+                        shape.request(&mut out, *kind, &name, &mut rng);
+                        batch.push(Pending {
+                            kind: *kind,
+                            at,
+                            // A read-modify-write holds one window slot for both requests.
+                            frees_slot: n + 1 == kinds.len(),
+                        });
                     }
                 }
                 if out.is_empty() {

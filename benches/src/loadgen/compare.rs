@@ -502,6 +502,30 @@ fn ratio_table(results: &Results, names: &[&str]) -> String {
     s
 }
 
+/// Per target, the median throughput of each of `tests` in `suite` (0 when missing).
+fn median_series(
+    results: &Results,
+    suite: &str,
+    tests: &[String],
+    names: &[&str],
+) -> Vec<(String, Vec<f64>)> {
+    names
+        .iter()
+        .map(|n| {
+            let v = tests
+                .iter()
+                .map(|t| {
+                    results
+                        .get(&(suite.to_string(), t.clone(), n.to_string()))
+                        .map(|v| median(v.iter().map(|x| x.0).collect()))
+                        .unwrap_or(0.0)
+                })
+                .collect();
+            (n.to_string(), v)
+        })
+        .collect()
+}
+
 fn charts(
     cfg: &CompareConfig,
     results: &Results,
@@ -514,21 +538,7 @@ fn charts(
         .iter()
         .filter_map(|w| Workload::ycsb(w, cfg.theta).map(|w| w.name.to_string()))
         .collect();
-    let series: Vec<(String, Vec<f64>)> = names
-        .iter()
-        .map(|n| {
-            let v = workloads
-                .iter()
-                .map(|w| {
-                    results
-                        .get(&("dmc-bench".into(), w.clone(), n.to_string()))
-                        .map(|v| median(v.iter().map(|x| x.0).collect()))
-                        .unwrap_or(0.0)
-                })
-                .collect();
-            (n.to_string(), v)
-        })
-        .collect();
+    let series = median_series(results, "dmc-bench", &workloads, names);
     plot::bars(
         &cfg.out.join("throughput.png"),
         "YCSB throughput (median of repetitions)",
@@ -545,21 +555,7 @@ fn charts(
         t.dedup();
         t
     };
-    let rb: Vec<(String, Vec<f64>)> = names
-        .iter()
-        .map(|n| {
-            let v = rb_tests
-                .iter()
-                .map(|t| {
-                    results
-                        .get(&("redis-benchmark".into(), t.clone(), n.to_string()))
-                        .map(|v| median(v.iter().map(|x| x.0).collect()))
-                        .unwrap_or(0.0)
-                })
-                .collect();
-            (n.to_string(), v)
-        })
-        .collect();
+    let rb = median_series(results, "redis-benchmark", &rb_tests, names);
     plot::bars(
         &cfg.out.join("redis-benchmark.png"),
         "redis-benchmark (median of repetitions)",

@@ -85,14 +85,16 @@ impl Zipf {
     }
 }
 
-/// FNV-1a of the rank: YCSB's scrambling, so popular keys are not neighbours.
+/// FNV-1a: spreads bytes over 64 bits cheaply.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// YCSB's scrambling of a rank, so popular keys are not neighbours.
 fn scramble(rank: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in rank.to_le_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    fnv1a(&rank.to_le_bytes())
 }
 
 /// Chooses key ids for one connection.

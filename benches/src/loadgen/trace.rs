@@ -86,9 +86,7 @@ pub async fn replay(
     let mut shards: Vec<Vec<TraceRow>> = vec![Vec::new(); n];
     let t0 = rows.first().map_or(0.0, |r| r.at_ms);
     for r in rows {
-        let h = r.key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let h = super::keys::fnv1a(&r.key);
         shards[(h % n as u64) as usize].push(r);
     }
     let start = Instant::now();
