@@ -637,7 +637,10 @@ async fn serve_session(
         let mut i = 0;
         while i < commands.len() {
             let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
-            let sets = engine.leading_sets(session, &commands[i..], SET_BATCH);
+            let sets = match gets {
+                0 => engine.leading_sets(session, &commands[i..], SET_BATCH),
+                _ => 0,
+            };
             if gets >= 2 {
                 for reply in engine.get_batch(session, &commands[i..i + gets]).await {
                     if session.should_reply() {

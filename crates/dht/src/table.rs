@@ -936,14 +936,13 @@ impl Dht {
         let full = {
             let mut hits = self.hits.lock();
             for (_, f) in &found {
-                let t = policy.update(f.meta, now, rng::next_f64());
-                hits.push(PendingHit {
-                    addr: f.addr.offset_by(8),
-                    seen: f.meta,
+                hits.push(Self::pending_hit(
+                    policy,
+                    f.addr.offset_by(8),
+                    f.meta,
                     at,
-                    lfu_add: t.lfu_add,
-                    access: t.access,
-                });
+                    now,
+                ));
             }
             (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
         };
@@ -1186,16 +1185,28 @@ impl Dht {
         at: std::time::Instant,
         now: &Now,
     ) -> Option<Vec<PendingHit>> {
-        let t = self.policy().update(meta, now, rng::next_f64());
+        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now);
         let mut hits = self.hits.lock();
-        hits.push(PendingHit {
+        hits.push(hit);
+        (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+    }
+
+    /// One access as the policy scores it, waiting to be combined and sent.
+    fn pending_hit(
+        policy: RedisPolicy,
+        meta_addr: GlobalAddr,
+        meta: SlotMeta,
+        at: std::time::Instant,
+        now: &Now,
+    ) -> PendingHit {
+        let t = policy.update(meta, now, rng::next_f64());
+        PendingHit {
             addr: meta_addr,
             seen: meta,
             at,
             lfu_add: t.lfu_add,
             access: t.access,
-        });
-        (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+        }
     }
 
     /// Sends the combined metadata updates now.

@@ -196,20 +196,8 @@ impl Engine {
     /// A key's live value: from the local cache (the hit is reported to the pool's
     /// metadata in a batch), else from the pool (and offered to the cache).
     pub async fn read(&self, db: u8, key: &[u8]) -> Result<Option<Bytes>, DhtError> {
-        if let Some(c) = &self.cache
-            && let Some((value, slot)) = c.get(db, key, self.now_ms(), fastrand_f64(key))
-        {
-            let fresh = match slot {
-                Some(slot) => self.dht.record_hit(slot).await,
-                None => false,
-            };
-            // The cached value is right either way (the cache is write-through). A
-            // reference to the key's pool metadata that is too old to write through,
-            // or unknown, is refreshed by an occasional pool read, which records the hit
-            // there; the other hits go unreported rather than risk a stale write.
-            if fresh || fastrand_f64(key) >= REFRESH_ODDS {
-                return Ok(Some(value));
-            }
+        if let Some(value) = self.cached(db, key).await {
+            return Ok(Some(value));
         }
         let ticket = self.cache.as_ref().map(|c| c.fill_ticket(db, key));
         let Some(e) = self.dht.get(db, key).await? else {
@@ -222,6 +210,23 @@ impl Engine {
         Ok(Some(value))
     }
 
+    /// The key's value from the local cache, with the hit reported to the pool, or
+    /// `None` to read the pool. The cached value is right either way (the cache is
+    /// write-through); a hit whose reference to the key's pool metadata is too old to
+    /// write through, or unknown, sometimes goes to the pool instead, which records the
+    /// hit there; the other such hits go unreported rather than risk a stale write.
+    async fn cached(&self, db: u8, key: &[u8]) -> Option<Bytes> {
+        let (value, slot) = self
+            .cache
+            .as_ref()?
+            .get(db, key, self.now_ms(), fastrand_f64(key))?;
+        let fresh = match slot {
+            Some(slot) => self.dht.record_hit(slot).await,
+            None => false,
+        };
+        (fresh || fastrand_f64(key) >= REFRESH_ODDS).then_some(value)
+    }
+
     /// The live values of many keys of `db`: cached ones from the local cache (hits
     /// reported while the pool reference is fresh), the rest read from the pool in one
     /// batch whose memory accesses overlap (and offered to the cache).
@@ -229,24 +234,8 @@ impl Engine {
         let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
         let mut missing: Vec<usize> = Vec::new();
         for (i, k) in keys.iter().enumerate() {
-            let cached = self
-                .cache
-                .as_ref()
-                .and_then(|c| c.get(db, k, self.now_ms(), fastrand_f64(k)));
-            match cached {
-                Some((v, slot)) => {
-                    let fresh = match slot {
-                        Some(slot) => self.dht.record_hit(slot).await,
-                        None => false,
-                    };
-                    // As in `read`: a hit whose pool reference is stale or unknown is
-                    // sometimes re-read from the pool so the pool's metadata learns of it.
-                    if fresh || fastrand_f64(k) >= REFRESH_ODDS {
-                        out[i] = Some(v);
-                    } else {
-                        missing.push(i);
-                    }
-                }
+            match self.cached(db, k).await {
+                Some(v) => out[i] = Some(v),
                 None => missing.push(i),
             }
         }

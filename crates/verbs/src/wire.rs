@@ -771,7 +771,7 @@ mod tests {
                 add: 9,
             },
         ]));
-        roundtrip_req(Request::Prepare(vec![TxPrepare {
+        let prepares = vec![TxPrepare {
             txid: 7,
             shard: 3,
             epoch: 9,
@@ -789,26 +789,9 @@ mod tests {
                     new: 1,
                 },
             ],
-        }]));
-        roundtrip_req(Request::PrepareCommit(vec![TxPrepare {
-            txid: 7,
-            shard: 3,
-            epoch: 9,
-            writes: vec![
-                WordWrite {
-                    region: 2,
-                    offset: 16,
-                    expect: Some(0),
-                    new: 99,
-                },
-                WordWrite {
-                    region: 2,
-                    offset: 24,
-                    expect: None,
-                    new: 1,
-                },
-            ],
-        }]));
+        }];
+        roundtrip_req(Request::Prepare(prepares.clone()));
+        roundtrip_req(Request::PrepareCommit(prepares));
         roundtrip_req(Request::Commit(vec![1, 2, 3]));
         roundtrip_req(Request::CopyRegion {
             region: 4,
