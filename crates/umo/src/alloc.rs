@@ -170,6 +170,15 @@ impl Allocator {
         Ok((self.count(Block { addr, class }), claim))
     }
 
+    /// Undoes the allocation of `block`, the first of a segment whose claim another
+    /// client won: the segment is dropped, not reused.
+    pub fn lost_claim(&mut self, block: Block) {
+        self.classes[block.class as usize].bump = None;
+        self.stats.segments -= 1;
+        self.stats.allocated -= block.size() as u64;
+        self.stats.live_blocks -= 1;
+    }
+
     fn count(&mut self, b: Block) -> Block {
         self.stats.allocated += b.size() as u64;
         self.stats.live_blocks += 1;

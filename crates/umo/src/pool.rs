@@ -13,8 +13,11 @@
 //! * [`Pool::commit`]: OCC + two-phase commit of word updates over the commit RPCs,
 //!   batched per memory node, backups before primaries, fenced by shard epoch.
 //!
-//! Until the cluster manager owns the region map, the superblock in region 1 records it,
-//! so a restarted client finds the pool it left.
+//! The superblock in region 1 records the region map, so a restarted client finds the
+//! pool it left, and several clients (the agents of one instance) share one pool: a
+//! client learns a region another one grew the pool by from its record the first time
+//! an address in it turns up, and segments are claimed with a compare-and-swap on the
+//! region's segment table, so no two clients carve the same segment.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use futures::future::join_all;
 use parking_lot::{Mutex, RwLock};
 
 use crate::addr::GlobalAddr;
-use crate::alloc::{AllocStats, Allocator, Block, Need};
+use crate::alloc::{AllocStats, Allocator, Block, Claimed, Need};
 use crate::error::UmoError;
 use crate::layout::{self, RegionRecord, SUPER_REGION, Superblock};
 use crate::object::{self, ChunkRef, Head};
@@ -537,6 +540,46 @@ impl Pool {
         }
     }
 
+    /// The primary of `region`, learning the region from its superblock record if this
+    /// client has not seen it (another client grew the pool by it).
+    async fn discover(&self, region: RegionId) -> Result<usize, UmoError> {
+        if let Ok(n) = self.primary(region) {
+            return Ok(n);
+        }
+        if region == SUPER_REGION || region as u64 > layout::MAX_REGIONS {
+            return Err(UmoError::UnknownRegion(region));
+        }
+        let sb = &self.nodes[self.primary(SUPER_REGION)?];
+        let mut rec = [0u8; layout::REGION_ENTRY as usize];
+        sb.read(SUPER_REGION, RegionRecord::offset(region), &mut rec)
+            .await
+            .map_err(UmoError::node(sb.node()))?;
+        let rec = RegionRecord::decode(&rec).ok_or(UmoError::UnknownRegion(region))?;
+        let entry = self.entry_for(region, &rec)?;
+        let primary = entry.primary;
+        self.set_entry(&mut self.regions.write(), region, entry);
+        tracing::debug!(
+            region,
+            primary = rec.primary,
+            "learned a region another client created"
+        );
+        Ok(primary)
+    }
+
+    /// The regions of `regions` this client has not seen yet: a lock-free load per
+    /// region, and no allocation when every region is known.
+    fn unknown(&self, regions: impl Iterator<Item = RegionId>) -> Vec<RegionId> {
+        regions.filter(|r| self.primary(*r).is_err()).collect()
+    }
+
+    /// Learns every region of `unknown` (see [`unknown`](Self::unknown)).
+    async fn discover_all(&self, unknown: Vec<RegionId>) -> Result<(), UmoError> {
+        for region in unknown {
+            self.discover(region).await?;
+        }
+        Ok(())
+    }
+
     /// Records where a region's copies are.
     fn set_entry(&self, regions: &mut [Option<RegionEntry>], region: RegionId, entry: RegionEntry) {
         self.primaries[region as usize].store(entry.primary as u32 + 1, Ordering::Release);
@@ -554,13 +597,43 @@ impl Pool {
             let got = self.alloc.lock().alloc(len, aligned, Instant::now());
             match got {
                 Ok((block, claim)) => {
-                    if let Some(c) = claim {
-                        let at = GlobalAddr::new(c.region, c.entry_offset);
-                        self.write_all(&[(at, &c.entry.to_le_bytes()[..])]).await?;
+                    if let Some(c) = claim
+                        && !self.claim_segment(c).await?
+                    {
+                        // Another client claimed it first: forget it, take another.
+                        self.alloc.lock().lost_claim(block);
+                        continue;
                     }
                     return Ok(block);
                 }
                 Err(Need::Region) => self.grow().await?,
+            }
+        }
+    }
+
+    /// Records a segment claim in its region's segment table, if no other client (an
+    /// agent sharing the pool) claimed the segment first.
+    async fn claim_segment(&self, c: Claimed) -> Result<bool, UmoError> {
+        let tx = Tx {
+            shard: POOL_SHARD,
+            epoch: 0,
+            writes: vec![TxWrite {
+                addr: GlobalAddr::new(c.region, c.entry_offset),
+                expect: Some(0),
+                new: c.entry,
+            }],
+        };
+        loop {
+            match self.commit(std::slice::from_ref(&tx)).await.remove(0) {
+                TxOutcome::Committed => return Ok(true),
+                TxOutcome::Conflict { .. } => return Ok(false),
+                TxOutcome::Locked => tokio::time::sleep(Duration::from_micros(50)).await,
+                TxOutcome::StaleEpoch { current } => {
+                    return Err(UmoError::Config(format!(
+                        "segment claims are fenced at pool epoch {current}"
+                    )));
+                }
+                TxOutcome::Failed(e) => return Err(e),
             }
         }
     }
@@ -575,10 +648,8 @@ impl Pool {
     /// Reads from the primary copy right now, if its backend completes verbs inline;
     /// `None` means use [`read`](Self::read).
     pub fn read_now(&self, addr: GlobalAddr, buf: &mut [u8]) -> Option<Result<(), UmoError>> {
-        let node = match self.primary(addr.region()) {
-            Ok(n) => &self.nodes[n],
-            Err(e) => return Some(Err(e)),
-        };
+        // An unknown region is learned on the awaited path.
+        let node = &self.nodes[self.primary(addr.region()).ok()?];
         let mut verbs = [Verb::Read {
             region: addr.region(),
             offset: addr.offset(),
@@ -634,7 +705,7 @@ impl Pool {
 
     /// Reads from the primary copy.
     pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
-        let node = &self.nodes[self.primary(addr.region())?];
+        let node = &self.nodes[self.discover(addr.region()).await?];
         let mut verbs = [Verb::Read {
             region: addr.region(),
             offset: addr.offset(),
@@ -654,6 +725,8 @@ impl Pool {
 
     /// Reads several ranges from their primaries: one posted batch per node.
     pub async fn read_batch(&self, reads: &mut [(GlobalAddr, &mut [u8])]) -> Result<(), UmoError> {
+        self.discover_all(self.unknown(reads.iter().map(|(a, _)| a.region())))
+            .await?;
         // Common case: every range on one node (a key's two buckets share a subtable).
         if let [(first, _), rest @ ..] = &*reads {
             let n = self.primary(first.region())?;
@@ -701,6 +774,7 @@ impl Pool {
         copy: usize,
         buf: &mut [u8],
     ) -> Result<(), UmoError> {
+        self.discover(addr.region()).await?;
         let entry = self.entry(addr.region())?;
         let n = entry.copies().nth(copy).ok_or_else(|| {
             UmoError::Config(format!("region {} has no copy {copy}", addr.region()))
@@ -716,6 +790,8 @@ impl Pool {
 
     /// Writes every range to every copy of its region: one posted batch per node.
     pub async fn write_all(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
+        self.discover_all(self.unknown(writes.iter().map(|(a, _)| a.region())))
+            .await?;
         let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
         {
             let regions = self.regions.read();
@@ -766,7 +842,7 @@ impl Pool {
 
     /// Fetch-and-add on the primary copy (metadata counters; backups do not follow).
     pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
-        let node = &self.nodes[self.primary(addr.region())?];
+        let node = &self.nodes[self.discover(addr.region()).await?];
         let mut verbs = [Verb::Faa {
             region: addr.region(),
             offset: addr.offset(),
@@ -971,7 +1047,7 @@ impl Pool {
                     } else {
                         0
                     };
-                    if take == 0 || self.primary(c.addr.region()).is_err() {
+                    if take == 0 {
                         return Ok(None);
                     }
                     let (now, later) = rest.split_at_mut(take);
@@ -1047,6 +1123,12 @@ impl Pool {
             .next_txid
             .fetch_add(txs.len() as u64, Ordering::Relaxed);
         let mut outcomes: Vec<Option<TxOutcome>> = vec![None; txs.len()];
+        // A region this client has not seen fails only its own transaction (below).
+        let unknown = self.unknown(
+            txs.iter()
+                .flat_map(|t| t.writes.iter().map(|w| w.addr.region())),
+        );
+        let _ = self.discover_all(unknown).await;
         // node -> prepares, and for each: (tx index, write indexes, node is a primary)
         let mut plan: BTreeMap<usize, NodePlan> = BTreeMap::new();
         {

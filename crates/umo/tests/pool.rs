@@ -238,3 +238,47 @@ async fn pool_refuses_to_grow_past_its_limit() {
         "{err:?}"
     );
 }
+
+/// Two clients open the same pool at once (two agents of one instance): each reads
+/// objects in regions the other grew the pool by, and no block is handed to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_share_regions_and_never_share_a_block() {
+    let nodes = start_nodes(2, 128 << 20).await;
+    let first = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+    let mut cfg = small(2);
+    cfg.client_id = 2;
+    let second = Pool::open(cfg, connect(&nodes).await).await.unwrap();
+    let write = |pool: Arc<Pool>, tag: &'static str| async move {
+        let mut out = Vec::new();
+        for i in 0..3000u32 {
+            let key = format!("{tag}:{i}");
+            let value = vec![i as u8; 200 + (i % 700) as usize];
+            let obj = pool.write_object(0, key.as_bytes(), &value).await.unwrap();
+            out.push((key, value, obj));
+        }
+        out
+    };
+    let (a, b) = tokio::join!(
+        tokio::spawn(write(first.clone(), "a")),
+        tokio::spawn(write(second.clone(), "b"))
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(first.stats().regions > 1, "the writes grew the pool");
+    let mut addrs = std::collections::HashSet::new();
+    for (_, _, obj) in a.iter().chain(&b) {
+        assert!(
+            addrs.insert(obj.block.addr),
+            "{:?} handed out twice",
+            obj.block
+        );
+    }
+    // Each client reads the other's objects, learning the regions it has not seen.
+    for (pool, objs) in [(&first, &b), (&second, &a)] {
+        for (key, value, obj) in objs {
+            assert_eq!(
+                pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
+                ReadObject::Value(value.clone().into())
+            );
+        }
+    }
+}
