@@ -9,11 +9,15 @@
 //! | `POST /v1/nodes/{id}/heartbeat` | renew a node's lease |
 //! | `POST /v1/agents` `{listen}` | register an agent: `{id}`; shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
-//! | `POST /v1/agents/{id}/heartbeat` | renew an agent's lease |
+//! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
+//! | `POST /v1/agents/scale` `{count}` | start or stop agents until `count` run |
+//! | `GET /v1/map?after=V&wait_ms=T` | the cluster map, once its version passes `V` (long poll, at most `T` ms) |
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -21,7 +25,40 @@ use axum::{Json, Router};
 use dmc_proto::ByteSize;
 use serde::{Deserialize, Serialize};
 
+use crate::launcher::Launcher;
 use crate::manager::{Manager, ManagerError, Member};
+use crate::scale::{ScaleTimes, scale};
+
+/// What the handlers share.
+pub struct App {
+    pub manager: Arc<Manager>,
+    pub launcher: Arc<dyn Launcher>,
+    pub times: ScaleTimes,
+    /// One rescale at a time.
+    pub scaling: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleRequest {
+    pub count: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The cluster map version the agent follows.
+    pub applied: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct MapQuery {
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// The longest a map long poll is held open.
+const MAX_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AddNode {
@@ -64,61 +101,90 @@ impl From<ManagerError> for ApiError {
     }
 }
 
-type Shared = State<Arc<Manager>>;
+type Shared = State<Arc<App>>;
 
-pub fn router(manager: Arc<Manager>) -> Router {
+pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(
             "/v1/status",
-            get(|State(m): Shared| async move { Json(m.status()) }),
+            get(|State(app): Shared| async move { Json(app.manager.status()) }),
         )
         .route(
             "/v1/slots",
-            get(|State(m): Shared| async move { Json(m.slots()) }),
+            get(|State(app): Shared| async move { Json(app.manager.slots()) }),
         )
         .route(
             "/v1/nodes",
-            post(|State(m): Shared, Json(n): Json<AddNode>| async move {
-                m.add_node(n.id, n.endpoint, n.capacity)?;
+            post(|State(app): Shared, Json(n): Json<AddNode>| async move {
+                app.manager.add_node(n.id, n.endpoint, n.capacity)?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
         )
         .route(
             "/v1/nodes/{id}",
-            delete(|State(m): Shared, Path(id): Path<u32>| async move {
-                m.remove_node(id)?;
+            delete(|State(app): Shared, Path(id): Path<u32>| async move {
+                app.manager.remove_node(id)?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
         )
         .route(
             "/v1/nodes/{id}/heartbeat",
-            post(|State(m): Shared, Path(id): Path<u32>| async move {
-                m.heartbeat(Member::Node(id))?;
+            post(|State(app): Shared, Path(id): Path<u32>| async move {
+                app.manager.heartbeat(Member::Node(id))?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
         )
         .route(
             "/v1/agents",
             post(
-                |State(m): Shared, Json(a): Json<RegisterAgent>| async move {
-                    let id = m.register_agent(a.listen)?;
+                |State(app): Shared, Json(a): Json<RegisterAgent>| async move {
+                    let id = app.manager.register_agent(a.listen)?;
                     Ok::<_, ApiError>(Json(Registered { id }))
                 },
             ),
         )
         .route(
             "/v1/agents/{id}",
-            delete(|State(m): Shared, Path(id): Path<u64>| async move {
-                m.remove_agent(id)?;
+            delete(|State(app): Shared, Path(id): Path<u64>| async move {
+                app.manager.remove_agent(id)?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
         )
         .route(
             "/v1/agents/{id}/heartbeat",
-            post(|State(m): Shared, Path(id): Path<u64>| async move {
-                m.heartbeat(Member::Agent(id))?;
-                Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+            post(
+                |State(app): Shared, Path(id): Path<u64>, body: Bytes| async move {
+                    let beat: Heartbeat = if body.is_empty() {
+                        Heartbeat::default()
+                    } else {
+                        serde_json::from_slice(&body)
+                            .map_err(|e| ApiError(ManagerError::Invalid(e.to_string())))?
+                    };
+                    match beat.applied {
+                        Some(v) => app.manager.applied(id, v)?,
+                        None => app.manager.heartbeat(Member::Agent(id))?,
+                    }
+                    Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+                },
+            ),
+        )
+        .route(
+            "/v1/agents/scale",
+            post(
+                |State(app): Shared, Json(r): Json<ScaleRequest>| async move {
+                    let _one = app.scaling.lock().await;
+                    let report =
+                        scale(&app.manager, app.launcher.as_ref(), r.count, app.times).await?;
+                    Ok::<_, ApiError>(Json(report))
+                },
+            ),
+        )
+        .route(
+            "/v1/map",
+            get(|State(app): Shared, Query(q): Query<MapQuery>| async move {
+                let wait = Duration::from_millis(q.wait_ms).min(MAX_WAIT);
+                Json(app.manager.wait_map(q.after, wait).await)
             }),
         )
-        .with_state(manager)
+        .with_state(app)
 }

@@ -1,6 +1,6 @@
 //! `cluster-manager serve` and the operator commands that talk to it over HTTP:
-//! `status`, `nodes list|add|remove`, `agents list|remove`, `slots`. Tables for people,
-//! `--json` for scripts.
+//! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`. Tables
+//! for people, `--json` for scripts.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,8 +11,13 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use dmc_proto::ByteSize;
 
-use crate::api::{AddNode, router};
-use crate::manager::{Manager, ShardRow, Status};
+use dmc_proto::cluster::PoolTransport;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{AddNode, App, ScaleRequest, router};
+use crate::launcher::{LocalLauncher, LocalSettings};
+use crate::manager::{Manager, PoolSettings, ShardRow, Status};
+use crate::scale::{ScaleReport, ScaleTimes};
 use crate::state::StateFile;
 
 #[derive(Debug, Parser)]
@@ -31,24 +36,149 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
+/// `serve`'s configuration: a TOML file (`--config`) with flags over it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct ServeConfig {
+    pub listen: String,
+    /// The durable state file.
+    pub state: PathBuf,
+    /// Logical shards of a new cluster (ignored when the state file exists).
+    pub shards: u32,
+    /// A member missing heartbeats this long is reported dead.
+    pub lease_ms: u64,
+    pub log: String,
+    /// The memory pool agents open.
+    pub pool: PoolSettings,
+    pub launcher: LauncherConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct LauncherConfig {
+    /// The `compute-agent` binary (default: the one next to this binary).
+    pub agent_binary: Option<PathBuf>,
+    /// A TOML config every launched agent gets.
+    pub agent_config: Option<PathBuf>,
+    /// Where launched agents log (default: `agents/` beside the state file).
+    pub log_dir: Option<PathBuf>,
+    /// Address launched agents listen on.
+    pub bind: String,
+    /// How long a stopping agent may drain its clients before it is killed.
+    pub drain_ms: u64,
+    /// How long `agents scale` waits for started agents to serve.
+    pub ready_ms: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: "127.0.0.1:7100".into(),
+            state: PathBuf::from("dmc-cluster.json"),
+            shards: 1024,
+            lease_ms: 5000,
+            log: "info".into(),
+            pool: PoolSettings::default(),
+            launcher: LauncherConfig::default(),
+        }
+    }
+}
+
+impl Default for LauncherConfig {
+    fn default() -> Self {
+        LauncherConfig {
+            agent_binary: None,
+            agent_config: None,
+            log_dir: None,
+            bind: "127.0.0.1".into(),
+            drain_ms: 10_000,
+            ready_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// TOML config file; flags override it.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    listen: Option<String>,
+    /// The durable state file.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Logical shards of a new cluster (ignored when the state file exists).
+    #[arg(long)]
+    shards: Option<u32>,
+    /// A member missing heartbeats this long is reported dead.
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    #[arg(long)]
+    log: Option<String>,
+    /// shm or tcp: how agents reach the memory nodes.
+    #[arg(long, value_parser = parse_transport)]
+    pool_transport: Option<PoolTransport>,
+    /// Copies of every region.
+    #[arg(long)]
+    replicas: Option<usize>,
+    #[arg(long)]
+    region_size: Option<ByteSize>,
+    #[arg(long)]
+    segment_size: Option<ByteSize>,
+    /// The compute-agent binary the launcher starts.
+    #[arg(long)]
+    agent_binary: Option<PathBuf>,
+    /// A TOML config every launched agent gets.
+    #[arg(long)]
+    agent_config: Option<PathBuf>,
+    /// Where launched agents log.
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// How long a stopping agent may drain its clients.
+    #[arg(long)]
+    drain_ms: Option<u64>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+fn parse_transport(s: &str) -> Result<PoolTransport, String> {
+    match s {
+        "shm" => Ok(PoolTransport::Shm),
+        "tcp" => Ok(PoolTransport::Tcp),
+        _ => Err(format!("{s}: expected shm or tcp")),
+    }
+}
+
+impl ServeArgs {
+    pub fn resolve(&self) -> Result<ServeConfig> {
+        let mut c: ServeConfig = dmc_process::load_config(self.config.as_deref())?;
+        macro_rules! over {
+            ($($field:ident => $($path:ident).+),* $(,)?) => {
+                $(if let Some(v) = &self.$field { c.$($path).+ = v.clone().into(); })*
+            };
+        }
+        over!(listen => listen, state => state, shards => shards, lease_ms => lease_ms,
+            log => log, pool_transport => pool.transport, replicas => pool.replicas,
+            region_size => pool.region_size, segment_size => pool.segment_size,
+            drain_ms => launcher.drain_ms);
+        if let Some(v) = &self.agent_binary {
+            c.launcher.agent_binary = Some(v.clone());
+        }
+        if let Some(v) = &self.agent_config {
+            c.launcher.agent_config = Some(v.clone());
+        }
+        if let Some(v) = &self.log_dir {
+            c.launcher.log_dir = Some(v.clone());
+        }
+        Ok(c)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run the manager daemon.
-    Serve {
-        #[arg(long, default_value = "127.0.0.1:7100")]
-        listen: String,
-        /// The durable state file.
-        #[arg(long, default_value = "dmc-cluster.json")]
-        state: PathBuf,
-        /// Logical shards of a new cluster (ignored when the state file exists).
-        #[arg(long, default_value_t = 1024)]
-        shards: u32,
-        /// A member missing heartbeats this long is reported dead.
-        #[arg(long, default_value_t = 5000)]
-        lease_ms: u64,
-        #[arg(long, default_value = "info")]
-        log: String,
-    },
+    Serve(Box<ServeArgs>),
     /// Pool capacity, memory nodes and agents, with liveness.
     Status,
     /// Memory nodes.
@@ -85,50 +215,86 @@ pub enum NodesCmd {
 #[derive(Debug, Subcommand)]
 pub enum AgentsCmd {
     List,
-    Remove { id: u64 },
+    Remove {
+        id: u64,
+    },
+    /// Start or stop agents (through the launcher) until COUNT run.
+    Scale {
+        count: usize,
+    },
+    /// Start one more agent.
+    Add,
 }
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve {
-            listen,
-            state,
-            shards,
-            lease_ms,
-            log,
-        } => serve(
-            &listen,
-            state,
-            shards,
-            Duration::from_millis(lease_ms),
-            &log,
-        ),
+        Cmd::Serve(args) => {
+            let config = args.resolve()?;
+            if args.print_config {
+                print!("{}", toml::to_string(&config)?);
+                return Ok(());
+            }
+            serve(config)
+        }
         cmd => client(&cli.manager, cli.json, cmd),
     }
 }
 
-fn serve(listen: &str, state: PathBuf, shards: u32, lease: Duration, log: &str) -> Result<()> {
-    dmc_process::init_logging(log);
+fn serve(config: ServeConfig) -> Result<()> {
+    dmc_process::init_logging(&config.log);
+    let state = config.state.clone();
     let manager = Arc::new(
-        Manager::open(StateFile::new(&state), shards, lease)
-            .with_context(|| format!("opening state {}", state.display()))?,
+        Manager::open(
+            StateFile::new(&state),
+            config.shards,
+            Duration::from_millis(config.lease_ms),
+            config.pool.clone(),
+        )
+        .with_context(|| format!("opening state {}", state.display()))?,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        let listen = &config.listen;
         let l = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
         let addr = l.local_addr()?;
+        let l_cfg = &config.launcher;
+        let log_dir = l_cfg.log_dir.clone().unwrap_or_else(|| {
+            state
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("agents"), |p| p.join("agents"))
+        });
+        let launcher = LocalLauncher::new(LocalSettings {
+            binary: l_cfg
+                .agent_binary
+                .clone()
+                .unwrap_or_else(LocalLauncher::sibling_binary),
+            config: l_cfg.agent_config.clone(),
+            log_dir,
+            bind: l_cfg.bind.clone(),
+            manager_url: format!("http://{addr}"),
+        });
+        let app = Arc::new(App {
+            manager,
+            launcher: Arc::new(launcher),
+            times: ScaleTimes {
+                ready: Duration::from_millis(l_cfg.ready_ms),
+                drain: Duration::from_millis(l_cfg.drain_ms),
+            },
+            scaling: tokio::sync::Mutex::new(()),
+        });
         tracing::info!(%addr, state = %state.display(), "cluster manager serving");
         {
             let mut out = std::io::stdout().lock();
             writeln!(out, "cluster-manager ready listen={addr}")?;
             out.flush()?;
         }
-        axum::serve(l, router(manager))
+        axum::serve(l, router(app))
             .with_graceful_shutdown(dmc_process::shutdown_signal())
             .await?;
         Ok(())
@@ -139,19 +305,12 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
     // Error statuses are read, not raised, so the manager's own message is shown.
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
+        // `agents scale` waits for agents to start or drain.
+        .timeout_global(Some(Duration::from_secs(180)))
         .build()
         .into();
     let url = |path: &str| format!("{}{path}", base.trim_end_matches('/'));
-    let fail = |e: ureq::Error| anyhow::anyhow!("cannot reach the manager at {base}: {e}");
-    let ok = |mut r: ureq::http::Response<ureq::Body>| -> Result<ureq::http::Response<ureq::Body>> {
-        if r.status().is_success() {
-            return Ok(r);
-        }
-        let body: serde_json::Value = r.body_mut().read_json().unwrap_or_default();
-        let msg = body["error"].as_str().unwrap_or("no details").to_string();
-        bail!("{} ({})", msg, r.status())
-    };
+    let fail = |e: ureq::Error| unreachable_manager(base, e);
     match cmd {
         Cmd::Status
         | Cmd::Nodes {
@@ -243,6 +402,12 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 .map_err(fail)?)?;
             println!("agent {id} removed; its shards were reassigned");
         }
+        Cmd::Agents {
+            cmd: AgentsCmd::Scale { count },
+        } => scale_to(&agent, &url, json, Some(count))?,
+        Cmd::Agents {
+            cmd: AgentsCmd::Add,
+        } => scale_to(&agent, &url, json, None)?,
         Cmd::Slots => {
             let rows: Vec<ShardRow> = ok(agent.get(url("/v1/slots")).call().map_err(fail)?)?
                 .body_mut()
@@ -270,6 +435,67 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             }
         }
         Cmd::Serve { .. } => bail!("serve is not a client command"),
+    }
+    Ok(())
+}
+
+type HttpResponse = ureq::http::Response<ureq::Body>;
+
+fn unreachable_manager(base: &str, e: ureq::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot reach the manager at {base}: {e}")
+}
+
+/// The response if it succeeded, else the manager's own error message.
+fn ok(mut r: HttpResponse) -> Result<HttpResponse> {
+    if r.status().is_success() {
+        return Ok(r);
+    }
+    let body: serde_json::Value = r.body_mut().read_json().unwrap_or_default();
+    let msg = body["error"].as_str().unwrap_or("no details").to_string();
+    bail!("{} ({})", msg, r.status())
+}
+
+/// `agents scale COUNT`, or with `None` one agent more than now (`agents add`).
+fn scale_to(
+    agent: &ureq::Agent,
+    url: &dyn Fn(&str) -> String,
+    json: bool,
+    count: Option<usize>,
+) -> Result<()> {
+    let base = url("");
+    let count = match count {
+        Some(c) => c,
+        None => {
+            let status: Status = ok(agent
+                .get(url("/v1/status"))
+                .call()
+                .map_err(|e| unreachable_manager(&base, e))?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            status.agents.len() + 1
+        }
+    };
+    let report: ScaleReport = ok(agent
+        .post(url("/v1/agents/scale"))
+        .send_json(ScaleRequest { count })
+        .map_err(|e| unreachable_manager(&base, e))?)?
+    .body_mut()
+    .read_json()
+    .context("reading the manager's reply")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "agents {} -> {} in {} ms",
+        report.before, report.after, report.millis
+    );
+    for l in &report.started {
+        println!("  started {l}");
+    }
+    for l in &report.stopped {
+        println!("  stopped {l} (drained)");
     }
     Ok(())
 }

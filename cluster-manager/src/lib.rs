@@ -1,10 +1,12 @@
-//! The DMC cluster manager (DESIGN.md §6), being built. Today: durable state
-//! ([`state`]), membership with leases and the shard map kept balanced over the
-//! registered agents ([`manager`]), the HTTP admin API ([`api`]) and the operator CLI
-//! ([`cli`]). Allocation, the agent launcher, routing and failover come next (the
-//! cluster-manager issue).
+//! The DMC cluster manager (DESIGN.md §6): durable state ([`state`]), membership with
+//! leases, the shard map kept balanced over the registered agents and the cluster map
+//! agents long-poll ([`manager`]), rescaling through an agent [`launcher`]
+//! ([`scale`]), the HTTP admin API ([`api`]) and the operator CLI ([`cli`]).
+//! On-demand region allocation and failover come next.
 
 pub mod api;
 pub mod cli;
+pub mod launcher;
 pub mod manager;
+pub mod scale;
 pub mod state;

@@ -1,16 +1,41 @@
 //! The manager's logic, apart from HTTP: membership with leases, the shard map kept
 //! balanced over the registered agents, and every change persisted before it is
-//! acknowledged.
+//! acknowledged. Every saved change raises the cluster map's version and wakes the
+//! agents long-polling for it ([`Manager::wait_map`]); agents report the version they
+//! applied with their heartbeats, so a rescale knows when every agent follows the new
+//! map.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dmc_proto::ByteSize;
+use dmc_proto::cluster::{AgentInfo, ClusterMap, PoolSpec, PoolTransport};
 use dmc_proto::shards::AgentId;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::state::{AgentRecord, ClusterState, NodeRecord, StateError, StateFile};
+use crate::state::{AgentRecord, ClusterState, LaunchRecord, NodeRecord, StateError, StateFile};
+
+/// The memory pool every agent of the cluster opens (from the manager's config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct PoolSettings {
+    pub transport: PoolTransport,
+    pub replicas: usize,
+    pub region_size: ByteSize,
+    pub segment_size: ByteSize,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            transport: PoolTransport::Shm,
+            replicas: 2,
+            region_size: ByteSize(1 << 30),
+            segment_size: ByteSize(16 << 20),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
@@ -46,6 +71,10 @@ pub struct AgentStatus {
     pub alive: bool,
     /// Shards it is primary of.
     pub shards: usize,
+    /// Started by this manager's launcher (so `agents scale` may stop it).
+    pub launched: bool,
+    /// The cluster map version it last applied.
+    pub map_version: u64,
 }
 
 /// One shard's row in `slots`.
@@ -65,21 +94,32 @@ pub struct Status {
     pub shards: usize,
     /// Total memory-node capacity in bytes.
     pub capacity: u64,
+    pub map_version: u64,
 }
 
 pub struct Manager {
     state: Mutex<ClusterState>,
     file: StateFile,
     lease: Duration,
+    pool: PoolSettings,
     /// Last heartbeat per member. Not persisted: after a restart every member gets a
     /// full lease to check in again.
     seen: Mutex<HashMap<Member, Instant>>,
+    /// The map version each agent last reported applying.
+    applied: Mutex<HashMap<AgentId, u64>>,
+    /// The current map version, for long-polling agents.
+    version: tokio::sync::watch::Sender<u64>,
 }
 
 impl Manager {
     /// Opens the state file (or starts a cluster of `shards` shards) with leases of
     /// `lease`.
-    pub fn open(file: StateFile, shards: u32, lease: Duration) -> Result<Manager, ManagerError> {
+    pub fn open(
+        file: StateFile,
+        shards: u32,
+        lease: Duration,
+        pool: PoolSettings,
+    ) -> Result<Manager, ManagerError> {
         let state = match file.load()? {
             Some(s) => s,
             None => {
@@ -97,10 +137,13 @@ impl Manager {
             seen.insert(Member::Agent(*id), now);
         }
         Ok(Manager {
+            version: tokio::sync::watch::Sender::new(state.map_version),
             state: Mutex::new(state),
             file,
             lease,
+            pool,
             seen: Mutex::new(seen),
+            applied: Mutex::new(HashMap::new()),
         })
     }
 
@@ -113,16 +156,93 @@ impl Manager {
         let mut current = self.state.lock();
         let mut next = current.clone();
         let out = change(&mut next)?;
+        next.map_version = current.map_version + 1;
         self.file.save(&next)?;
+        let version = next.map_version;
         *current = next;
+        drop(current);
+        self.version.send_replace(version);
         Ok(out)
+    }
+
+    /// The cluster as agents see it.
+    pub fn map(&self) -> ClusterMap {
+        let s = self.state.lock();
+        ClusterMap {
+            version: s.map_version,
+            shards: s.shards.clone(),
+            agents: s
+                .agents
+                .values()
+                .map(|a| AgentInfo {
+                    id: a.id,
+                    listen: a.listen.clone(),
+                })
+                .collect(),
+            pool: PoolSpec {
+                transport: self.pool.transport,
+                nodes: s.nodes.values().map(|n| n.endpoint.clone()).collect(),
+                replicas: self.pool.replicas,
+                region_size: self.pool.region_size,
+                segment_size: self.pool.segment_size,
+            },
+        }
+    }
+
+    /// The map once its version passes `after`, or the current one after `wait`.
+    pub async fn wait_map(&self, after: u64, wait: Duration) -> ClusterMap {
+        let mut rx = self.version.subscribe();
+        let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > after)).await;
+        self.map()
+    }
+
+    pub fn map_version(&self) -> u64 {
+        self.state.lock().map_version
+    }
+
+    /// Whether every live agent (other than `except`) has applied map `version`.
+    pub fn applied_by_all(&self, version: u64, except: &[AgentId]) -> bool {
+        let agents: Vec<AgentId> = self.state.lock().agents.keys().copied().collect();
+        let applied = self.applied.lock();
+        agents
+            .iter()
+            .filter(|a| !except.contains(a) && self.alive(Member::Agent(**a)))
+            .all(|a| applied.get(a).is_some_and(|v| *v >= version))
+    }
+
+    /// The map version agent `id` last reported applying (0: none yet).
+    pub fn applied_version(&self, id: AgentId) -> u64 {
+        self.applied.lock().get(&id).copied().unwrap_or(0)
+    }
+
+    /// Records that agent `id` applied map `version` (also renews its lease).
+    pub fn applied(&self, id: AgentId, version: u64) -> Result<(), ManagerError> {
+        self.heartbeat(Member::Agent(id))?;
+        let mut applied = self.applied.lock();
+        let v = applied.entry(id).or_default();
+        *v = (*v).max(version);
+        Ok(())
+    }
+
+    pub fn record_launch(&self, rec: LaunchRecord) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.launched.insert(rec.listen.clone(), rec);
+            Ok(())
+        })
+    }
+
+    pub fn forget_launch(&self, listen: &str) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.launched.remove(listen);
+            Ok(())
+        })
     }
 
     pub fn snapshot(&self) -> ClusterState {
         self.state.lock().clone()
     }
 
-    fn alive(&self, m: Member) -> bool {
+    pub fn alive(&self, m: Member) -> bool {
         self.seen
             .lock()
             .get(&m)
@@ -209,16 +329,36 @@ impl Manager {
 
     /// Removes an agent; its shards go to the others (no key moves).
     pub fn remove_agent(&self, id: AgentId) -> Result<(), ManagerError> {
+        self.remove_agents(&[id])
+    }
+
+    /// Removes agents in one change, so their shards are re-balanced once.
+    pub fn remove_agents(&self, ids: &[AgentId]) -> Result<(), ManagerError> {
         self.update(|s| {
-            s.agents
-                .remove(&id)
-                .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+            for id in ids {
+                s.agents
+                    .remove(id)
+                    .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+            }
             let agents: Vec<AgentId> = s.agents.keys().copied().collect();
             s.shards.assign(&agents);
             Ok(())
         })?;
-        self.seen.lock().remove(&Member::Agent(id));
+        for id in ids {
+            self.seen.lock().remove(&Member::Agent(*id));
+            self.applied.lock().remove(id);
+        }
         Ok(())
+    }
+
+    /// The agent registered at `listen`.
+    pub fn agent_at(&self, listen: &str) -> Option<AgentId> {
+        self.state
+            .lock()
+            .agents
+            .values()
+            .find(|a| a.listen == listen)
+            .map(|a| a.id)
     }
 
     pub fn status(&self) -> Status {
@@ -243,10 +383,13 @@ impl Manager {
                     listen: a.listen.clone(),
                     alive: self.alive(Member::Agent(a.id)),
                     shards: counts.get(&a.id).copied().unwrap_or(0),
+                    launched: s.launched.contains_key(&a.listen),
+                    map_version: self.applied.lock().get(&a.id).copied().unwrap_or(0),
                 })
                 .collect(),
             shards: s.shards.shards.len(),
             capacity: s.nodes.values().map(|n| n.capacity.0).sum(),
+            map_version: s.map_version,
         }
     }
 
@@ -278,7 +421,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let lease = Duration::from_millis(200);
-        let m = Manager::open(StateFile::new(&path), 8, lease).unwrap();
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
         m.add_node(1, "127.0.0.1:7000".into(), ByteSize(1 << 30))
             .unwrap();
         assert!(
@@ -301,7 +444,7 @@ mod tests {
         // A restarted manager has the same members and map.
         let before = m.snapshot();
         drop(m);
-        let m = Manager::open(StateFile::new(&path), 8, lease).unwrap();
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
         assert_eq!(m.snapshot(), before);
         m.remove_agent(b).unwrap();
         assert_eq!(m.status().agents[0].shards, 8);

@@ -51,6 +51,16 @@ pub struct Instance {
     pub policy: String,
 }
 
+/// An agent process the manager's launcher started, so that `agents scale` can stop
+/// it again, also after a manager restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    /// Where it serves clients (`host:port`); it registers under this address.
+    pub listen: String,
+    pub pid: u32,
+    pub log: PathBuf,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub version: u32,
@@ -59,6 +69,12 @@ pub struct ClusterState {
     pub next_agent: AgentId,
     pub instances: BTreeMap<String, Instance>,
     pub shards: ShardMap,
+    /// Version of the cluster map agents see; rises with every saved change.
+    #[serde(default)]
+    pub map_version: u64,
+    /// Agents the launcher started, by listen address.
+    #[serde(default)]
+    pub launched: BTreeMap<String, LaunchRecord>,
 }
 
 impl ClusterState {
@@ -71,6 +87,8 @@ impl ClusterState {
             next_agent: 1,
             instances: BTreeMap::new(),
             shards: ShardMap::new(shards),
+            map_version: 1,
+            launched: BTreeMap::new(),
         }
     }
 }

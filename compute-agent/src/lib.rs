@@ -2,7 +2,14 @@
 //!
 //! `main.rs` parses flags and calls [`run`]; tests call [`run`] the same way. With no
 //! configuration the agent listens on 127.0.0.1:6379 over an embedded in-process pool.
-//! Once listening it prints `compute-agent ready listen=ADDR` on stdout.
+//! With `--manager URL` it joins a cluster instead: it registers, opens the pool the
+//! manager names, owns the hash slots the cluster map gives it, follows every newer map
+//! the manager pushes, and routes writes to their owners ([`routing`]). Once listening
+//! it prints `compute-agent ready listen=ADDR` on stdout. On SIGTERM it stops
+//! accepting, leaves the cluster, and closes each client connection once its
+//! in-flight commands are answered (at most `drain-timeout` seconds).
+
+pub mod routing;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,9 +23,11 @@ use clap::Parser;
 use dmc_dht::{Dht, DhtConfig, Ownership, RedisPolicy, SystemClock};
 use dmc_engine::{Engine, EngineConfig, Flow};
 use dmc_proto::ByteSize;
+use dmc_proto::cluster::{ClusterMap, PoolTransport};
 use dmc_resp::{Limits, Reply, parse_command};
 use dmc_umo::{Pool, PoolConfig};
 use dmc_verbs::{BackendKind, Endpoint, RpcOptions};
+use routing::{Router, RoutingMode};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -86,9 +95,14 @@ pub struct Config {
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
     pub metrics_listen: Option<String>,
-    /// The cluster manager's admin API (`http://host:port`) to register with; none if
-    /// unset.
+    /// The cluster manager's admin API (`http://host:port`) to join; standalone if
+    /// unset. The manager then names the pool (unless `pool.backend` is set here).
     pub manager: Option<String>,
+    /// How writes to hash slots other agents own are handled: `proxy` forwards them,
+    /// `cluster` answers `-MOVED` (Redis Cluster clients).
+    pub routing: RoutingMode,
+    /// On shutdown, how long client connections may take to finish.
+    pub drain_timeout: u64,
     pub pool: PoolSection,
 }
 
@@ -109,6 +123,8 @@ impl Default for Config {
             log: "info".into(),
             metrics_listen: None,
             manager: None,
+            routing: RoutingMode::Proxy,
+            drain_timeout: 10,
             pool: PoolSection::default(),
         }
     }
@@ -157,9 +173,15 @@ pub struct Args {
     /// Serve Prometheus metrics on host:port.
     #[arg(long)]
     pub metrics_listen: Option<String>,
-    /// Register with the cluster manager at this URL (http://host:port) and heartbeat.
+    /// Join the cluster managed at this URL (http://host:port).
     #[arg(long)]
     pub manager: Option<String>,
+    /// proxy (forward writes to their owner) or cluster (answer -MOVED).
+    #[arg(long, value_enum)]
+    pub routing: Option<RoutingMode>,
+    /// Seconds client connections may take to finish on shutdown.
+    #[arg(long)]
+    pub drain_timeout: Option<u64>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -212,6 +234,12 @@ impl Args {
         }
         if let Some(v) = &self.manager {
             cfg.manager = Some(v.clone());
+        }
+        if let Some(v) = self.routing {
+            cfg.routing = v;
+        }
+        if let Some(v) = self.drain_timeout {
+            cfg.drain_timeout = v;
         }
         cfg.validate()?;
         Ok(cfg)
@@ -294,12 +322,144 @@ async fn open_pool(cfg: &PoolSection) -> Result<Arc<Pool>> {
     })
 }
 
+/// The pool settings a cluster map names, unless the agent's own config names a pool.
+fn pool_from_map(own: &PoolSection, map: &ClusterMap) -> PoolSection {
+    if own.backend != PoolBackend::Embedded {
+        return own.clone();
+    }
+    PoolSection {
+        backend: match map.pool.transport {
+            PoolTransport::Shm => PoolBackend::Shm,
+            PoolTransport::Tcp => PoolBackend::Tcp,
+        },
+        nodes: map.pool.nodes.clone(),
+        replicas: map.pool.replicas,
+        region_size: map.pool.region_size,
+        segment_size: map.pool.segment_size,
+        ..own.clone()
+    }
+}
+
+/// Retries a call to the manager for up to a minute (it may be starting too).
+async fn with_manager<T: Send + 'static>(
+    what: &'static str,
+    call: impl Fn() -> Result<T, dmc_process::membership::ManagerCallError> + Send + Clone + 'static,
+) -> Result<T> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = call.clone();
+        match tokio::task::spawn_blocking(c).await? {
+            Ok(v) => return Ok(v),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "{what} failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).context(what),
+        }
+    }
+}
+
+/// The first cluster map whose pool can be opened: the manager may know fewer memory
+/// nodes than the pool's replicas while the nodes are still registering.
+async fn pool_map(url: &str, own: &PoolSection) -> Result<ClusterMap> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let u = url.to_string();
+        let map = with_manager("fetching the cluster map", move || {
+            dmc_process::membership::fetch_map(&u, 0, Duration::ZERO)
+        })
+        .await?;
+        let pool = pool_from_map(own, &map);
+        if pool.nodes.len() >= pool.replicas.max(1) {
+            return Ok(map);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the cluster has {} memory nodes, the pool needs {}",
+            pool.nodes.len(),
+            pool.replicas
+        );
+        tracing::info!(
+            nodes = pool.nodes.len(),
+            replicas = pool.replicas,
+            "waiting for memory nodes to join"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Follows the manager's map for the life of the agent: long-polls for a newer one,
+/// applies it, and acknowledges it at once.
+fn watch_map(
+    url: String,
+    me: u64,
+    router: Arc<Router>,
+    applied: Arc<std::sync::atomic::AtomicU64>,
+) {
+    use dmc_process::membership;
+    tokio::spawn(async move {
+        loop {
+            let after = applied.load(Ordering::Acquire);
+            let u = url.clone();
+            let got = tokio::task::spawn_blocking(move || {
+                membership::fetch_map(&u, after, Duration::from_secs(30))
+            })
+            .await;
+            match got {
+                Ok(Ok(map)) if map.version > after => {
+                    if map.agent(me).is_none() {
+                        tracing::info!(
+                            version = map.version,
+                            "this agent is no longer in the cluster map"
+                        );
+                    }
+                    let v = router.apply(me, map).await;
+                    applied.store(v, Ordering::Release);
+                    let u = url.clone();
+                    let _ =
+                        tokio::task::spawn_blocking(move || membership::report_applied(&u, me, v))
+                            .await;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "fetching the cluster map failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the map watcher failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    });
+}
+
 /// Runs the agent until `shutdown` completes.
 pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-    let pool = open_pool(&cfg.pool)
+    let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
+        .await
+        .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;
+    let addr = listener.local_addr()?;
+    use dmc_process::membership;
+    // A cluster member learns its pool from the manager first, and registers (taking
+    // its share of slots) only once it can serve them.
+    let first_map = match cfg.manager.clone() {
+        Some(url) => Some(pool_map(&url, &cfg.pool).await?),
+        None => None,
+    };
+    let pool_cfg = match &first_map {
+        Some(map) => pool_from_map(&cfg.pool, map),
+        None => cfg.pool.clone(),
+    };
+    let pool = open_pool(&pool_cfg)
         .await
         .context("opening the memory pool")?;
     let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
+    let ownership = match first_map {
+        // A member of a cluster owns what the map says, once it is applied.
+        Some(_) => Ownership::none(),
+        None => Ownership::all(0, 1),
+    };
     let dht = Dht::open(
         pool,
         DhtConfig {
@@ -309,28 +469,49 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             ..DhtConfig::default()
         },
         Arc::new(SystemClock),
-        Ownership::all(0, 1),
+        ownership,
     )
     .await
     .context("opening the hash table")?;
     let maintenance = dht.spawn_maintenance(Duration::from_millis(100));
-    let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
-        .await
-        .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;
-    let addr = listener.local_addr()?;
+    let password = (!cfg.requirepass.is_empty()).then(|| Bytes::from(cfg.requirepass.clone()));
     let engine = Engine::new(
         dht.clone(),
         Arc::new(SystemClock),
         EngineConfig {
             databases: cfg.databases,
             port: addr.port(),
-            requirepass: (!cfg.requirepass.is_empty())
-                .then(|| Bytes::from(cfg.requirepass.clone())),
+            requirepass: password.clone(),
             maxclients: cfg.maxclients,
             local_cache_bytes: cfg.local_cache_size.0 as usize,
             timeout_secs: cfg.timeout,
+            cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
         },
     );
+    let router = Arc::new(Router::new(engine.clone(), cfg.routing, password));
+    let mut me = None;
+    if let Some(url) = cfg.manager.clone() {
+        let (u, listen) = (url.clone(), addr.to_string());
+        let id = with_manager("registering with the cluster manager", move || {
+            membership::register_agent(&u, &listen)
+        })
+        .await?;
+        let u = url.clone();
+        let map = with_manager("fetching the cluster map", move || {
+            membership::fetch_map(&u, 0, Duration::ZERO)
+        })
+        .await?;
+        let applied = Arc::new(std::sync::atomic::AtomicU64::new(
+            router.apply(id, map).await,
+        ));
+        watch_map(url.clone(), id, router.clone(), applied.clone());
+        dmc_process::membership::spawn(
+            url.clone(),
+            dmc_process::membership::Registration::Agent { id, applied },
+            Duration::from_secs(1),
+        );
+        me = Some((url.clone(), id));
+    }
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
     let sampler = {
         let engine = engine.clone();
@@ -349,16 +530,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let engine = engine.clone();
         tokio::spawn(dmc_process::serve_metrics(l, move || metrics(&engine)));
     }
-    if let Some(url) = &cfg.manager {
-        dmc_process::membership::spawn(
-            url.clone(),
-            dmc_process::membership::Registration::Agent {
-                listen: addr.to_string(),
-            },
-            Duration::from_secs(1),
-        );
-    }
-    tracing::info!(listen = %addr, backend = ?cfg.pool.backend, "compute agent serving");
+    tracing::info!(listen = %addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "compute-agent ready listen={addr}")?;
@@ -366,6 +538,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     }
     let limits = Arc::new(Limits::default());
     let qbuf_limit = cfg.client_query_buffer_limit.0 as usize;
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -381,16 +554,18 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 };
                 engine.stats.connections_received.fetch_add(1, Ordering::Relaxed);
                 let clients = engine.stats.connected_clients.fetch_add(1, Ordering::Relaxed) + 1;
-                let engine = engine.clone();
+                let router = router.clone();
                 let limits = limits.clone();
+                let drain = drain_rx.clone();
                 tokio::spawn(async move {
+                    let engine = router.engine();
                     if clients > engine.config.maxclients {
                         engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         let mut s = stream;
                         let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     } else {
                         let _ = stream.set_nodelay(true);
-                        if let Err(e) = serve_conn(&engine, stream, &limits, qbuf_limit).await {
+                        if let Err(e) = serve_conn(&router, stream, &limits, qbuf_limit, drain).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                     }
@@ -399,7 +574,33 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             }
         }
     }
-    tracing::info!("shutting down: no new connections; flushing metadata");
+    drop(listener);
+    if let Some((url, id)) = me {
+        // Hand this agent's slots to the others before the connections close (a no-op
+        // if `agents scale` already did).
+        let left =
+            tokio::task::spawn_blocking(move || dmc_process::membership::leave(&url, id)).await;
+        if let Ok(Err(e)) = left {
+            tracing::warn!(error = %e, "leaving the cluster failed");
+        }
+    }
+    let open = engine.stats.connected_clients.load(Ordering::Relaxed);
+    tracing::info!(
+        connections = open,
+        timeout_secs = cfg.drain_timeout,
+        "draining client connections"
+    );
+    let _ = drain_tx.send(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(cfg.drain_timeout);
+    while engine.stats.connected_clients.load(Ordering::Relaxed) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!(
+        left_open = engine.stats.connected_clients.load(Ordering::Relaxed),
+        "drained; flushing metadata"
+    );
     maintenance.abort();
     sampler.abort();
     dht.flush_hits().await;
@@ -539,11 +740,13 @@ const SET_BATCH: usize = 32;
 /// Serves one client: parse every complete request in the buffer, run them in order
 /// (runs of plain GETs as one batch), write all their replies together (pipelining).
 async fn serve_conn(
-    engine: &Engine,
+    router: &Router,
     stream: tokio::net::TcpStream,
     limits: &Limits,
     qbuf_limit: usize,
+    drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let engine = router.engine();
     use std::os::fd::AsRawFd;
     let show =
         |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
@@ -560,7 +763,7 @@ async fn serve_conn(
         }
     }
     let _registered = Registered(engine, session.id);
-    serve_session(engine, stream, &mut session, limits, qbuf_limit).await
+    serve_session(router, stream, &mut session, limits, qbuf_limit, drain).await
 }
 
 /// Writes replies to the client, counted for INFO. A client that stops reading blocks
@@ -583,12 +786,16 @@ async fn send(
 }
 
 async fn serve_session(
-    engine: &Engine,
+    router: &Router,
     stream: tokio::net::TcpStream,
     session: &mut dmc_engine::Session,
     limits: &Limits,
     qbuf_limit: usize,
+    mut drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let engine = router.engine();
+    // Another agent forwarding writes to this one (see `routing`).
+    let mut peer = false;
     let (mut rd, mut wr) = stream.into_split();
     let client = session.client.clone();
     let mut buf = BytesMut::new();
@@ -618,6 +825,8 @@ async fn serve_session(
             },
             // CLIENT KILL from another connection.
             _ = client.killed() => return Ok(()),
+            // Shutting down: every command this client sent was answered.
+            _ = drain.wait_for(|d| *d) => return Ok(()),
         }
         // Parse every complete request first, so runs of pipelined GETs can be read
         // from the pool as one batch.
@@ -649,7 +858,13 @@ async fn serve_session(
                 }
                 i += gets;
             } else if sets >= 2 {
-                for reply in engine.set_batch(session, &commands[i..i + sets]).await {
+                let replies = engine.set_batch(session, &commands[i..i + sets]).await;
+                for (k, mut reply) in replies.into_iter().enumerate() {
+                    if routing::not_owner(&reply) {
+                        // The slot moved while the batch ran; nothing was written.
+                        let args = std::mem::take(&mut commands[i + k]);
+                        reply = router.execute(session, args, peer).await.0;
+                    }
                     if session.should_reply() {
                         reply.encode(session.proto, &mut out);
                     }
@@ -658,7 +873,12 @@ async fn serve_session(
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;
-                let (reply, flow) = engine.execute(session, args).await;
+                if args[0].eq_ignore_ascii_case(routing::PEER_HELLO) {
+                    peer = true;
+                    Reply::ok().encode(session.proto, &mut out);
+                    continue;
+                }
+                let (reply, flow) = router.execute(session, args, peer).await;
                 if session.should_reply() {
                     reply.encode(session.proto, &mut out);
                 }

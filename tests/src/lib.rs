@@ -158,3 +158,110 @@ impl Drop for MemoryNode {
         self.kill();
     }
 }
+
+/// A running `cluster-manager serve` on a free loopback port with its state in `dir`.
+/// On drop it is killed, and so is every agent its launcher started.
+pub struct ClusterManager {
+    pub child: Child,
+    /// `http://host:port` of its admin API.
+    pub url: String,
+    pub state: PathBuf,
+}
+
+impl ClusterManager {
+    pub fn start(dir: &Path, extra: &[&str]) -> Result<Self> {
+        let state = dir.join("cluster.json");
+        let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--log", "warn"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--state".to_string(), state.display().to_string()]);
+        args.extend([
+            "--log-dir".to_string(),
+            dir.join("agents").display().to_string(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (child, addr) = start_ready("cluster-manager", &args)?;
+        Ok(ClusterManager {
+            child,
+            url: format!("http://{addr}"),
+            state,
+        })
+    }
+
+    /// Runs `cluster-manager --manager URL args…`; its stdout, or an error with its
+    /// stderr if it failed.
+    pub fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(bin("cluster-manager")?)
+            .args(["--manager", &self.url])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "cluster-manager {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `status --json`.
+    pub fn status(&self) -> Result<serde_json::Value> {
+        Ok(serde_json::from_str(&self.cli(&["status", "--json"])?)?)
+    }
+
+    /// Polls `status` until `check` holds, for at most 30 s.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.status()?;
+            if check(&s) {
+                return Ok(s);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("timed out waiting for {what}: {s}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, leaving launched agents running (a manager crash).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn launched_pids(&self) -> Vec<i32> {
+        let Ok(text) = std::fs::read_to_string(&self.state) else {
+            return Vec::new();
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            return Vec::new();
+        };
+        v["launched"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(|r| r["pid"].as_i64())
+                    .map(|p| p as i32)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ClusterManager {
+    fn drop(&mut self) {
+        self.kill();
+        for pid in self.launched_pids() {
+            // SAFETY: kill(2) with plain integers.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}

@@ -299,6 +299,23 @@ impl LocalCache {
         }
     }
 
+    /// Keeps only the keys `keep` accepts (a change of hash-slot ownership).
+    pub fn retain(&self, keep: &dyn Fn(u8, &[u8]) -> bool) {
+        for s in self.shards.iter() {
+            let mut shard = s.lock();
+            shard.writes += 1;
+            let mut i = 0;
+            while i < shard.items.len() {
+                let item = &shard.items[i];
+                if keep(item.db, &item.key) {
+                    i += 1;
+                } else {
+                    shard.remove_at(i);
+                }
+            }
+        }
+    }
+
     pub fn stats(&self) -> CacheStats {
         let (mut keys, mut bytes) = (0, 0);
         for s in self.shards.iter() {

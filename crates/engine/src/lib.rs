@@ -44,6 +44,8 @@ pub struct EngineConfig {
     pub local_cache_bytes: usize,
     /// Close clients idle this many seconds (0: never).
     pub timeout_secs: u64,
+    /// Redis Cluster mode (INFO `cluster_enabled:1`).
+    pub cluster_enabled: bool,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +57,7 @@ impl Default for EngineConfig {
             maxclients: 10_000,
             local_cache_bytes: 64 << 20,
             timeout_secs: 0,
+            cluster_enabled: false,
         }
     }
 }
@@ -199,7 +202,7 @@ impl Engine {
         if let Some(value) = self.cached(db, key).await {
             return Ok(Some(value));
         }
-        let ticket = self.cache.as_ref().map(|c| c.fill_ticket(db, key));
+        let ticket = self.cache_ticket(db, key);
         let Some(e) = self.dht.get(db, key).await? else {
             return Ok(None);
         };
@@ -210,16 +213,40 @@ impl Engine {
         Ok(Some(value))
     }
 
+    /// Whether this agent writes `key`'s hash slot. The local cache holds only such
+    /// keys (DESIGN.md §5): another agent's writes would leave a copy of its keys stale.
+    pub fn owns(&self, key: &[u8]) -> bool {
+        self.dht
+            .ownership()
+            .lease(dmc_dht::hash::key_slot(key))
+            .is_some()
+    }
+
+    /// A fill ticket for a key this agent may cache.
+    fn cache_ticket(&self, db: u8, key: &[u8]) -> Option<u64> {
+        let c = self.cache.as_ref()?;
+        self.owns(key).then(|| c.fill_ticket(db, key))
+    }
+
+    /// Drops every cached key whose hash slot `changed` says moved (to or from this
+    /// agent): a slot's new owner may hold newer values than this cache.
+    pub fn forget_slots(&self, changed: &dyn Fn(u16) -> bool) {
+        if let Some(c) = &self.cache {
+            c.retain(&|_, key| !changed(dmc_dht::hash::key_slot(key)));
+        }
+    }
+
     /// The key's value from the local cache, with the hit reported to the pool, or
     /// `None` to read the pool. The cached value is right either way (the cache is
     /// write-through); a hit whose reference to the key's pool metadata is too old to
     /// write through, or unknown, sometimes goes to the pool instead, which records the
     /// hit there; the other such hits go unreported rather than risk a stale write.
     async fn cached(&self, db: u8, key: &[u8]) -> Option<Bytes> {
-        let (value, slot) = self
-            .cache
-            .as_ref()?
-            .get(db, key, self.now_ms(), fastrand_f64(key))?;
+        let cache = self.cache.as_ref()?;
+        if !self.owns(key) {
+            return None;
+        }
+        let (value, slot) = cache.get(db, key, self.now_ms(), fastrand_f64(key))?;
         let fresh = match slot {
             Some(slot) => self.dht.record_hit(slot).await,
             None => false,
@@ -243,16 +270,16 @@ impl Engine {
             return Ok(out);
         }
         let wanted: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
-        let tickets: Vec<u64> = match &self.cache {
-            Some(c) => wanted.iter().map(|k| c.fill_ticket(db, k)).collect(),
+        let tickets: Vec<Option<u64>> = match &self.cache {
+            Some(_) => wanted.iter().map(|k| self.cache_ticket(db, k)).collect(),
             None => Vec::new(),
         };
         let got = self.dht.get_many(db, &wanted).await?;
         for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
             if let Some(e) = e {
                 out[i] = Some(e.value.clone());
-                if let Some(c) = &self.cache {
-                    c.fill(tickets[n], db, keys[i], e.into());
+                if let (Some(c), Some(Some(t))) = (&self.cache, tickets.get(n)) {
+                    c.fill(*t, db, keys[i], e.into());
                 }
             }
         }
@@ -308,7 +335,8 @@ impl Engine {
         }
     }
 
-    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
+    /// How many of the leading `commands` are SETs of distinct keys this agent owns (at
+    /// most `max`; a key owned elsewhere is routed by the agent on its own),
     /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
     /// keys commute, so their replies are what running them in order would give, and
     /// their commits can share the group committer's round trips.
@@ -318,7 +346,11 @@ impl Engine {
         }
         let mut keys: Vec<&[u8]> = Vec::new();
         for a in commands.iter().take(max) {
-            if a.len() < 3 || !a[0].eq_ignore_ascii_case(b"set") || keys.contains(&&a[1][..]) {
+            if a.len() < 3
+                || !a[0].eq_ignore_ascii_case(b"set")
+                || keys.contains(&&a[1][..])
+                || !self.owns(&a[1])
+            {
                 break;
             }
             keys.push(&a[1]);
@@ -354,6 +386,10 @@ impl Engine {
     /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
     pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {
         if let Some(c) = &self.cache {
+            if now.is_some() && !self.owns(key) {
+                c.remove(db, key);
+                return;
+            }
             match now {
                 // A copy: the argument is a slice of the connection's read buffer, which
                 // a cached value must not keep alive.
@@ -394,9 +430,9 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::OutOfMemory => {
             Reply::err("OOM command not allowed when used memory > 'maxmemory'.")
         }
-        DhtError::NotOwner(slot) => Reply::err(format!(
-            "TRYAGAIN hash slot {slot} is owned by another agent"
-        )),
+        DhtError::NotOwner(slot) => {
+            Reply::err(format!("{NOT_OWNER} {slot} is owned by another agent"))
+        }
         DhtError::Contention(_) => {
             Reply::err("TRYAGAIN too much contention on this key, try again")
         }
@@ -435,6 +471,10 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
     }
     s.parse().ok()
 }
+
+/// How a write to a hash slot this agent does not (or no longer) own is refused; the
+/// agent's router recognises it and re-routes the command under a newer cluster map.
+pub const NOT_OWNER: &str = "TRYAGAIN hash slot";
 
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const SYNTAX: &str = "ERR syntax error";

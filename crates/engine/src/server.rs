@@ -586,7 +586,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
             "Clients",
             vec![
                 ("connected_clients", n(&st.connected_clients)),
-                ("cluster_connections", "0".into()),
+                ("cluster_connections", n(&st.peer_connections)),
                 ("maxclients", engine.config.maxclients.to_string()),
                 ("client_recent_max_input_buffer", "0".into()),
                 ("client_recent_max_output_buffer", "0".into()),
@@ -713,7 +713,22 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
         ));
     }
     if want("cluster") {
-        sections.push(("Cluster", vec![("cluster_enabled", "0".into())]));
+        let enabled = if engine.config.cluster_enabled {
+            "1"
+        } else {
+            "0"
+        };
+        sections.push((
+            "Cluster",
+            vec![
+                ("cluster_enabled", enabled.into()),
+                ("dmc_agent_id", n(&st.agent_id)),
+                ("dmc_map_version", n(&st.map_version)),
+                ("dmc_owned_slots", n(&st.owned_slots)),
+                ("dmc_forwarded_commands", n(&st.forwarded_commands)),
+                ("dmc_moved_replies", n(&st.moved_replies)),
+            ],
+        ));
     }
     let mut out = String::new();
     for (name, rows) in sections {

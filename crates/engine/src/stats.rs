@@ -24,6 +24,18 @@ pub struct Stats {
     pub writes_processed: AtomicU64,
     /// Highest pool `used_memory` seen by a sample or an `INFO`.
     pub used_memory_peak: AtomicU64,
+    /// Writes sent to the agent owning their hash slot (proxy mode).
+    pub forwarded_commands: AtomicU64,
+    /// `-MOVED` redirections sent (cluster mode).
+    pub moved_replies: AtomicU64,
+    /// Open connections to other agents, for forwarded writes.
+    pub peer_connections: AtomicU64,
+    /// This agent's id at the cluster manager (0: standalone).
+    pub agent_id: AtomicU64,
+    /// The cluster map version this agent follows (0: standalone).
+    pub map_version: AtomicU64,
+    /// Hash slots this agent writes.
+    pub owned_slots: AtomicU64,
     samples: Mutex<VecDeque<Sample>>,
 }
 

@@ -143,7 +143,11 @@ where
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(cfg, Box::pin(shutdown_signal())))
+    let result = runtime.block_on(serve(cfg, Box::pin(shutdown_signal())));
+    // Blocking calls still in flight (a long poll of the cluster manager) must not
+    // hold the exit: whatever `serve` left running ends with the process.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }
 
 #[cfg(test)]

@@ -1,11 +1,22 @@
-//! Membership in a cluster managed by `cluster-manager`: a process registers itself
-//! (a memory node under its id, endpoint and capacity; an agent by its client address,
-//! receiving an id) and then renews its lease with a heartbeat. It runs on its own
-//! thread so a busy runtime cannot starve the lease; if the manager forgot the process
-//! (a 404), it registers again, and while the manager is down it keeps retrying.
+//! Membership in a cluster managed by `cluster-manager`, over its HTTP admin API.
+//!
+//! * A memory node registers under its id, endpoint and capacity; an agent registers
+//!   by its client address and receives an id ([`register_agent`]).
+//! * [`spawn`] renews the lease with a heartbeat from a thread of its own, so a busy
+//!   runtime cannot starve it. An agent's heartbeat carries the cluster map version it
+//!   applied. A node the manager forgot (a 404) registers again; an agent the manager
+//!   removed stops heartbeating (it was scaled away and is draining).
+//! * [`fetch_map`] long-polls for a cluster map newer than the one applied.
+//!
+//! While the manager is down every call here keeps retrying, so a restarted manager
+//! changes nothing for the processes of the cluster.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use dmc_proto::cluster::ClusterMap;
+use dmc_proto::shards::AgentId;
 use serde_json::json;
 
 /// Who this process is to the manager.
@@ -16,13 +27,121 @@ pub enum Registration {
         endpoint: String,
         capacity: u64,
     },
+    /// An agent that registered with [`register_agent`]; `applied` is the map version
+    /// it follows.
     Agent {
-        listen: String,
+        id: AgentId,
+        applied: Arc<AtomicU64>,
     },
 }
 
-/// Registers with the manager at `url` and heartbeats every `every`, for the life of
-/// the process.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerCallError {
+    #[error("cannot reach the cluster manager at {url}: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("the cluster manager refused {what}: {status} {message}")]
+    Refused {
+        what: &'static str,
+        status: u16,
+        message: String,
+    },
+    #[error("the cluster manager's reply to {what} is not valid: {message}")]
+    BadReply { what: &'static str, message: String },
+}
+
+fn http(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
+fn base(url: &str) -> String {
+    url.trim_end_matches('/').to_string()
+}
+
+type Reply = ureq::http::Response<ureq::Body>;
+
+fn checked(
+    what: &'static str,
+    url: &str,
+    r: Result<Reply, ureq::Error>,
+) -> Result<Reply, ManagerCallError> {
+    let mut r = r.map_err(|e| ManagerCallError::Unreachable {
+        url: url.to_string(),
+        message: e.to_string(),
+    })?;
+    if r.status().is_success() {
+        return Ok(r);
+    }
+    Err(ManagerCallError::Refused {
+        what,
+        status: r.status().as_u16(),
+        message: r.body_mut().read_to_string().unwrap_or_default(),
+    })
+}
+
+/// Registers an agent serving clients at `listen`; returns its id.
+pub fn register_agent(url: &str, listen: &str) -> Result<AgentId, ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(5))
+        .post(format!("{b}/v1/agents"))
+        .send_json(json!({ "listen": listen }));
+    let v: serde_json::Value = checked("the registration", &b, r)?
+        .body_mut()
+        .read_json()
+        .map_err(|e| ManagerCallError::BadReply {
+            what: "the registration",
+            message: e.to_string(),
+        })?;
+    v["id"].as_u64().ok_or(ManagerCallError::BadReply {
+        what: "the registration",
+        message: "no agent id".into(),
+    })
+}
+
+/// Takes agent `id` out of the cluster (its shards go to the others).
+pub fn leave(url: &str, id: AgentId) -> Result<(), ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(5))
+        .delete(format!("{b}/v1/agents/{id}"))
+        .call();
+    match checked("leaving", &b, r) {
+        Err(ManagerCallError::Refused { status: 404, .. }) | Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The cluster map once its version passes `after`, waiting at most `wait` for one.
+pub fn fetch_map(url: &str, after: u64, wait: Duration) -> Result<ClusterMap, ManagerCallError> {
+    let b = base(url);
+    let r = http(wait + Duration::from_secs(10))
+        .get(format!(
+            "{b}/v1/map?after={after}&wait_ms={}",
+            wait.as_millis()
+        ))
+        .call();
+    checked("the map request", &b, r)?
+        .body_mut()
+        .read_json()
+        .map_err(|e| ManagerCallError::BadReply {
+            what: "the map request",
+            message: e.to_string(),
+        })
+}
+
+/// Reports that agent `id` applied map `version` (a heartbeat that also acknowledges
+/// a map at once, without waiting for the next beat).
+pub fn report_applied(url: &str, id: AgentId, version: u64) -> Result<(), ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(5))
+        .post(format!("{b}/v1/agents/{id}/heartbeat"))
+        .send_json(json!({ "applied": version }));
+    checked("the heartbeat", &b, r).map(|_| ())
+}
+
+/// Heartbeats (registering a node first) every `every`, for the life of the process.
 pub fn spawn(url: String, who: Registration, every: Duration) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("dmc-membership".into())
@@ -31,66 +150,66 @@ pub fn spawn(url: String, who: Registration, every: Duration) -> std::thread::Jo
 }
 
 fn membership(url: String, who: Registration, every: Duration) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let base = url.trim_end_matches('/').to_string();
-    let mut heartbeat: Option<String> = None;
+    let agent = http(Duration::from_secs(5));
+    let base = base(&url);
+    let mut registered = matches!(who, Registration::Agent { .. });
     loop {
-        match &heartbeat {
-            None => match register(&agent, &base, &who) {
-                Ok(path) => {
+        if !registered {
+            match register_node(&agent, &base, &who) {
+                Ok(()) => {
                     tracing::info!(manager = %base, "registered with the cluster manager");
-                    heartbeat = Some(path);
+                    registered = true;
                 }
                 Err(e) => {
                     tracing::warn!(manager = %base, error = %e, "registering failed; retrying")
                 }
-            },
-            Some(path) => match agent.post(format!("{base}{path}")).send_empty() {
+            }
+        } else {
+            let beat = match &who {
+                Registration::Node { id, .. } => agent
+                    .post(format!("{base}/v1/nodes/{id}/heartbeat"))
+                    .send_empty(),
+                Registration::Agent { id, applied } => agent
+                    .post(format!("{base}/v1/agents/{id}/heartbeat"))
+                    .send_json(json!({ "applied": applied.load(Ordering::Acquire) })),
+            };
+            match beat {
                 Ok(r) if r.status().is_success() => {}
-                Ok(r) if r.status().as_u16() == 404 => {
-                    tracing::warn!(manager = %base, "the manager no longer knows this process; registering again");
-                    heartbeat = None;
-                    continue;
-                }
+                Ok(r) if r.status().as_u16() == 404 => match who {
+                    Registration::Node { .. } => {
+                        tracing::warn!(manager = %base, "the manager no longer knows this node; registering again");
+                        registered = false;
+                        continue;
+                    }
+                    Registration::Agent { id, .. } => {
+                        tracing::info!(manager = %base, id, "removed from the cluster; no more heartbeats");
+                        return;
+                    }
+                },
                 Ok(r) => tracing::warn!(manager = %base, status = %r.status(), "heartbeat refused"),
                 Err(e) => tracing::warn!(manager = %base, error = %e, "heartbeat failed"),
-            },
+            }
         }
         std::thread::sleep(every);
     }
 }
 
-/// Registers; returns the heartbeat path.
-fn register(agent: &ureq::Agent, base: &str, who: &Registration) -> Result<String, String> {
-    let (path, body) = match who {
-        Registration::Node {
-            id,
-            endpoint,
-            capacity,
-        } => (
-            "/v1/nodes",
-            json!({ "id": id, "endpoint": endpoint, "capacity": capacity }),
-        ),
-        Registration::Agent { listen } => ("/v1/agents", json!({ "listen": listen })),
+fn register_node(agent: &ureq::Agent, base: &str, who: &Registration) -> Result<(), String> {
+    let Registration::Node {
+        id,
+        endpoint,
+        capacity,
+    } = who
+    else {
+        return Ok(());
     };
     let mut r = agent
-        .post(format!("{base}{path}"))
-        .send_json(&body)
+        .post(format!("{base}/v1/nodes"))
+        .send_json(json!({ "id": id, "endpoint": endpoint, "capacity": capacity }))
         .map_err(|e| e.to_string())?;
     if !r.status().is_success() {
         let text = r.body_mut().read_to_string().unwrap_or_default();
         return Err(format!("{}: {text}", r.status()));
     }
-    match who {
-        Registration::Node { id, .. } => Ok(format!("/v1/nodes/{id}/heartbeat")),
-        Registration::Agent { .. } => {
-            let v: serde_json::Value = r.body_mut().read_json().map_err(|e| e.to_string())?;
-            let id = v["id"].as_u64().ok_or("the manager returned no agent id")?;
-            Ok(format!("/v1/agents/{id}/heartbeat"))
-        }
-    }
+    Ok(())
 }

@@ -2,9 +2,10 @@
 //!
 //! [`ByteSize`], the human-readable sizes (`"4gb"`, `"16mb"`, `1048576`) that every
 //! config file and flag accepts, with Redis's unit rules; and [`shards`], the logical
-//! shard map (hash slots → shards → agents, with epochs). The region map and control
-//! messages join them with the cluster manager.
+//! shard map (hash slots → shards → agents, with epochs); and [`cluster`], the map the
+//! cluster manager pushes to agents.
 
+pub mod cluster;
 pub mod shards;
 
 use std::fmt;

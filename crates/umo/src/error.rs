@@ -20,6 +20,8 @@ pub enum UmoError {
     Layout(String),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("another client is formatting the pool")]
+    Formatting,
 }
 
 impl UmoError {

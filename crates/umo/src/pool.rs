@@ -233,15 +233,6 @@ impl Pool {
                 )));
             }
         }
-        // Who holds region 1?
-        let mut holder = None;
-        for (i, n) in nodes.iter().enumerate() {
-            let list = n.list_regions().await.map_err(UmoError::node(n.node()))?;
-            if list.iter().any(|(r, _)| *r == SUPER_REGION) {
-                holder = Some(i);
-                break;
-            }
-        }
         let mut pool = Pool {
             alloc: Mutex::new(Allocator::new(
                 config.client_id,
@@ -259,11 +250,39 @@ impl Pool {
             next_txid: AtomicU64::new(1),
             created_ms: 0,
         };
-        match holder {
-            Some(i) => pool.load(i).await?,
-            None => pool.format().await?,
+        // Several clients may open a new pool at once (agents of a cluster starting
+        // together): one formats it, the others wait until they can load it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let opened = match pool.super_holder().await? {
+                Some(i) => pool.load(i).await,
+                None => pool.format().await,
+            };
+            match opened {
+                Ok(()) => return Ok(Arc::new(pool)),
+                Err(
+                    UmoError::Formatting
+                    | UmoError::Node {
+                        source: dmc_verbs::VerbsError::RegionExists(SUPER_REGION),
+                        ..
+                    },
+                ) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(Arc::new(pool))
+    }
+
+    /// The node holding a copy of region 1 (the superblock), if any does.
+    async fn super_holder(&self) -> Result<Option<usize>, UmoError> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let list = n.list_regions().await.map_err(UmoError::node(n.node()))?;
+            if list.iter().any(|(r, _)| *r == SUPER_REGION) {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     async fn load(&mut self, holder: usize) -> Result<(), UmoError> {
@@ -275,6 +294,10 @@ impl Pool {
                 node: node.node(),
                 source: e,
             })?;
+        // All zeroes: another client created region 1 and is formatting it.
+        if sb.iter().all(|b| *b == 0) {
+            return Err(UmoError::Formatting);
+        }
         let sb = Superblock::decode(&sb)?;
         if sb.replicas as usize != self.config.replicas
             || sb.region_size != self.config.region_size
@@ -301,6 +324,9 @@ impl Pool {
                 node: node.node(),
                 source: e,
             })?;
+        if RegionRecord::decode(&table[..layout::REGION_ENTRY as usize]).is_none() {
+            return Err(UmoError::Formatting);
+        }
         let mut found = 0;
         for (i, rec) in table.chunks(layout::REGION_ENTRY as usize).enumerate() {
             let Some(rec) = RegionRecord::decode(rec) else {
@@ -1113,6 +1139,29 @@ impl Pool {
             }],
         };
         Ok(self.commit(std::slice::from_ref(&tx)).await.remove(0))
+    }
+
+    /// Raises `shard`'s epoch to `epoch` on every memory node, so a client still
+    /// writing under an older epoch (a previous owner) is refused from now on.
+    pub async fn fence(&self, shard: u32, epoch: u64) -> Result<(), UmoError> {
+        let calls = join_all(
+            self.nodes
+                .iter()
+                .map(|n| n.call(Request::Fence { shard, epoch })),
+        )
+        .await;
+        for (n, r) in self.nodes.iter().zip(calls) {
+            match r {
+                Ok(Response::Ok) => {}
+                Ok(other) => {
+                    return Err(UmoError::node(n.node())(dmc_verbs::transport::unexpected(
+                        &other,
+                    )));
+                }
+                Err(e) => return Err(UmoError::node(n.node())(e)),
+            }
+        }
+        Ok(())
     }
 
     /// Commits transactions with OCC + 2PC: prepare (lock and validate under the shard

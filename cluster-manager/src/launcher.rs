@@ -1,0 +1,178 @@
+//! Starting and stopping compute-agent processes for `agents scale`.
+//!
+//! [`Launcher`] is the interface: start one agent, ask it to stop (it drains its
+//! clients first), check whether it still runs, kill it. [`LocalLauncher`] runs agents
+//! as processes on this host, each on a loopback port it picks, logging to a file of
+//! its own and pointed back at this manager; systemd or Kubernetes launchers would
+//! implement the same trait from `deploy/`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use parking_lot::Mutex;
+
+use crate::state::LaunchRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("starting {binary}: {source}")]
+    Spawn {
+        binary: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+pub trait Launcher: Send + Sync {
+    /// Starts an agent that registers with the manager by itself.
+    fn start(&self) -> Result<LaunchRecord, LaunchError>;
+    /// Asks the agent to drain its connections and exit.
+    fn stop(&self, agent: &LaunchRecord) -> Result<(), LaunchError>;
+    /// Whether the agent's process still runs.
+    fn running(&self, agent: &LaunchRecord) -> bool;
+    /// Ends the agent at once (it did not exit after draining).
+    fn kill(&self, agent: &LaunchRecord);
+}
+
+/// How [`LocalLauncher`] starts agents.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    /// The `compute-agent` binary.
+    pub binary: PathBuf,
+    /// A TOML config every agent gets (`--config`); flags below override it.
+    pub config: Option<PathBuf>,
+    /// Where each agent's log goes (`agent-PORT.log`).
+    pub log_dir: PathBuf,
+    /// Address agents listen on.
+    pub bind: String,
+    /// The manager's URL, passed to agents as `--manager`.
+    pub manager_url: String,
+}
+
+/// Agents as child processes of this manager on this host.
+pub struct LocalLauncher {
+    settings: LocalSettings,
+    /// Children this manager started (reaped when they exit). After a manager restart,
+    /// agents it started before are reached by pid alone.
+    children: Mutex<HashMap<u32, Child>>,
+}
+
+impl LocalLauncher {
+    pub fn new(settings: LocalSettings) -> LocalLauncher {
+        LocalLauncher {
+            settings,
+            children: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The `compute-agent` binary next to this executable, if there is one.
+    pub fn sibling_binary() -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("compute-agent")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("compute-agent"))
+    }
+
+    fn free_port(bind: &str) -> Result<u16, LaunchError> {
+        let l = std::net::TcpListener::bind((bind, 0)).map_err(|source| LaunchError::Io {
+            context: format!("finding a free port on {bind}"),
+            source,
+        })?;
+        l.local_addr()
+            .map(|a| a.port())
+            .map_err(|source| LaunchError::Io {
+                context: "reading a port".into(),
+                source,
+            })
+    }
+
+    fn signal(pid: u32, sig: libc::c_int) -> bool {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        pid > 0 && unsafe { libc::kill(pid as libc::pid_t, sig) } == 0
+    }
+}
+
+impl Launcher for LocalLauncher {
+    fn start(&self) -> Result<LaunchRecord, LaunchError> {
+        let s = &self.settings;
+        std::fs::create_dir_all(&s.log_dir).map_err(|source| LaunchError::Io {
+            context: format!("creating {}", s.log_dir.display()),
+            source,
+        })?;
+        let port = Self::free_port(&s.bind)?;
+        let log = s.log_dir.join(format!("agent-{port}.log"));
+        let out = open_log(&log)?;
+        let err = out.try_clone().map_err(|source| LaunchError::Io {
+            context: format!("opening {}", log.display()),
+            source,
+        })?;
+        let mut cmd = Command::new(&s.binary);
+        if let Some(c) = &s.config {
+            cmd.arg("--config").arg(c);
+        }
+        cmd.args(["--bind", &s.bind, "--port", &port.to_string()])
+            .args(["--manager", &s.manager_url])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        // Its own process group: a signal to the manager's group does not reach it.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            binary: s.binary.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        self.children.lock().insert(pid, child);
+        tracing::info!(pid, port, log = %log.display(), "started an agent");
+        Ok(LaunchRecord {
+            listen: format!("{}:{port}", s.bind),
+            pid,
+            log,
+        })
+    }
+
+    fn stop(&self, agent: &LaunchRecord) -> Result<(), LaunchError> {
+        tracing::info!(pid = agent.pid, listen = %agent.listen, "stopping an agent (it drains first)");
+        Self::signal(agent.pid, libc::SIGTERM);
+        Ok(())
+    }
+
+    fn running(&self, agent: &LaunchRecord) -> bool {
+        let mut children = self.children.lock();
+        if let Some(child) = children.get_mut(&agent.pid) {
+            return match child.try_wait() {
+                Ok(None) => true,
+                _ => {
+                    children.remove(&agent.pid);
+                    false
+                }
+            };
+        }
+        // Not our child (started before a manager restart): probe the pid.
+        Self::signal(agent.pid, 0)
+    }
+
+    fn kill(&self, agent: &LaunchRecord) {
+        Self::signal(agent.pid, libc::SIGKILL);
+        if let Some(mut child) = self.children.lock().remove(&agent.pid) {
+            let _ = child.wait();
+        }
+    }
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, LaunchError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| LaunchError::Io {
+            context: format!("opening {}", path.display()),
+            source,
+        })
+}

@@ -1,0 +1,96 @@
+//! What the cluster manager tells every agent: the [`ClusterMap`] (who owns which
+//! shards, where each agent listens, and which memory pool the instance lives in). An
+//! agent fetches it when it joins and then long-polls for newer versions, so a change
+//! reaches every agent within one round trip of being persisted.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ByteSize;
+use crate::shards::{AgentId, HASH_SLOTS, ShardMap};
+
+/// How agents reach the memory nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolTransport {
+    /// Memory nodes on this host, regions mapped into the agent.
+    Shm,
+    /// Memory nodes reached over TCP.
+    Tcp,
+}
+
+/// The memory pool an instance's agents open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub transport: PoolTransport,
+    /// Memory node endpoints, in node id order.
+    pub nodes: Vec<String>,
+    pub replicas: usize,
+    pub region_size: ByteSize,
+    pub segment_size: ByteSize,
+}
+
+/// An agent as clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    pub id: AgentId,
+    /// `host:port` clients connect to.
+    pub listen: String,
+}
+
+/// The cluster as agents see it. `version` rises with every change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub version: u64,
+    pub shards: ShardMap,
+    pub agents: Vec<AgentInfo>,
+    pub pool: PoolSpec,
+}
+
+impl ClusterMap {
+    pub fn agent(&self, id: AgentId) -> Option<&AgentInfo> {
+        self.agents.iter().find(|a| a.id == id)
+    }
+
+    /// The agent that writes `slot` and where it listens.
+    pub fn owner(&self, slot: u16) -> Option<&AgentInfo> {
+        self.agent(self.shards.owner(slot % HASH_SLOTS)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_follows_the_shard_map() {
+        let mut shards = ShardMap::new(4);
+        shards.assign(&[7, 9]);
+        let map = ClusterMap {
+            version: 1,
+            shards,
+            agents: vec![
+                AgentInfo {
+                    id: 7,
+                    listen: "127.0.0.1:1".into(),
+                },
+                AgentInfo {
+                    id: 9,
+                    listen: "127.0.0.1:2".into(),
+                },
+            ],
+            pool: PoolSpec {
+                transport: PoolTransport::Shm,
+                nodes: vec![],
+                replicas: 2,
+                region_size: ByteSize(64 << 20),
+                segment_size: ByteSize(16 << 20),
+            },
+        };
+        for slot in [0, 5000, 9000, 16383] {
+            let want = map.shards.owner(slot).unwrap();
+            assert_eq!(map.owner(slot).unwrap().id, want);
+        }
+        let text = serde_json::to_string(&map).unwrap();
+        assert_eq!(serde_json::from_str::<ClusterMap>(&text).unwrap(), map);
+    }
+}

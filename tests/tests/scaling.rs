@@ -1,0 +1,243 @@
+//! Scaling agents with `cluster-manager agents scale` while a client keeps running:
+//! a manager, two memory nodes over `shm` with `r = 2`, and agents started by the
+//! manager's launcher.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dmc_e2e::{ClusterManager, MemoryNode};
+
+/// Bytes of pool regions on the memory nodes (the pool's allocation).
+fn pool_bytes(dirs: &[&Path]) -> u64 {
+    dirs.iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap())
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("region-"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    manager: ClusterManager,
+    _nodes: Vec<MemoryNode>,
+    node_dirs: Vec<tempfile::TempDir>,
+}
+
+fn cluster(routing: &str) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let agent_config = dir.path().join("agent.toml");
+    std::fs::write(
+        &agent_config,
+        format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
+    )
+    .unwrap();
+    let manager = ClusterManager::start(
+        dir.path(),
+        &[
+            "--region-size",
+            "64mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "64",
+            "--agent-config",
+            agent_config.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let node_dirs = vec![tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let nodes = node_dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            MemoryNode::start_with(
+                i as u32 + 1,
+                d.path(),
+                "512mb",
+                &["--manager", &manager.url],
+            )
+            .unwrap()
+        })
+        .collect();
+    manager
+        .wait_for("two memory nodes", |s| {
+            s["nodes"].as_array().is_some_and(|n| n.len() == 2)
+        })
+        .unwrap();
+    Cluster {
+        _dir: dir,
+        manager,
+        _nodes: nodes,
+        node_dirs,
+    }
+}
+
+impl Cluster {
+    fn scale(&self, n: usize) -> serde_json::Value {
+        let t = Instant::now();
+        let out = self
+            .manager
+            .cli(&["agents", "scale", &n.to_string(), "--json"])
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        eprintln!(
+            "agents scale {n}: {report} ({} ms by the CLI)",
+            t.elapsed().as_millis()
+        );
+        assert_eq!(report["after"], n, "{report}");
+        report
+    }
+
+    fn pool_bytes(&self) -> u64 {
+        pool_bytes(&self.node_dirs.iter().map(|d| d.path()).collect::<Vec<_>>())
+    }
+}
+
+/// Runs `tests/py/scale_client.py` against `port` until `stop` is created.
+struct PyClient {
+    child: Child,
+    ready: std::path::PathBuf,
+    stop: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PyClient {
+    fn start(port: &str, extra: &[&str]) -> PyClient {
+        let dir = tempfile::tempdir().unwrap();
+        let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
+        let child = Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/py/scale_client.py"))
+            .args([port, "2000"])
+            .arg(&ready)
+            .arg(&stop)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the client did not load its keys"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PyClient {
+            child,
+            ready,
+            stop,
+            _dir: dir,
+        }
+    }
+
+    fn finish(self) -> serde_json::Value {
+        std::fs::write(&self.stop, "stop").unwrap();
+        let _ = &self.ready;
+        let out = self.child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "client failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim()).unwrap()
+    }
+}
+
+fn port_of(listen: &serde_json::Value) -> String {
+    listen
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Proxy mode: a plain redis-py client on agent 1 writes and reads without pause while
+/// the cluster grows to three agents and shrinks back to one. No request fails, every
+/// acknowledged write reads back, and the pool's allocation is what it was: shards
+/// moved, keys did not.
+#[test]
+fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
+    let c = cluster("proxy");
+    let first = c.scale(1);
+    let port = port_of(&first["started"][0]);
+    let client = PyClient::start(&port, &[]);
+    let before = c.pool_bytes();
+    std::thread::sleep(Duration::from_millis(500));
+    c.scale(3);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Writes of slots the new agents own went through them.
+    let info = Command::new("redis-cli")
+        .args(["-p", &port, "info", "cluster"])
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout).to_string();
+    let forwarded: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("dmc_forwarded_commands:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(forwarded > 0, "no write was forwarded:\n{info}");
+    c.scale(1);
+    std::thread::sleep(Duration::from_millis(500));
+    let result = client.finish();
+    eprintln!("client: {result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(result["missing"], 0, "{result}");
+    assert!(result["writes"].as_u64().unwrap() > 100, "{result}");
+    assert_eq!(c.pool_bytes(), before, "rescaling allocated pool memory");
+    let status = c.manager.status().unwrap();
+    assert_eq!(status["agents"].as_array().unwrap().len(), 1, "{status}");
+}
+
+/// Cluster mode: redis-py's RedisCluster and `redis-cli -c` follow `-MOVED` to the
+/// owning agent, before and after a rescale changes the owners.
+#[test]
+fn cluster_mode_clients_follow_moved_across_a_rescale() {
+    let c = cluster("cluster");
+    let first = c.scale(2);
+    let port = port_of(&first["started"][0]);
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-c", "-p", &port])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert!(cli(&["cluster", "info"]).contains("cluster_state:ok"));
+    assert!(cli(&["info", "cluster"]).contains("cluster_enabled:1"));
+    // Without -c, a write to a slot the other agent owns is redirected.
+    let moved = (0..50).any(|i| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port, "set", &format!("key:{i}"), "v"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).starts_with("MOVED")
+    });
+    assert!(moved, "no key of 50 was owned by the other agent");
+    for i in 0..50 {
+        assert_eq!(cli(&["set", &format!("key:{i}"), &format!("v{i}")]), "OK");
+    }
+    let client = PyClient::start(&port, &["--cluster"]);
+    c.scale(3);
+    std::thread::sleep(Duration::from_millis(1500));
+    c.scale(2);
+    std::thread::sleep(Duration::from_millis(500));
+    let result = client.finish();
+    eprintln!("RedisCluster client: {result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(result["missing"], 0, "{result}");
+    // redis-cli -c, after the owners changed.
+    for i in 0..50 {
+        assert_eq!(cli(&["get", &format!("key:{i}")]), format!("v{i}"));
+        assert_eq!(cli(&["set", &format!("key:{i}"), "again"]), "OK");
+    }
+}
