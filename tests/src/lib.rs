@@ -229,6 +229,21 @@ impl ClusterManager {
         }
     }
 
+    /// Starts the manager again on the same address and state file, after
+    /// [`kill`](Self::kill) (its agents keep the URL they were given).
+    pub fn restart(&mut self, extra: &[&str]) -> Result<()> {
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let mut args: Vec<String> = ["serve", "--listen", &listen, "--log", "warn"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--state".to_string(), self.state.display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (child, _) = start_ready("cluster-manager", &args)?;
+        self.child = child;
+        Ok(())
+    }
+
     /// SIGKILL, leaving launched agents running (a manager crash).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -19,7 +19,7 @@ fn pool_bytes(dirs: &[&Path]) -> u64 {
 }
 
 struct Cluster {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     manager: ClusterManager,
     _nodes: Vec<MemoryNode>,
     node_dirs: Vec<tempfile::TempDir>,
@@ -67,7 +67,7 @@ fn cluster(routing: &str) -> Cluster {
         })
         .unwrap();
     Cluster {
-        _dir: dir,
+        dir,
         manager,
         _nodes: nodes,
         node_dirs,
@@ -240,4 +240,50 @@ fn cluster_mode_clients_follow_moved_across_a_rescale() {
         assert_eq!(cli(&["get", &format!("key:{i}")]), format!("v{i}"));
         assert_eq!(cli(&["set", &format!("key:{i}"), "again"]), "OK");
     }
+}
+
+/// A manager crash is invisible to clients: agents keep serving on the map they have,
+/// and the restarted manager resumes the same map, leases and agents from its state
+/// file, and can rescale them again.
+#[test]
+fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
+    let mut c = cluster("proxy");
+    let first = c.scale(2);
+    let port = port_of(&first["started"][0]);
+    let slots_before = c.manager.cli(&["slots", "--json"]).unwrap();
+    let client = PyClient::start(&port, &[]);
+    c.manager.kill();
+    std::thread::sleep(Duration::from_millis(2500));
+    let agent_config = c.dir.path().join("agent.toml");
+    c.manager
+        .restart(&[
+            "--region-size",
+            "64mb",
+            "--segment-size",
+            "1mb",
+            "--agent-config",
+            agent_config.to_str().unwrap(),
+            "--log-dir",
+            c.dir.path().join("agents").to_str().unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(c.manager.cli(&["slots", "--json"]).unwrap(), slots_before);
+    let status = c
+        .manager
+        .wait_for("both agents alive on the current map", |s| {
+            s["agents"].as_array().is_some_and(|a| {
+                a.len() == 2
+                    && a.iter()
+                        .all(|x| x["alive"] == true && x["map_version"] == s["map_version"])
+            })
+        })
+        .unwrap();
+    eprintln!("after the restart: {status}");
+    // The restarted manager still drives the agents its predecessor launched.
+    c.scale(1);
+    let result = client.finish();
+    eprintln!("client: {result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(result["missing"], 0, "{result}");
 }
