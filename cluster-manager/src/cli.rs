@@ -64,6 +64,8 @@ pub struct LauncherConfig {
     pub log_dir: Option<PathBuf>,
     /// Address launched agents listen on.
     pub bind: String,
+    /// Agents get the first free port from here (0: any free port).
+    pub port_base: u16,
     /// How long a stopping agent may drain its clients before it is killed.
     pub drain_ms: u64,
     /// How long `agents scale` waits for started agents to serve.
@@ -91,6 +93,7 @@ impl Default for LauncherConfig {
             agent_config: None,
             log_dir: None,
             bind: "127.0.0.1".into(),
+            port_base: 0,
             drain_ms: 10_000,
             ready_ms: 60_000,
         }
@@ -137,6 +140,9 @@ pub struct ServeArgs {
     /// How long a stopping agent may drain its clients.
     #[arg(long)]
     drain_ms: Option<u64>,
+    /// Launched agents get the first free port from here (0: any).
+    #[arg(long)]
+    agent_port_base: Option<u16>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     print_config: bool,
@@ -161,7 +167,7 @@ impl ServeArgs {
         over!(listen => listen, state => state, shards => shards, lease_ms => lease_ms,
             log => log, pool_transport => pool.transport, replicas => pool.replicas,
             region_size => pool.region_size, segment_size => pool.segment_size,
-            drain_ms => launcher.drain_ms);
+            drain_ms => launcher.drain_ms, agent_port_base => launcher.port_base);
         if let Some(v) = &self.agent_binary {
             c.launcher.agent_binary = Some(v.clone());
         }
@@ -278,6 +284,7 @@ fn serve(config: ServeConfig) -> Result<()> {
             log_dir,
             bind: l_cfg.bind.clone(),
             manager_url: format!("http://{addr}"),
+            port_base: l_cfg.port_base,
         });
         let app = Arc::new(App {
             manager,

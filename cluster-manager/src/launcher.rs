@@ -52,6 +52,8 @@ pub struct LocalSettings {
     pub bind: String,
     /// The manager's URL, passed to agents as `--manager`.
     pub manager_url: String,
+    /// First port to try for agents (the next free one from here); 0: any free port.
+    pub port_base: u16,
 }
 
 /// Agents as child processes of this manager on this host.
@@ -79,7 +81,15 @@ impl LocalLauncher {
             .unwrap_or_else(|| PathBuf::from("compute-agent"))
     }
 
-    fn free_port(bind: &str) -> Result<u16, LaunchError> {
+    /// A port nothing listens on: the first free one from `base`, or any.
+    fn free_port(bind: &str, base: u16) -> Result<u16, LaunchError> {
+        if base > 0 {
+            for port in base..base.saturating_add(1000) {
+                if std::net::TcpListener::bind((bind, port)).is_ok() {
+                    return Ok(port);
+                }
+            }
+        }
         let l = std::net::TcpListener::bind((bind, 0)).map_err(|source| LaunchError::Io {
             context: format!("finding a free port on {bind}"),
             source,
@@ -105,7 +115,7 @@ impl Launcher for LocalLauncher {
             context: format!("creating {}", s.log_dir.display()),
             source,
         })?;
-        let port = Self::free_port(&s.bind)?;
+        let port = Self::free_port(&s.bind, s.port_base)?;
         let log = s.log_dir.join(format!("agent-{port}.log"));
         let out = open_log(&log)?;
         let err = out.try_clone().map_err(|source| LaunchError::Io {
