@@ -11,6 +11,11 @@
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
 //! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
 //! | `POST /v1/agents/scale` `{count}` | start or stop agents until `count` run |
+//! | `GET /v1/instances` | instances: maxmemory, policy, allocated and used bytes |
+//! | `POST /v1/instances` `{name, maxmemory, policy}` | create one |
+//! | `PUT /v1/instances/{name}` `{maxmemory?, policy?}` | resize it / change its policy |
+//! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
+//! | `GET /v1/regions` | every granted region and where its copies are |
 //! | `GET /v1/map?after=V&wait_ms=T` | the cluster map, once its version passes `V` (long poll, at most `T` ms) |
 
 use std::sync::Arc;
@@ -20,12 +25,15 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use dmc_proto::ByteSize;
 use serde::{Deserialize, Serialize};
 
+use dmc_proto::cluster::DEFAULT_INSTANCE;
+
 use crate::launcher::Launcher;
+use crate::state::Instance;
 use crate::manager::{Manager, ManagerError, Member};
 use crate::scale::{ScaleTimes, scale};
 
@@ -47,6 +55,32 @@ pub struct ScaleRequest {
 pub struct Heartbeat {
     /// The cluster map version the agent follows.
     pub applied: Option<u64>,
+    /// Live bytes of its instance's pool, as the agent sees them.
+    pub used: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GrantRequest {
+    /// A specific region id (the superblock's); the next free one if absent.
+    pub region: Option<u16>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateInstance {
+    pub name: String,
+    pub maxmemory: ByteSize,
+    #[serde(default = "noeviction")]
+    pub policy: String,
+}
+
+fn noeviction() -> String {
+    "noeviction".into()
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ResizeInstance {
+    pub maxmemory: Option<ByteSize>,
+    pub policy: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -85,6 +119,9 @@ impl IntoResponse for ApiError {
         let code = match self.0 {
             ManagerError::NotFound(_) => StatusCode::NOT_FOUND,
             ManagerError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ManagerError::Exists(_) => StatusCode::CONFLICT,
+            ManagerError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ManagerError::Node { .. } => StatusCode::BAD_GATEWAY,
             ManagerError::State(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (
@@ -164,6 +201,9 @@ pub fn router(app: Arc<App>) -> Router {
                         Some(v) => app.manager.applied(id, v)?,
                         None => app.manager.heartbeat(Member::Agent(id))?,
                     }
+                    if let Some(used) = beat.used {
+                        app.manager.report_used(DEFAULT_INSTANCE, used);
+                    }
                     Ok::<_, ApiError>(StatusCode::NO_CONTENT)
                 },
             ),
@@ -178,6 +218,54 @@ pub fn router(app: Arc<App>) -> Router {
                     Ok::<_, ApiError>(Json(report))
                 },
             ),
+        )
+        .route(
+            "/v1/instances",
+            get(|State(app): Shared| async move { Json(app.manager.instances()) }).post(
+                |State(app): Shared, Json(c): Json<CreateInstance>| async move {
+                    if dmc_dht::RedisPolicy::parse(&c.policy).is_none() {
+                        return Err(ApiError(ManagerError::Invalid(format!(
+                            "{:?} is not a maxmemory-policy",
+                            c.policy
+                        ))));
+                    }
+                    app.manager.create_instance(Instance {
+                        name: c.name,
+                        maxmemory: c.maxmemory,
+                        policy: c.policy,
+                    })?;
+                    Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+                },
+            ),
+        )
+        .route(
+            "/v1/instances/{name}",
+            put(
+                |State(app): Shared, Path(name): Path<String>, Json(r): Json<ResizeInstance>| async move {
+                    if let Some(p) = &r.policy
+                        && dmc_dht::RedisPolicy::parse(p).is_none()
+                    {
+                        return Err(ApiError(ManagerError::Invalid(format!(
+                            "{p:?} is not a maxmemory-policy"
+                        ))));
+                    }
+                    let inst = app.manager.resize_instance(&name, r.maxmemory, r.policy)?;
+                    Ok::<_, ApiError>(Json(inst))
+                },
+            ),
+        )
+        .route(
+            "/v1/instances/{name}/regions",
+            post(
+                |State(app): Shared, Path(name): Path<String>, Json(g): Json<GrantRequest>| async move {
+                    let grant = app.manager.grant_region(&name, g.region).await?;
+                    Ok::<_, ApiError>(Json(grant))
+                },
+            ),
+        )
+        .route(
+            "/v1/regions",
+            get(|State(app): Shared| async move { Json(app.manager.regions()) }),
         )
         .route(
             "/v1/map",

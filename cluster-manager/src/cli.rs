@@ -14,11 +14,11 @@ use dmc_proto::ByteSize;
 use dmc_proto::cluster::PoolTransport;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{AddNode, App, ScaleRequest, router};
+use crate::api::{AddNode, App, CreateInstance, ResizeInstance, ScaleRequest, router};
 use crate::launcher::{LocalLauncher, LocalSettings};
-use crate::manager::{Manager, PoolSettings, ShardRow, Status};
+use crate::manager::{InstanceStatus, Manager, PoolSettings, ShardRow, Status};
 use crate::scale::{ScaleReport, ScaleTimes};
-use crate::state::StateFile;
+use crate::state::{RegionRecord, StateFile};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -199,6 +199,42 @@ pub enum Cmd {
     },
     /// Which agent owns which hash slots.
     Slots,
+    /// Cache instances: their maxmemory, policy, and pool bytes allocated and used.
+    Instances {
+        #[command(subcommand)]
+        cmd: InstancesCmd,
+    },
+    /// Pool regions and where their copies are.
+    Regions {
+        #[command(subcommand)]
+        cmd: RegionsCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InstancesCmd {
+    List,
+    Create {
+        name: String,
+        #[arg(long)]
+        maxmemory: ByteSize,
+        #[arg(long, default_value = "noeviction")]
+        policy: String,
+    },
+    /// Change maxmemory (growing is immediate; shrinking evicts, then returns regions)
+    /// or the eviction policy.
+    Resize {
+        name: String,
+        #[arg(long)]
+        maxmemory: Option<ByteSize>,
+        #[arg(long)]
+        policy: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegionsCmd {
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -347,18 +383,23 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             }
             if show_nodes {
                 println!(
-                    "{:>6}  {:<24} {:>10}  STATE",
-                    "NODE", "ENDPOINT", "CAPACITY"
+                    "{:>6}  {:<24} {:>10} {:>10} {:>5}  STATE",
+                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USE%"
                 );
                 for n in &status.nodes {
                     println!(
-                        "{:>6}  {:<24} {:>10}  {}",
+                        "{:>6}  {:<24} {:>10} {:>10} {:>5}  {}",
                         n.id,
                         n.endpoint,
                         human(n.capacity),
+                        human(n.allocated),
+                        percent(n.allocated, n.capacity),
                         if n.alive { "alive" } else { "dead" }
                     );
                 }
+            }
+            if matches!(cmd, Cmd::Status) {
+                print_instances(&status.instances);
             }
             if show_agents {
                 println!("{:>6}  {:<24} {:>7}  STATE", "AGENT", "LISTEN", "SHARDS");
@@ -441,6 +482,79 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 i = j + 1;
             }
         }
+        Cmd::Instances {
+            cmd: InstancesCmd::List,
+        } => {
+            let list: Vec<InstanceStatus> = ok(agent.get(url("/v1/instances")).call().map_err(fail)?)?
+                .body_mut()
+                .read_json()
+                .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                print_instances(&list);
+            }
+        }
+        Cmd::Instances {
+            cmd:
+                InstancesCmd::Create {
+                    name,
+                    maxmemory,
+                    policy,
+                },
+        } => {
+            ok(agent
+                .post(url("/v1/instances"))
+                .send_json(CreateInstance {
+                    name: name.clone(),
+                    maxmemory,
+                    policy,
+                })
+                .map_err(fail)?)?;
+            println!("instance {name} created");
+        }
+        Cmd::Instances {
+            cmd:
+                InstancesCmd::Resize {
+                    name,
+                    maxmemory,
+                    policy,
+                },
+        } => {
+            ok(agent
+                .put(url(&format!("/v1/instances/{name}")))
+                .send_json(ResizeInstance { maxmemory, policy })
+                .map_err(fail)?)?;
+            println!("instance {name} changed; its agents follow within a round trip");
+        }
+        Cmd::Regions {
+            cmd: RegionsCmd::List,
+        } => {
+            let list: Vec<RegionRecord> = ok(agent.get(url("/v1/regions")).call().map_err(fail)?)?
+                .body_mut()
+                .read_json()
+                .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(());
+            }
+            println!(
+                "{:>6}  {:<12} {:>10}  {:>7}  {:<10} STATE",
+                "REGION", "INSTANCE", "SIZE", "PRIMARY", "BACKUPS"
+            );
+            for r in &list {
+                let backups: Vec<String> = r.backups.iter().map(|b| b.to_string()).collect();
+                println!(
+                    "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {}",
+                    r.id,
+                    r.instance,
+                    human(r.size.0),
+                    r.primary,
+                    backups.join(","),
+                    if r.draining { "draining" } else { "active" }
+                );
+            }
+        }
         Cmd::Serve { .. } => bail!("serve is not a client command"),
     }
     Ok(())
@@ -505,6 +619,37 @@ fn scale_to(
         println!("  stopped {l} (drained)");
     }
     Ok(())
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", part as f64 * 100.0 / whole as f64)
+}
+
+fn print_instances(list: &[InstanceStatus]) {
+    println!(
+        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8}  POLICY",
+        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS"
+    );
+    for i in list {
+        let max = if i.maxmemory == 0 {
+            "pool".to_string()
+        } else {
+            human(i.maxmemory)
+        };
+        println!(
+            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8}  {}",
+            i.name,
+            max,
+            human(i.allocated),
+            human(i.used),
+            percent(i.used, i.allocated),
+            i.regions,
+            i.policy
+        );
+    }
 }
 
 fn human(bytes: u64) -> String {

@@ -9,12 +9,16 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dmc_proto::ByteSize;
-use dmc_proto::cluster::{AgentInfo, ClusterMap, PoolSpec, PoolTransport};
+use dmc_proto::cluster::DEFAULT_INSTANCE;
+use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionGrant};
 use dmc_proto::shards::AgentId;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::state::{AgentRecord, ClusterState, LaunchRecord, NodeRecord, StateError, StateFile};
+use crate::state::{
+    AgentRecord, ClusterState, Instance, LaunchRecord, NodeRecord, RegionRecord, StateError,
+    StateFile,
+};
 
 /// The memory pool every agent of the cluster opens (from the manager's config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +49,13 @@ pub enum ManagerError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    #[error("{0} exists already")]
+    Exists(String),
+    /// No room: the instance is at its maxmemory, or the nodes are full.
+    #[error("{0}")]
+    Full(String),
+    #[error("memory node {node}: {message}")]
+    Node { node: u32, message: String },
 }
 
 /// A process the manager tracks leases for.
@@ -60,7 +71,22 @@ pub struct NodeStatus {
     pub id: u32,
     pub endpoint: String,
     pub capacity: u64,
+    /// Bytes of region copies granted on it.
+    pub allocated: u64,
     pub alive: bool,
+}
+
+/// What `status` and `instances list` show of an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    pub name: String,
+    pub maxmemory: u64,
+    pub policy: String,
+    /// Bytes of regions granted (one copy each).
+    pub allocated: u64,
+    /// Bytes in live blocks, as its agents last reported.
+    pub used: u64,
+    pub regions: usize,
 }
 
 /// What `status` shows of an agent.
@@ -95,6 +121,9 @@ pub struct Status {
     /// Total memory-node capacity in bytes.
     pub capacity: u64,
     pub map_version: u64,
+    pub instances: Vec<InstanceStatus>,
+    pub region_size: u64,
+    pub replicas: usize,
 }
 
 pub struct Manager {
@@ -109,6 +138,12 @@ pub struct Manager {
     applied: Mutex<HashMap<AgentId, u64>>,
     /// The current map version, for long-polling agents.
     version: tokio::sync::watch::Sender<u64>,
+    /// Live bytes per instance, as agents last reported.
+    used: Mutex<HashMap<String, u64>>,
+    /// RPC connections to memory nodes (region creation), opened on first use.
+    node_rpc: tokio::sync::Mutex<HashMap<u32, std::sync::Arc<dyn dmc_verbs::Transport>>>,
+    /// One region grant at a time (ids and placement are decided under it).
+    granting: tokio::sync::Mutex<()>,
 }
 
 impl Manager {
@@ -144,6 +179,9 @@ impl Manager {
             pool,
             seen: Mutex::new(seen),
             applied: Mutex::new(HashMap::new()),
+            used: Mutex::new(HashMap::new()),
+            node_rpc: tokio::sync::Mutex::new(HashMap::new()),
+            granting: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -186,7 +224,228 @@ impl Manager {
                 region_size: self.pool.region_size,
                 segment_size: self.pool.segment_size,
             },
+            instance: s
+                .instances
+                .get(DEFAULT_INSTANCE)
+                .map(|i| InstanceSpec {
+                    name: i.name.clone(),
+                    maxmemory: i.maxmemory,
+                    policy: i.policy.clone(),
+                })
+                .unwrap_or_default(),
         }
+    }
+
+    /// Records an agent's report of its instance's live bytes.
+    pub fn report_used(&self, instance: &str, used: u64) {
+        self.used.lock().insert(instance.to_string(), used);
+    }
+
+    /// Grants `instance` a region: `want` (the superblock's, when an agent formats the
+    /// pool) or the lowest free id. Its copies go to the `replicas` live memory nodes
+    /// with the most unallocated capacity (so never two on one node), the one that is
+    /// primary of the fewest regions first; never beyond the instance's maxmemory.
+    pub async fn grant_region(
+        &self,
+        instance: &str,
+        want: Option<u16>,
+    ) -> Result<RegionGrant, ManagerError> {
+        let _one = self.granting.lock().await;
+        let s = self.snapshot();
+        let inst = s
+            .instances
+            .get(instance)
+            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?;
+        let size = self.pool.region_size.0;
+        if let Some(id) = want
+            && s.regions.contains_key(&id)
+        {
+            return Err(ManagerError::Exists(format!("region {id}")));
+        }
+        let allocated = s.allocated_to(instance);
+        if inst.maxmemory.0 > 0 && allocated + size > inst.maxmemory.0.max(size) {
+            return Err(ManagerError::Full(format!(
+                "instance {instance} holds {allocated} bytes of regions; another {size} \
+                 would pass its maxmemory of {}",
+                inst.maxmemory.0
+            )));
+        }
+        let mut free: Vec<(u64, u32)> = s
+            .nodes
+            .values()
+            .filter(|n| self.alive(Member::Node(n.id)))
+            .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
+            .filter(|(free, _)| *free >= size)
+            .collect();
+        free.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        if free.len() < self.pool.replicas {
+            return Err(ManagerError::Full(format!(
+                "{} live memory nodes have room for a {size} byte region; {} copies needed",
+                free.len(),
+                self.pool.replicas
+            )));
+        }
+        let mut chosen: Vec<u32> = free.iter().take(self.pool.replicas).map(|f| f.1).collect();
+        let primaries = |n: u32| s.regions.values().filter(|r| r.primary == n).count();
+        if let Some(best) = (0..chosen.len()).min_by_key(|&k| (primaries(chosen[k]), k)) {
+            chosen.swap(0, best);
+        }
+        let mut id = match want {
+            Some(id) => id,
+            None => (2..u16::MAX)
+                .find(|i| !s.regions.contains_key(i))
+                .ok_or_else(|| ManagerError::Full("no free region id".into()))?,
+        };
+        // A copy that exists already (left by an earlier pool) keeps its id taken.
+        loop {
+            match self.create_copies(&s, id, size, &chosen).await {
+                Ok(()) => break,
+                Err(ManagerError::Exists(_)) if want.is_none() => {
+                    id = ((id + 1)..u16::MAX)
+                        .find(|i| !s.regions.contains_key(i))
+                        .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let rec = RegionRecord {
+            id,
+            instance: instance.to_string(),
+            primary: chosen[0],
+            backups: chosen[1..].to_vec(),
+            size: ByteSize(size),
+            draining: false,
+        };
+        self.update(|st| {
+            st.regions.insert(id, rec.clone());
+            Ok(())
+        })?;
+        tracing::info!(region = id, instance, primary = rec.primary, backups = ?rec.backups, "granted a region");
+        Ok(RegionGrant {
+            region: id,
+            primary: rec.primary,
+            backups: rec.backups,
+        })
+    }
+
+    /// Creates region `id` on every node of `nodes`, or on none.
+    async fn create_copies(
+        &self,
+        s: &ClusterState,
+        id: u16,
+        size: u64,
+        nodes: &[u32],
+    ) -> Result<(), ManagerError> {
+        for (k, &n) in nodes.iter().enumerate() {
+            let t = self.node_rpc(s, n).await?;
+            if let Err(e) = t.create_region(id, size).await {
+                for &m in &nodes[..k] {
+                    if let Ok(t) = self.node_rpc(s, m).await {
+                        let _ = t.drop_region(id).await;
+                    }
+                }
+                return Err(match e {
+                    dmc_verbs::VerbsError::RegionExists(_) => {
+                        ManagerError::Exists(format!("region {id} on node {n}"))
+                    }
+                    e => {
+                        // A broken connection is reopened next time.
+                        self.node_rpc.lock().await.remove(&n);
+                        ManagerError::Node {
+                            node: n,
+                            message: e.to_string(),
+                        }
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn node_rpc(
+        &self,
+        s: &ClusterState,
+        node: u32,
+    ) -> Result<std::sync::Arc<dyn dmc_verbs::Transport>, ManagerError> {
+        let mut conns = self.node_rpc.lock().await;
+        if let Some(t) = conns.get(&node) {
+            return Ok(t.clone());
+        }
+        let rec = s
+            .nodes
+            .get(&node)
+            .ok_or_else(|| ManagerError::NotFound(format!("node {node}")))?;
+        let fail = |message: String| ManagerError::Node { node, message };
+        let endpoint = rec
+            .endpoint
+            .parse()
+            .map_err(|e: dmc_verbs::VerbsError| fail(e.to_string()))?;
+        let t = dmc_verbs::backend::connect(
+            dmc_verbs::BackendKind::Tcp,
+            endpoint,
+            dmc_verbs::RpcOptions::default(),
+        )
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+        conns.insert(node, t.clone());
+        Ok(t)
+    }
+
+    /// Creates an instance (its agents are started separately).
+    pub fn create_instance(&self, inst: Instance) -> Result<(), ManagerError> {
+        if inst.name.is_empty() {
+            return Err(ManagerError::Invalid("an instance needs a name".into()));
+        }
+        self.update(|s| {
+            if s.instances.contains_key(&inst.name) {
+                return Err(ManagerError::Exists(format!("instance {}", inst.name)));
+            }
+            s.instances.insert(inst.name.clone(), inst);
+            Ok(())
+        })
+    }
+
+    /// Changes an instance's maxmemory and/or policy; agents follow the pushed map
+    /// (growing is immediate, shrinking evicts down to the new limit).
+    pub fn resize_instance(
+        &self,
+        name: &str,
+        maxmemory: Option<ByteSize>,
+        policy: Option<String>,
+    ) -> Result<Instance, ManagerError> {
+        self.update(|s| {
+            let inst = s
+                .instances
+                .get_mut(name)
+                .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
+            if let Some(m) = maxmemory {
+                inst.maxmemory = m;
+            }
+            if let Some(p) = policy {
+                inst.policy = p;
+            }
+            Ok(inst.clone())
+        })
+    }
+
+    pub fn instances(&self) -> Vec<InstanceStatus> {
+        let s = self.snapshot();
+        let used = self.used.lock();
+        s.instances
+            .values()
+            .map(|i| InstanceStatus {
+                name: i.name.clone(),
+                maxmemory: i.maxmemory.0,
+                policy: i.policy.clone(),
+                allocated: s.allocated_to(&i.name),
+                used: used.get(&i.name).copied().unwrap_or(0),
+                regions: s.regions.values().filter(|r| r.instance == i.name).count(),
+            })
+            .collect()
+    }
+
+    pub fn regions(&self) -> Vec<RegionRecord> {
+        self.snapshot().regions.into_values().collect()
     }
 
     /// The map once its version passes `after`, or the current one after `wait`.
@@ -372,6 +631,7 @@ impl Manager {
                     id: n.id,
                     endpoint: n.endpoint.clone(),
                     capacity: n.capacity.0,
+                    allocated: s.allocated_on(n.id),
                     alive: self.alive(Member::Node(n.id)),
                 })
                 .collect(),
@@ -390,6 +650,9 @@ impl Manager {
             shards: s.shards.shards.len(),
             capacity: s.nodes.values().map(|n| n.capacity.0).sum(),
             map_version: s.map_version,
+            instances: self.instances(),
+            region_size: self.pool.region_size.0,
+            replicas: self.pool.replicas,
         }
     }
 

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use dmc_proto::ByteSize;
+use dmc_proto::cluster::DEFAULT_INSTANCE;
 use dmc_proto::shards::{AgentId, ShardMap};
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,25 @@ pub struct Instance {
     pub policy: String,
 }
 
+/// A pool region the manager granted to an instance, with where its copies are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionRecord {
+    pub id: u16,
+    pub instance: String,
+    pub primary: u32,
+    pub backups: Vec<u32>,
+    pub size: ByteSize,
+    /// Being vacated by the instance's agents before it is returned to the pool.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+impl RegionRecord {
+    pub fn copies(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.primary).chain(self.backups.iter().copied())
+    }
+}
+
 /// An agent process the manager's launcher started, so that `agents scale` can stop
 /// it again, also after a manager restart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +95,29 @@ pub struct ClusterState {
     /// Agents the launcher started, by listen address.
     #[serde(default)]
     pub launched: BTreeMap<String, LaunchRecord>,
+    /// Regions granted to instances.
+    #[serde(default)]
+    pub regions: BTreeMap<u16, RegionRecord>,
+}
+
+impl ClusterState {
+    /// Bytes of region copies on memory node `node`.
+    pub fn allocated_on(&self, node: u32) -> u64 {
+        self.regions
+            .values()
+            .filter(|r| r.copies().any(|n| n == node))
+            .map(|r| r.size.0)
+            .sum()
+    }
+
+    /// Bytes of regions granted to `instance` (one copy each).
+    pub fn allocated_to(&self, instance: &str) -> u64 {
+        self.regions
+            .values()
+            .filter(|r| r.instance == instance)
+            .map(|r| r.size.0)
+            .sum()
+    }
 }
 
 impl ClusterState {
@@ -85,10 +128,18 @@ impl ClusterState {
             nodes: BTreeMap::new(),
             agents: BTreeMap::new(),
             next_agent: 1,
-            instances: BTreeMap::new(),
+            instances: BTreeMap::from([(
+                DEFAULT_INSTANCE.to_string(),
+                Instance {
+                    name: DEFAULT_INSTANCE.into(),
+                    maxmemory: ByteSize(0),
+                    policy: "noeviction".into(),
+                },
+            )]),
             shards: ShardMap::new(shards),
             map_version: 1,
             launched: BTreeMap::new(),
+            regions: BTreeMap::new(),
         }
     }
 }

@@ -277,7 +277,55 @@ impl Config {
     }
 }
 
-async fn open_pool(cfg: &PoolSection) -> Result<Arc<Pool>> {
+/// Regions granted by the cluster manager: the pool of a cluster member grows only
+/// through it (on-demand allocation within the instance's maxmemory).
+struct ManagerRegions {
+    url: String,
+    instance: String,
+}
+
+type Granted = Result<(u16, dmc_umo::RegionRecord), dmc_umo::UmoError>;
+
+impl dmc_umo::RegionSource for ManagerRegions {
+    fn grant(
+        &self,
+        want: Option<u16>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Granted> + Send + '_>> {
+        use dmc_process::membership::{self, ManagerCallError};
+        use dmc_umo::UmoError;
+        let (url, instance) = (self.url.clone(), self.instance.clone());
+        Box::pin(async move {
+            let got =
+                tokio::task::spawn_blocking(move || membership::grant_region(&url, &instance, want))
+                    .await
+                    .map_err(|e| UmoError::Config(e.to_string()))?;
+            match got {
+                Ok(g) => Ok((
+                    g.region,
+                    dmc_umo::RegionRecord {
+                        primary: g.primary,
+                        backups: g.backups,
+                    },
+                )),
+                Err(ManagerCallError::Refused { status: 409, .. }) => Err(UmoError::Node {
+                    node: 0,
+                    source: dmc_verbs::VerbsError::RegionExists(want.unwrap_or(0)),
+                }),
+                Err(ManagerCallError::Refused {
+                    status: 507,
+                    message,
+                    ..
+                }) => Err(UmoError::OutOfMemory(message)),
+                Err(e) => Err(UmoError::Config(e.to_string())),
+            }
+        })
+    }
+}
+
+async fn open_pool(
+    cfg: &PoolSection,
+    source: Option<Arc<dyn dmc_umo::RegionSource>>,
+) -> Result<Arc<Pool>> {
     let mut pc = PoolConfig {
         replicas: cfg.replicas,
         region_size: cfg.region_size.0,
@@ -317,7 +365,7 @@ async fn open_pool(cfg: &PoolSection) -> Result<Arc<Pool>> {
                 .with_context(|| format!("connecting to memory node {n}"))?;
                 nodes.push(t);
             }
-            Pool::open(pc, nodes).await?
+            Pool::open_with(pc, nodes, source).await?
         }
     })
 }
@@ -451,7 +499,14 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         Some(map) => pool_from_map(&cfg.pool, map),
         None => cfg.pool.clone(),
     };
-    let pool = open_pool(&pool_cfg)
+    // A cluster member's pool grows by regions the manager grants.
+    let source = cfg.manager.as_ref().map(|url| {
+        Arc::new(ManagerRegions {
+            url: url.clone(),
+            instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
+        }) as Arc<dyn dmc_umo::RegionSource>
+    });
+    let pool = open_pool(&pool_cfg, source)
         .await
         .context("opening the memory pool")?;
     let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
@@ -488,7 +543,13 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
         },
     );
-    let router = Arc::new(Router::new(engine.clone(), cfg.routing, password));
+    let router = Arc::new(Router::new(
+        engine.clone(),
+        cfg.routing,
+        password,
+        cfg.manager.clone(),
+    ));
+    let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut me = None;
     if let Some(url) = cfg.manager.clone() {
         let (u, listen) = (url.clone(), addr.to_string());
@@ -504,13 +565,20 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
             router.apply(id, map).await,
         ));
+        // Acknowledge the first map now: `agents scale` waits for it.
+        let (u, v) = (url.clone(), applied.load(Ordering::Acquire));
+        let _ = tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v)).await;
         watch_map(url.clone(), id, router.clone(), applied.clone());
-        dmc_process::membership::spawn(
+        membership::spawn(
             url.clone(),
-            dmc_process::membership::Registration::Agent { id, applied },
+            membership::Registration::Agent {
+                id,
+                applied,
+                used: used.clone(),
+            },
             Duration::from_secs(1),
         );
-        me = Some((url.clone(), id));
+        me = Some((url, id));
     }
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
     let sampler = {
@@ -519,7 +587,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tick.tick().await;
-                engine.stats.sample(engine.dht.stats().used_memory);
+                let bytes = engine.dht.used_memory();
+                used.store(bytes, Ordering::Relaxed);
+                engine.stats.sample(bytes);
             }
         })
     };

@@ -103,11 +103,19 @@ pub struct Router {
     version: tokio::sync::watch::Sender<u64>,
     peers: Mutex<HashMap<String, Vec<PeerConn>>>,
     password: Option<Bytes>,
+    /// The cluster manager's URL (cluster members only).
+    manager: Option<String>,
 }
 
 impl Router {
-    pub fn new(engine: Arc<Engine>, mode: RoutingMode, password: Option<Bytes>) -> Router {
+    pub fn new(
+        engine: Arc<Engine>,
+        mode: RoutingMode,
+        password: Option<Bytes>,
+        manager: Option<String>,
+    ) -> Router {
         Router {
+            manager,
             engine,
             mode,
             me: AtomicU64::new(0),
@@ -179,6 +187,14 @@ impl Router {
             }
         }
         self.engine.forget_slots(&|slot| changed[slot as usize]);
+        // The instance's limit and policy (a resize or CONFIG SET on any agent).
+        let dht = &self.engine.dht;
+        dht.set_maxmemory(map.instance.maxmemory.0);
+        dht.set_eviction_limit(eviction_limit(&map));
+        match dmc_dht::RedisPolicy::parse(&map.instance.policy) {
+            Some(p) => dht.set_policy(p),
+            None => tracing::warn!(policy = %map.instance.policy, "unknown maxmemory-policy in the cluster map"),
+        }
         {
             let listening: Vec<&str> = map.agents.iter().map(|a| a.listen.as_str()).collect();
             self.peers
@@ -289,6 +305,9 @@ impl Router {
         if let Some(reply) = self.cluster_command(session, &args).await {
             return (reply, Flow::Continue);
         }
+        if let Some(done) = self.config_set(session, &args).await {
+            return done;
+        }
         for attempt in 0..ATTEMPTS {
             let last = attempt + 1 == ATTEMPTS;
             let seen = self.version();
@@ -352,6 +371,83 @@ impl Router {
             Reply::err("TRYAGAIN the cluster map is changing, try again"),
             Flow::Continue,
         )
+    }
+
+    /// `CONFIG SET maxmemory|maxmemory-policy` on a cluster member changes the instance
+    /// at the manager, which pushes it to every agent; the reply waits until this agent
+    /// follows it. Other parameters of the same command are set here as usual.
+    async fn config_set(&self, session: &mut Session, args: &[Bytes]) -> Option<(Reply, Flow)> {
+        let url = self.manager.clone()?;
+        if args.len() < 4
+            || args.len() % 2 != 0
+            || !args[0].eq_ignore_ascii_case(b"config")
+            || !args[1].eq_ignore_ascii_case(b"set")
+        {
+            return None;
+        }
+        let (mut maxmemory, mut policy) = (None, None);
+        let mut rest = vec![args[0].clone(), args[1].clone()];
+        let failed = |name: &str, why: &str| {
+            Some((
+                Reply::err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                )),
+                Flow::Continue,
+            ))
+        };
+        for pair in args[2..].chunks(2) {
+            let value = std::str::from_utf8(&pair[1]).unwrap_or("");
+            match pair[0].to_ascii_lowercase().as_slice() {
+                b"maxmemory" => match value.parse::<dmc_proto::ByteSize>() {
+                    Ok(v) => maxmemory = Some(v.0),
+                    Err(_) => {
+                        return failed("maxmemory", "argument couldn't be parsed into an integer");
+                    }
+                },
+                b"maxmemory-policy" => {
+                    if dmc_dht::RedisPolicy::parse(value).is_none() {
+                        return failed("maxmemory-policy", "argument must be a maxmemory-policy");
+                    }
+                    policy = Some(value.to_ascii_lowercase());
+                }
+                _ => rest.extend(pair.iter().cloned()),
+            }
+        }
+        if maxmemory.is_none() && policy.is_none() {
+            return None;
+        }
+        let p = policy.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            dmc_process::membership::resize_instance(
+                &url,
+                dmc_proto::cluster::DEFAULT_INSTANCE,
+                maxmemory,
+                p.as_deref(),
+            )
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Some((Reply::err(format!("ERR {e}")), Flow::Continue)),
+            Err(e) => return Some((Reply::err(format!("ERR {e}")), Flow::Continue)),
+        }
+        // Reply once this agent follows the change (so a CONFIG GET here shows it).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen = self.version();
+            let applied = self.map().is_some_and(|m| {
+                maxmemory.is_none_or(|v| m.instance.maxmemory.0 == v)
+                    && policy.as_ref().is_none_or(|p| m.instance.policy == *p)
+            });
+            if applied || tokio::time::Instant::now() > deadline {
+                break;
+            }
+            self.newer_map(seen, Duration::from_millis(500)).await;
+        }
+        if rest.len() > 2 {
+            return Some(self.engine.execute(session, rest).await);
+        }
+        Some((Reply::ok(), Flow::Continue))
     }
 
     /// Runs the per-owner parts of a split write and combines their replies: `OK` for
@@ -706,6 +802,22 @@ fn moved(slot: u16, addr: &str) -> Reply {
     Reply::err(format!("MOVED {slot} {addr}"))
 }
 
+/// Share of its regions' bytes an instance fills before it evicts: region headers,
+/// the partly used segment each agent holds per size class, and blocks waiting out
+/// their grace period make the last bytes of a region unusable.
+const FILL: f64 = 0.85;
+
+/// Where an instance's agents start evicting: the manager grants regions only while
+/// they fit maxmemory, so the data must fit the regions that do.
+fn eviction_limit(map: &ClusterMap) -> u64 {
+    let (max, region) = (map.instance.maxmemory.0, map.pool.region_size.0);
+    if max == 0 || region == 0 {
+        return 0;
+    }
+    let regions = (max / region).max(1);
+    ((regions * region) as f64 * FILL) as u64
+}
+
 /// A Redis Cluster node id (40 hex digits) for an agent.
 fn node_id(id: AgentId) -> String {
     format!("{id:040x}")
@@ -770,6 +882,7 @@ mod tests {
                 region_size: dmc_proto::ByteSize(1 << 30),
                 segment_size: dmc_proto::ByteSize(16 << 20),
             },
+            instance: Default::default(),
         };
         let r = owner_ranges(&map);
         assert_eq!(r.first().map(|x| x.0), Some(0));

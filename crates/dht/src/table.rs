@@ -39,7 +39,7 @@ const MAX_RETRIES: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DhtError {
     #[error(transparent)]
-    Pool(#[from] UmoError),
+    Pool(UmoError),
     /// Redis's `noeviction` error, or nothing left that the policy may evict.
     #[error("OOM command not allowed when used memory > 'maxmemory'.")]
     OutOfMemory,
@@ -53,6 +53,16 @@ pub enum DhtError {
     /// A request this table cannot serve (the text says which and why).
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<UmoError> for DhtError {
+    /// A pool that cannot grow (no region left within maxmemory) is Redis's OOM.
+    fn from(e: UmoError) -> Self {
+        match e {
+            UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
+            e => DhtError::Pool(e),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -322,6 +332,10 @@ pub struct Dht {
     root: GlobalAddr,
     buckets: u64,
     maxmemory: AtomicU64,
+    /// See [`Dht::set_eviction_limit`].
+    evict_at: AtomicU64,
+    /// When [`Dht::keep_spare_segment`] last emptied a segment.
+    spare_started: Mutex<Option<std::time::Instant>>,
     samples: AtomicU64,
     /// Index into [`RedisPolicy::ALL`].
     policy: std::sync::atomic::AtomicU8,
@@ -383,6 +397,8 @@ impl Dht {
             root,
             buckets,
             maxmemory: AtomicU64::new(config.maxmemory),
+            evict_at: AtomicU64::new(0),
+            spare_started: Mutex::new(None),
             samples: AtomicU64::new(config.samples.max(1) as u64),
             policy: std::sync::atomic::AtomicU8::new(policy_index(config.policy)),
             hit_batch: config.hit_batch.max(1),
@@ -487,6 +503,21 @@ impl Dht {
         &self.owner
     }
 
+    /// Evict already at `bytes` of live data, below maxmemory (0: at maxmemory): a
+    /// cluster's pool holds less than its regions' bytes (headers, partly used segments).
+    pub fn set_eviction_limit(&self, bytes: u64) {
+        self.evict_at.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Where eviction starts: maxmemory, or the lower eviction limit if one is set.
+    pub fn eviction_limit(&self) -> u64 {
+        match (self.maxmemory(), self.evict_at.load(Ordering::Relaxed)) {
+            (0, _) => 0,
+            (max, 0) => max,
+            (max, at) => max.min(at),
+        }
+    }
+
     pub fn set_maxmemory(&self, bytes: u64) {
         self.maxmemory.store(bytes, Ordering::Relaxed);
     }
@@ -512,8 +543,10 @@ impl Dht {
     }
 
     /// Pool bytes in use by this instance: objects and index, as allocated.
+    /// Bytes of live blocks in the instance's pool, every agent's (what `maxmemory`
+    /// limits).
     pub fn used_memory(&self) -> u64 {
-        self.pool.stats().alloc.live()
+        self.pool.used_bytes()
     }
 
     /// Keys in the slots this client owns (expired ones not yet reclaimed included, as
@@ -612,7 +645,16 @@ impl Dht {
         let dir = Arc::new(Dir::new(block, depth, subtables));
         *self.dirs[slot as usize].write() = Some(dir.clone());
         self.flat.set(slot, Some(&dir));
+        self.known_partition(slot);
         Ok(Some(dir))
+    }
+
+    /// Records that `slot` has a directory (another agent may have created it).
+    fn known_partition(&self, slot: u16) {
+        let mut parts = self.partitions.write();
+        if let Err(at) = parts.binary_search(&slot) {
+            parts.insert(at, slot);
+        }
     }
 
     /// The subtable `loc` maps to in the cached directory (lock-free where it can be).
@@ -1260,23 +1302,7 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
         self.make_room(need).await?;
-        let obj = match self.pool.write_object(db, key, value).await {
-            Ok(o) => o,
-            Err(UmoError::OutOfMemory(_)) => {
-                // The pool itself is full: evict if the policy allows, then retry once.
-                if !self.policy().evicts() || self.evict_one().await?.is_none() {
-                    return Err(DhtError::OutOfMemory);
-                }
-                self.pool
-                    .write_object(db, key, value)
-                    .await
-                    .map_err(|e| match e {
-                        UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
-                        e => e.into(),
-                    })?
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let obj = self.write_with_room(db, key, value).await?;
         match self.install(&loc, lease, key, obj, opts).await {
             Ok(out) => {
                 if !out.written {
@@ -1339,24 +1365,13 @@ impl Dht {
         self.make_room(need).await?;
         let mut objects = Vec::with_capacity(unique.len());
         for (k, v) in &unique {
-            let mut written = self.pool.write_object(db, k, v).await;
-            // As in `set`: a full pool evicts (if the policy allows) and tries again.
-            while matches!(written, Err(UmoError::OutOfMemory(_)))
-                && self.policy().evicts()
-                && matches!(self.evict_one().await, Ok(Some(_)))
-            {
-                written = self.pool.write_object(db, k, v).await;
-            }
-            match written {
+            match self.write_with_room(db, k, v).await {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     for o in objects {
                         self.pool.free_object(o).await;
                     }
-                    return Err(match e {
-                        UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
-                        e => e.into(),
-                    });
+                    return Err(e);
                 }
             }
         }
@@ -1819,8 +1834,10 @@ impl Dht {
             return Ok(());
         }
         let st_len = self.buckets * layout::BUCKET;
-        let st = self.pool.alloc(st_len, true).await?;
-        let dir = self.pool.alloc(layout::DIR_HEADER + 8, true).await?;
+        let st = self.room_for(|| self.pool.alloc(st_len, true)).await?;
+        let dir = self
+            .room_for(|| self.pool.alloc(layout::DIR_HEADER + 8, true))
+            .await?;
         let mut dir_bytes = [0u8; 16];
         dir_bytes[8..].copy_from_slice(&st.addr.bits().to_le_bytes());
         self.pool
@@ -1840,7 +1857,7 @@ impl Dht {
         };
         match self.commit(tx).await {
             TxOutcome::Committed => {
-                self.partitions.write().push(slot);
+                self.known_partition(slot);
                 self.load_dir(slot).await?;
                 Ok(())
             }
@@ -1930,11 +1947,11 @@ impl Dht {
         };
         let mut blocks = Vec::with_capacity(children.len());
         for _ in 0..children.len() {
-            match self.pool.alloc(st_len as u64, true).await {
+            match self.room_for(|| self.pool.alloc(st_len as u64, true)).await {
                 Ok(b) => blocks.push(b),
                 Err(e) => {
                     blocks.into_iter().for_each(|b| self.pool.free(b));
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }
@@ -1968,7 +1985,9 @@ impl Dht {
                 let st = if prev == old { child(i) } else { prev };
                 bytes[8 + 8 * i..16 + 8 * i].copy_from_slice(&st.bits().to_le_bytes());
             }
-            let block = self.pool.alloc(bytes.len() as u64, true).await?;
+            let block = self
+                .room_for(|| self.pool.alloc(bytes.len() as u64, true))
+                .await?;
             self.pool.write_all(&[(block.addr, &bytes)]).await?;
             writes.push(TxWrite {
                 addr: self.slot_entry(loc.slot),
@@ -2013,8 +2032,148 @@ impl Dht {
     // ------------------------------------------------------------ eviction, expiry
 
     /// Evicts until used memory plus `need` fits `maxmemory`.
+    /// Writes an object, making room if the pool is full (see [`room_for`](Self::room_for)).
+    async fn write_with_room(&self, db: u8, key: &[u8], value: &[u8]) -> Result<ObjectRef, DhtError> {
+        self.room_for(|| self.pool.write_object(db, key, value)).await
+    }
+
+    /// Runs a pool allocation; if the pool is full (no region left within maxmemory),
+    /// evicts per the policy and tries again, waiting out the grace period of the
+    /// blocks just freed (they are reusable only after it), before answering OOM.
+    async fn room_for<T, F, Fut>(&self, mut attempt: F) -> Result<T, DhtError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, UmoError>>,
+    {
+        let give_up = std::time::Instant::now() + self.pool.config().grace * 4;
+        loop {
+            match attempt().await {
+                Ok(v) => return Ok(v),
+                Err(UmoError::OutOfMemory(_)) => {
+                    if !self.policy().evicts() || std::time::Instant::now() > give_up {
+                        tracing::warn!(stats = ?self.pool.stats(), used = self.used_memory(), "out of pool memory");
+                        return Err(DhtError::OutOfMemory);
+                    }
+                    for _ in 0..16 {
+                        if self.evict_one().await?.is_none() {
+                            break;
+                        }
+                    }
+                    // Free blocks scattered over every segment do not make one free.
+                    self.keep_spare_segment().await?;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Evicts every key of this agent's hash slots whose object starts inside
+    /// `[start, start + len)` (a segment or a region), policy or not; returns how many.
+    /// A full pool whose free memory is scattered over every segment frees a whole
+    /// segment this way (memcached's slab rebalancing does the same).
+    pub async fn evict_range(&self, start: GlobalAddr, len: u64) -> Result<usize, DhtError> {
+        let inside = |a: GlobalAddr| {
+            a.region() == start.region() && (start.offset()..start.offset() + len).contains(&a.offset())
+        };
+        let parts: Vec<u16> = self
+            .partitions
+            .read()
+            .iter()
+            .copied()
+            .filter(|s| self.owner.lease(*s).is_some())
+            .collect();
+        let mut evicted = 0;
+        for slot in parts {
+            let Some(dir) = self.load_dir(slot).await? else {
+                continue;
+            };
+            let mut subtables = dir.subtables.clone();
+            subtables.sort_unstable();
+            subtables.dedup();
+            for st in subtables {
+                for b in 0..self.buckets {
+                    let bucket = st.offset_by(b * layout::BUCKET);
+                    // Each clear changes the bucket header: read it again after one.
+                    for _ in 0..=SLOTS_PER_BUCKET {
+                        let mut bytes = [0u8; layout::BUCKET as usize];
+                        self.pool.read(bucket, &mut bytes).await?;
+                        let header = le64(&bytes, 0);
+                        if header & layout::MOVED != 0 {
+                            break; // split meanwhile: its entries live on elsewhere
+                        }
+                        let probe = Probe {
+                            buckets: [(bucket, bytes), (bucket, bytes)],
+                        };
+                        let Some((addr, word, meta)) = (0..SLOTS_PER_BUCKET)
+                            .map(|i| probe.slot(0, i))
+                            .find(|(_, w, _)| w.object().is_some_and(|o| inside(o.block.addr)))
+                        else {
+                            break;
+                        };
+                        let Some(obj) = word.object() else { break };
+                        let key = self.pool.read_any(obj).await?;
+                        let found = Found {
+                            bucket: 0,
+                            addr,
+                            word,
+                            meta,
+                            value: None,
+                        };
+                        if self
+                            .clear(slot, (bucket, header), &found, key.as_ref().map(|k| k.0), false)
+                            .await?
+                        {
+                            evicted += 1;
+                            self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                            if let Some((db, k, _)) = &key {
+                                self.removed(*db, k);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Keeps a spare segment while the pool cannot grow: if none is left, evicts the
+    /// keys of the sparsest segment so it empties (after the grace period) and can
+    /// serve any size class. Returns the keys evicted.
+    pub async fn keep_spare_segment(&self) -> Result<usize, DhtError> {
+        if !self.pool.at_limit() || !self.policy().evicts() || self.pool.spare_segments() > 0 {
+            return Ok(0);
+        }
+        // One segment at a time: the last one empties only after the grace period.
+        {
+            let mut last = self.spare_started.lock();
+            if last.is_some_and(|t| t.elapsed() < self.pool.config().grace * 2) {
+                return Ok(0);
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        match self.pool.sparsest_segment() {
+            Some((start, len)) => self.evict_range(start, len).await,
+            None => Ok(0),
+        }
+    }
+
+    /// Evicts (per the policy, at most `limit` keys) while the pool holds more than
+    /// `maxmemory`; returns how many keys went.
+    pub async fn shrink_to_maxmemory(&self, limit: usize) -> Result<usize, DhtError> {
+        let max = self.eviction_limit();
+        let mut evicted = 0;
+        while max > 0 && evicted < limit && self.used_memory() > max && self.policy().evicts() {
+            if self.evict_one().await?.is_none() {
+                break;
+            }
+            evicted += 1;
+        }
+        Ok(evicted)
+    }
+
     async fn make_room(&self, need: u64) -> Result<(), DhtError> {
-        let max = self.maxmemory();
+        let max = self.eviction_limit();
         if max == 0 {
             return Ok(());
         }
@@ -2271,6 +2430,15 @@ impl Dht {
                     }
                 }
                 dht.flush_hits().await;
+                dht.pool.sync_usage().await;
+                // Over maxmemory without writes (it was lowered): evict down to it.
+                if let Err(e) = dht.shrink_to_maxmemory(1024).await {
+                    tracing::warn!(error = %e, "evicting down to maxmemory failed");
+                }
+                // A pool that cannot grow keeps a segment free for any size class.
+                if let Err(e) = dht.keep_spare_segment().await {
+                    tracing::warn!(error = %e, "freeing a spare segment failed");
+                }
                 // Another agent's SWAPDB reaches this one within a tick (until the
                 // cluster manager pushes such changes).
                 if let Err(e) = dht.load_db_map().await {

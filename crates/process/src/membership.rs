@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dmc_proto::cluster::ClusterMap;
+use dmc_proto::cluster::{ClusterMap, RegionGrant};
 use dmc_proto::shards::AgentId;
 use serde_json::json;
 
@@ -28,10 +28,11 @@ pub enum Registration {
         capacity: u64,
     },
     /// An agent that registered with [`register_agent`]; `applied` is the map version
-    /// it follows.
+    /// it follows, `used` its instance's live pool bytes.
     Agent {
         id: AgentId,
         applied: Arc<AtomicU64>,
+        used: Arc<AtomicU64>,
     },
 }
 
@@ -131,6 +132,41 @@ pub fn fetch_map(url: &str, after: u64, wait: Duration) -> Result<ClusterMap, Ma
         })
 }
 
+/// Asks for a region for `instance` (`want`: a specific id). A refusal for want of
+/// room is [`ManagerCallError::Refused`] with status 507; an existing id, 409.
+pub fn grant_region(
+    url: &str,
+    instance: &str,
+    want: Option<u16>,
+) -> Result<RegionGrant, ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(30))
+        .post(format!("{b}/v1/instances/{instance}/regions"))
+        .send_json(json!({ "region": want }));
+    checked("the region request", &b, r)?
+        .body_mut()
+        .read_json()
+        .map_err(|e| ManagerCallError::BadReply {
+            what: "the region request",
+            message: e.to_string(),
+        })
+}
+
+/// Sets `instance`'s maxmemory and/or policy (what `CONFIG SET` on an agent of a
+/// cluster does).
+pub fn resize_instance(
+    url: &str,
+    instance: &str,
+    maxmemory: Option<u64>,
+    policy: Option<&str>,
+) -> Result<(), ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(10))
+        .put(format!("{b}/v1/instances/{instance}"))
+        .send_json(json!({ "maxmemory": maxmemory, "policy": policy }));
+    checked("the instance change", &b, r).map(|_| ())
+}
+
 /// Reports that agent `id` applied map `version` (a heartbeat that also acknowledges
 /// a map at once, without waiting for the next beat).
 pub fn report_applied(url: &str, id: AgentId, version: u64) -> Result<(), ManagerCallError> {
@@ -169,9 +205,12 @@ fn membership(url: String, who: Registration, every: Duration) {
                 Registration::Node { id, .. } => agent
                     .post(format!("{base}/v1/nodes/{id}/heartbeat"))
                     .send_empty(),
-                Registration::Agent { id, applied } => agent
+                Registration::Agent { id, applied, used } => agent
                     .post(format!("{base}/v1/agents/{id}/heartbeat"))
-                    .send_json(json!({ "applied": applied.load(Ordering::Acquire) })),
+                    .send_json(json!({
+                        "applied": applied.load(Ordering::Acquire),
+                        "used": used.load(Ordering::Relaxed),
+                    })),
             };
             match beat {
                 Ok(r) if r.status().is_success() => {}

@@ -37,6 +37,37 @@ pub struct AgentInfo {
     pub listen: String,
 }
 
+/// The cache instance agents serve: its memory limit and eviction policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    pub name: String,
+    /// Pool bytes the instance may hold (0: as much as the memory nodes have).
+    pub maxmemory: ByteSize,
+    /// Redis's `maxmemory-policy` name.
+    pub policy: String,
+}
+
+impl Default for InstanceSpec {
+    fn default() -> Self {
+        InstanceSpec {
+            name: DEFAULT_INSTANCE.into(),
+            maxmemory: ByteSize(0),
+            policy: "noeviction".into(),
+        }
+    }
+}
+
+/// The instance a cluster starts with.
+pub const DEFAULT_INSTANCE: &str = "default";
+
+/// A region the manager granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionGrant {
+    pub region: u16,
+    pub primary: u32,
+    pub backups: Vec<u32>,
+}
+
 /// The cluster as agents see it. `version` rises with every change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -44,6 +75,8 @@ pub struct ClusterMap {
     pub shards: ShardMap,
     pub agents: Vec<AgentInfo>,
     pub pool: PoolSpec,
+    #[serde(default)]
+    pub instance: InstanceSpec,
 }
 
 impl ClusterMap {
@@ -85,6 +118,7 @@ mod tests {
                 region_size: ByteSize(64 << 20),
                 segment_size: ByteSize(16 << 20),
             },
+            instance: InstanceSpec::default(),
         };
         for slot in [0, 5000, 9000, 16383] {
             let want = map.shards.owner(slot).unwrap();

@@ -9,6 +9,11 @@
 //! read in flight, so a reader that found a pointer just before the free still reads the
 //! old object (and a slower one fails its key/checksum check instead of reading another
 //! key's bytes).
+//!
+//! A segment whose blocks are all free again is taken back from its size class and
+//! reused for whichever class needs one next (it stays claimed by this client), so
+//! memory freed by values of one size serves values of another: a pool at its
+//! maxmemory does not run out of segments for a class while others sit empty.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -74,8 +79,18 @@ impl AllocStats {
     }
 }
 
+/// A segment this client carved, and how many of its blocks are out (allocated or in
+/// limbo).
+struct Carved {
+    class: u8,
+    out: u32,
+}
+
 pub struct Allocator {
     owner: u32,
+    carved: std::collections::HashMap<(RegionId, u64), Carved>,
+    /// Segments this client claimed that are empty again (no claim needed to reuse).
+    released: VecDeque<(RegionId, u64)>,
     segment_size: u64,
     max_class: u32,
     classes: Vec<ClassState>,
@@ -97,6 +112,8 @@ impl Allocator {
             .unwrap_or(classes::sizes()[0]);
         Allocator {
             owner,
+            carved: std::collections::HashMap::new(),
+            released: VecDeque::new(),
             segment_size,
             max_class,
             classes: (0..NUM_CLASSES).map(|_| ClassState::default()).collect(),
@@ -154,15 +171,26 @@ impl Allocator {
         }
         let mut claim = None;
         if state.bump.is_none_or(|(_, left)| left == 0) {
-            let (region, index) = self.free_segments.pop_front().ok_or(Need::Region)?;
+            // An emptied segment of our own first; else claim a new one.
+            let (region, index, fresh) = match self.released.pop_front() {
+                Some((r, i)) => (r, i, false),
+                None => {
+                    let (r, i) = self.free_segments.pop_front().ok_or(Need::Region)?;
+                    (r, i, true)
+                }
+            };
             let base = GlobalAddr::new(region, layout::segment_offset(index, self.segment_size));
+            let state = &mut self.classes[class as usize];
             state.bump = Some((base, self.segment_size / size));
             self.stats.segments += 1;
-            claim = Some(Claimed {
-                region,
-                entry_offset: layout::segment_entry_offset(index),
-                entry: layout::segment_entry(class, self.owner),
-            });
+            self.carved.insert((region, index), Carved { class, out: 0 });
+            if fresh {
+                claim = Some(Claimed {
+                    region,
+                    entry_offset: layout::segment_entry_offset(index),
+                    entry: layout::segment_entry(class, self.owner),
+                });
+            }
         }
         let state = &mut self.classes[class as usize];
         let (addr, left) = state.bump.expect("a segment was just claimed");
@@ -174,6 +202,7 @@ impl Allocator {
     /// client won: the segment is dropped, not reused.
     pub fn lost_claim(&mut self, block: Block) {
         self.classes[block.class as usize].bump = None;
+        self.carved.remove(&self.segment_of(block.addr));
         self.stats.segments -= 1;
         self.stats.allocated -= block.size() as u64;
         self.stats.live_blocks -= 1;
@@ -182,7 +211,63 @@ impl Allocator {
     fn count(&mut self, b: Block) -> Block {
         self.stats.allocated += b.size() as u64;
         self.stats.live_blocks += 1;
+        let seg = self.segment_of(b.addr);
+        if let Some(c) = self.carved.get_mut(&seg) {
+            c.out += 1;
+        }
         b
+    }
+
+    /// The segment (region, index) holding `addr`.
+    fn segment_of(&self, addr: GlobalAddr) -> (RegionId, u64) {
+        let index = addr.offset().saturating_sub(layout::REGION_HEADER) / self.segment_size;
+        (addr.region(), index)
+    }
+
+    /// Segments ready for any class without growing the pool.
+    pub fn spare_segments(&self) -> usize {
+        self.free_segments.len() + self.released.len()
+    }
+
+    /// The carved segment with the fewest blocks out (not one a class is still
+    /// carving): its start address and length. Evicting its keys frees a segment.
+    pub fn sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+        let bumping: Vec<(RegionId, u64)> = self
+            .classes
+            .iter()
+            .filter_map(|c| c.bump.filter(|(_, left)| *left > 0))
+            .map(|(a, _)| self.segment_of(a))
+            .collect();
+        self.carved
+            .iter()
+            .filter(|(seg, _)| !bumping.contains(seg))
+            .min_by_key(|(seg, c)| (c.out, **seg))
+            .map(|((region, index), _)| {
+                (
+                    GlobalAddr::new(*region, layout::segment_offset(*index, self.segment_size)),
+                    self.segment_size,
+                )
+            })
+    }
+
+    /// Takes an emptied segment back from its class: its free blocks leave the class's
+    /// free list (and the class stops bumping in it), and it waits in `released`.
+    fn release(&mut self, seg: (RegionId, u64), class: u8) {
+        self.carved.remove(&seg);
+        let segment_size = self.segment_size;
+        let of = move |a: GlobalAddr| {
+            (
+                a.region(),
+                a.offset().saturating_sub(layout::REGION_HEADER) / segment_size,
+            )
+        };
+        let state = &mut self.classes[class as usize];
+        state.free.retain(|a| of(*a) != seg);
+        if state.bump.is_some_and(|(a, _)| of(a) == seg) {
+            state.bump = None;
+        }
+        self.stats.segments = self.stats.segments.saturating_sub(1);
+        self.released.push_back(seg);
     }
 
     /// Frees a block; it is reused only after the grace period.
@@ -198,10 +283,27 @@ impl Allocator {
                 break;
             }
             self.limbo.pop_front();
-            self.stats.allocated -= b.size() as u64;
+            // A client also frees blocks another client allocated (the previous owner
+            // of a hash slot): its own counts are approximate and never go negative.
+            self.stats.allocated = self.stats.allocated.saturating_sub(b.size() as u64);
             self.stats.limbo_bytes -= b.size() as u64;
-            self.stats.live_blocks -= 1;
+            self.stats.live_blocks = self.stats.live_blocks.saturating_sub(1);
             self.classes[b.class as usize].free.push(b.addr);
+            let seg = self.segment_of(b.addr);
+            let bumping = self.classes[b.class as usize]
+                .bump
+                .is_some_and(|(a, left)| left > 0 && self.segment_of(a) == seg);
+            let empty = match self.carved.get_mut(&seg) {
+                Some(c) if c.class == b.class => {
+                    c.out = c.out.saturating_sub(1);
+                    // The segment a class is still carving stays with it.
+                    c.out == 0 && !bumping
+                }
+                _ => false, // another client's segment: its block is reused as is
+            };
+            if empty {
+                self.release(seg, b.class);
+            }
         }
     }
 }
@@ -213,6 +315,29 @@ mod tests {
     use std::collections::HashSet;
 
     const SEG: u64 = 1 << 20;
+
+    #[test]
+    fn emptied_segments_serve_other_classes() {
+        let t0 = Instant::now();
+        let grace = Duration::from_millis(10);
+        let mut a = Allocator::new(1, SEG, grace);
+        // One region of two segments, filled with 4 KiB blocks.
+        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
+        let mut big = Vec::new();
+        while let Ok((b, _)) = a.alloc(4000, false, t0) {
+            big.push(b);
+        }
+        assert!(big.len() >= 400, "{}", big.len());
+        assert_eq!(a.alloc(100, false, t0), Err(Need::Region), "no segment left");
+        for b in big {
+            a.free(b, t0);
+        }
+        // After the grace period the emptied segments go to the small class.
+        let later = t0 + grace * 2;
+        let (small, claim) = a.alloc(100, false, later).expect("a released segment");
+        assert!(claim.is_none(), "a released segment is still this client's");
+        assert_eq!(small.addr.region(), 1);
+    }
 
     fn alloc_with_region(
         a: &mut Allocator,

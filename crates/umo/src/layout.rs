@@ -12,7 +12,8 @@
 //! superblock:
 //!  0 magic "DMCPOOL1"   8 version:u32   12 replicas:u32   16 region_size:u64
 //! 24 segment_size:u64  32 created_unix_ms:u64  40 root:u64 (hash-table root, 0 = none)
-//! 48 reserved .. 64    64 region table: 16 B per region id 1.. =
+//! 48 used:u64 (bytes of live blocks, every client's fetch-and-adds)  56 reserved .. 64
+//! 64 region table: 16 B per region id 1.. =
 //!                         primary:u32 backup:u32 backup:u32 flags:u32 (bit 0 present,
 //!                         bits 8..15 backup count)
 //!
@@ -32,6 +33,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"DMCPOOL1");
 pub const SUPER_REGION: RegionId = 1;
 
 pub const SB_ROOT: u64 = 40;
+/// The pool-wide count of bytes in live blocks, kept by every client's fetch-and-adds.
+pub const SB_USED: u64 = 48;
 pub const SB_LEN: usize = 64;
 pub const REGION_TABLE: u64 = 64;
 pub const REGION_ENTRY: u64 = 16;

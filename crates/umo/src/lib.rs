@@ -23,4 +23,7 @@ pub mod pool;
 pub use addr::GlobalAddr;
 pub use alloc::Block;
 pub use error::UmoError;
-pub use pool::{ObjectRef, Pool, PoolConfig, PoolStats, ReadObject, Tx, TxOutcome, TxWrite};
+pub use layout::RegionRecord;
+pub use pool::{
+    ObjectRef, Pool, PoolConfig, PoolStats, ReadObject, RegionSource, Tx, TxOutcome, TxWrite,
+};

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use dmc_verbs::wire::{Request, Response, TxPrepare, TxVote, WordWrite};
 use dmc_verbs::{LocalTransport, NodeConfig, NodeCore, NodeId, RegionId, Storage, Transport, Verb};
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use parking_lot::{Mutex, RwLock};
 
 use crate::addr::GlobalAddr;
@@ -160,8 +160,31 @@ pub struct PoolStats {
     pub alloc: AllocStats,
 }
 
+/// Where new regions come from when a pool grows. Without one the pool creates them
+/// itself on the nodes with the most room; in a cluster the manager grants them, within
+/// the instance's `maxmemory` and with its copies on distinct memory nodes.
+pub trait RegionSource: Send + Sync {
+    /// Allocates region `want` (the superblock's region, when formatting) or the next
+    /// free region id, with its copies created; returns the id and where the copies are.
+    /// A region that exists already fails with [`dmc_verbs::VerbsError::RegionExists`];
+    /// a refusal (maxmemory, no room) with [`UmoError::OutOfMemory`].
+    fn grant(&self, want: Option<RegionId>) -> BoxFuture<'_, Result<(RegionId, RegionRecord), UmoError>>;
+}
+
+/// Live bytes this client changed since it last told the pool-wide counter; told at
+/// once when it passes this.
+const USAGE_FLUSH: i64 = 256 << 10;
+
 pub struct Pool {
     config: PoolConfig,
+    source: Option<Arc<dyn RegionSource>>,
+    /// Live-block bytes this client allocated minus those it freed, not yet added to
+    /// the superblock's pool-wide counter.
+    usage_delta: std::sync::atomic::AtomicI64,
+    /// The pool-wide counter as this client last read it.
+    usage_seen: AtomicU64,
+    /// The last attempt to grow was refused.
+    at_limit: std::sync::atomic::AtomicBool,
     nodes: Vec<Arc<dyn Transport>>,
     node_index: HashMap<NodeId, usize>,
     regions: RwLock<Vec<Option<RegionEntry>>>,
@@ -205,6 +228,15 @@ impl Pool {
         config: PoolConfig,
         nodes: Vec<Arc<dyn Transport>>,
     ) -> Result<Arc<Pool>, UmoError> {
+        Self::open_with(config, nodes, None).await
+    }
+
+    /// [`open`](Self::open), growing by regions `source` grants.
+    pub async fn open_with(
+        config: PoolConfig,
+        nodes: Vec<Arc<dyn Transport>>,
+        source: Option<Arc<dyn RegionSource>>,
+    ) -> Result<Arc<Pool>, UmoError> {
         if config.replicas == 0 || config.replicas > 1 + layout::MAX_BACKUPS {
             return Err(UmoError::Config(format!(
                 "replicas must be 1..={}, got {}",
@@ -240,6 +272,10 @@ impl Pool {
                 config.grace,
             )),
             config,
+            source,
+            usage_delta: std::sync::atomic::AtomicI64::new(0),
+            usage_seen: AtomicU64::new(0),
+            at_limit: std::sync::atomic::AtomicBool::new(false),
             nodes,
             node_index,
             regions: RwLock::new(vec![None; 1 << 16]),
@@ -316,6 +352,11 @@ impl Pool {
                 Allocator::new(self.config.client_id, sb.segment_size, self.config.grace);
         }
         self.created_ms = sb.created_ms;
+        let mut used = [0u8; 8];
+        node.read(SUPER_REGION, layout::SB_USED, &mut used)
+            .await
+            .map_err(UmoError::node(node.node()))?;
+        self.usage_seen = AtomicU64::new(u64::from_le_bytes(used));
         let table_len = (layout::MAX_REGIONS * layout::REGION_ENTRY) as usize;
         let mut table = vec![0u8; table_len];
         node.read(SUPER_REGION, layout::REGION_TABLE, &mut table)
@@ -401,7 +442,10 @@ impl Pool {
             created_ms: self.created_ms,
             root: 0,
         };
-        let rec = self.create_region_copies(SUPER_REGION).await?;
+        let rec = match &self.source {
+            Some(source) => source.grant(Some(SUPER_REGION)).await?.1,
+            None => self.create_region_copies(SUPER_REGION).await?,
+        };
         let entry = self.entry_for(SUPER_REGION, &rec)?;
         self.primaries[SUPER_REGION as usize].store(entry.primary as u32 + 1, Ordering::Release);
         self.regions.get_mut()[SUPER_REGION as usize] = Some(entry);
@@ -485,6 +529,17 @@ impl Pool {
         let _guard = self.grow_lock.lock().await;
         if self.alloc.lock().stats().free_segments > 0 {
             return Ok(()); // another task grew the pool while we waited
+        }
+        if let Some(source) = &self.source {
+            let (region, rec) = source.grant(None).await?;
+            let entry = self.entry_for(region, &rec)?;
+            self.record_region(region, &rec).await?;
+            self.set_entry(&mut self.regions.write(), region, entry);
+            self.alloc
+                .lock()
+                .add_region(region, self.config.region_size, |_| false);
+            tracing::info!(region, primary = rec.primary, backups = ?rec.backups, "pool grew by a granted region");
+            return Ok(());
         }
         let count = self.regions.read().iter().filter(|r| r.is_some()).count() as u32;
         if self.config.max_regions > 0 && count >= self.config.max_regions {
@@ -630,9 +685,20 @@ impl Pool {
                         self.alloc.lock().lost_claim(block);
                         continue;
                     }
+                    let d = self
+                        .usage_delta
+                        .fetch_add(block.size() as i64, Ordering::Relaxed);
+                    if d.abs() >= USAGE_FLUSH {
+                        self.sync_usage().await;
+                    }
                     return Ok(block);
                 }
-                Err(Need::Region) => self.grow().await?,
+                Err(Need::Region) => {
+                    let grown = self.grow().await;
+                    self.at_limit
+                        .store(matches!(grown, Err(UmoError::OutOfMemory(_))), Ordering::Relaxed);
+                    grown?
+                }
             }
         }
     }
@@ -664,9 +730,52 @@ impl Pool {
         }
     }
 
+    /// Segments this client can fill without a new region.
+    pub fn spare_segments(&self) -> usize {
+        self.alloc.lock().spare_segments()
+    }
+
+    /// The segment of this client with the fewest live blocks (start, length): where
+    /// evicting frees a whole segment soonest when the pool cannot grow.
+    pub fn sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+        self.alloc.lock().sparsest_segment()
+    }
+
+    /// Whether the last attempt to grow the pool was refused (maxmemory or full nodes).
+    pub fn at_limit(&self) -> bool {
+        self.at_limit.load(Ordering::Relaxed)
+    }
+
     /// Frees a block after the grace period.
     pub fn free(&self, block: Block) {
+        self.usage_delta
+            .fetch_sub(block.size() as i64, Ordering::Relaxed);
         self.alloc.lock().free(block, Instant::now());
+    }
+
+    /// Adds this client's pending live-byte changes to the pool-wide counter and reads
+    /// it back (the maintenance tick calls this; so does a large change).
+    pub async fn sync_usage(&self) {
+        let d = self.usage_delta.swap(0, Ordering::Relaxed);
+        match self
+            .faa(GlobalAddr::new(SUPER_REGION, layout::SB_USED), d as u64)
+            .await
+        {
+            Ok(old) => self
+                .usage_seen
+                .store(old.wrapping_add(d as u64), Ordering::Relaxed),
+            Err(e) => {
+                self.usage_delta.fetch_add(d, Ordering::Relaxed);
+                tracing::warn!(error = %e, "updating the pool's usage counter failed");
+            }
+        }
+    }
+
+    /// Bytes in live blocks of the whole pool (every client's), as of this client's
+    /// last [`sync_usage`](Self::sync_usage) plus its own changes since.
+    pub fn used_bytes(&self) -> u64 {
+        let seen = self.usage_seen.load(Ordering::Relaxed) as i64;
+        (seen + self.usage_delta.load(Ordering::Relaxed)).max(0) as u64
     }
 
     // ------------------------------------------------------------ verbs
