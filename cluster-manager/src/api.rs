@@ -16,6 +16,7 @@
 //! | `PUT /v1/instances/{name}` `{maxmemory?, policy?}` | resize it / change its policy |
 //! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
+//! | `POST /v1/regions/{id}/vacated` `{agent, version}` | an agent moved its data out of a draining region |
 //! | `GET /v1/map?after=V&wait_ms=T` | the cluster map, once its version passes `V` (long poll, at most `T` ms) |
 
 use std::sync::Arc;
@@ -33,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use dmc_proto::cluster::DEFAULT_INSTANCE;
 
 use crate::launcher::Launcher;
-use crate::state::Instance;
 use crate::manager::{Manager, ManagerError, Member};
 use crate::scale::{ScaleTimes, scale};
+use crate::state::Instance;
 
 /// What the handlers share.
 pub struct App {
@@ -63,6 +64,13 @@ pub struct Heartbeat {
 pub struct GrantRequest {
     /// A specific region id (the superblock's); the next free one if absent.
     pub region: Option<u16>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Vacated {
+    pub agent: u64,
+    /// The map version the agent followed while vacating.
+    pub version: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -266,6 +274,15 @@ pub fn router(app: Arc<App>) -> Router {
         .route(
             "/v1/regions",
             get(|State(app): Shared| async move { Json(app.manager.regions()) }),
+        )
+        .route(
+            "/v1/regions/{id}/vacated",
+            post(
+                |State(app): Shared, Path(id): Path<u16>, Json(v): Json<Vacated>| async move {
+                    app.manager.vacated(id, v.agent, v.version)?;
+                    Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+                },
+            ),
         )
         .route(
             "/v1/map",

@@ -331,6 +331,29 @@ fn serve(config: ServeConfig) -> Result<()> {
             },
             scaling: tokio::sync::Mutex::new(()),
         });
+        // Returns draining regions once every agent vacated them (after a grace
+        // period for reads still in flight).
+        {
+            let manager = app.manager.clone();
+            tokio::spawn(async move {
+                let mut ready_since: std::collections::HashMap<u16, std::time::Instant> =
+                    std::collections::HashMap::new();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let done = manager.vacated_regions();
+                    ready_since.retain(|r, _| done.contains(r));
+                    for r in done {
+                        let since = *ready_since.entry(r).or_insert_with(std::time::Instant::now);
+                        if since.elapsed() < Duration::from_secs(1) {
+                            continue;
+                        }
+                        if let Err(e) = manager.return_region(r).await {
+                            tracing::warn!(region = r, error = %e, "returning a region failed; retrying");
+                        }
+                    }
+                }
+            });
+        }
         tracing::info!(%addr, state = %state.display(), "cluster manager serving");
         {
             let mut out = std::io::stdout().lock();
@@ -485,10 +508,11 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
         Cmd::Instances {
             cmd: InstancesCmd::List,
         } => {
-            let list: Vec<InstanceStatus> = ok(agent.get(url("/v1/instances")).call().map_err(fail)?)?
-                .body_mut()
-                .read_json()
-                .context("reading the manager's reply")?;
+            let list: Vec<InstanceStatus> =
+                ok(agent.get(url("/v1/instances")).call().map_err(fail)?)?
+                    .body_mut()
+                    .read_json()
+                    .context("reading the manager's reply")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
@@ -530,10 +554,11 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
         Cmd::Regions {
             cmd: RegionsCmd::List,
         } => {
-            let list: Vec<RegionRecord> = ok(agent.get(url("/v1/regions")).call().map_err(fail)?)?
-                .body_mut()
-                .read_json()
-                .context("reading the manager's reply")?;
+            let list: Vec<RegionRecord> =
+                ok(agent.get(url("/v1/regions")).call().map_err(fail)?)?
+                    .body_mut()
+                    .read_json()
+                    .context("reading the manager's reply")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(());

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use dmc_proto::ByteSize;
 use dmc_proto::cluster::DEFAULT_INSTANCE;
-use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionGrant};
+use dmc_proto::cluster::{
+    AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionGrant,
+};
 use dmc_proto::shards::AgentId;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -144,6 +146,10 @@ pub struct Manager {
     node_rpc: tokio::sync::Mutex<HashMap<u32, std::sync::Arc<dyn dmc_verbs::Transport>>>,
     /// One region grant at a time (ids and placement are decided under it).
     granting: tokio::sync::Mutex<()>,
+    /// Per draining region: the agents that vacated it, with the map version then.
+    vacated: Mutex<HashMap<u16, HashMap<AgentId, u64>>>,
+    /// The map version of the last change of slot owners.
+    shards_changed: Mutex<u64>,
 }
 
 impl Manager {
@@ -171,7 +177,7 @@ impl Manager {
         for id in state.agents.keys() {
             seen.insert(Member::Agent(*id), now);
         }
-        Ok(Manager {
+        let manager = Manager {
             version: tokio::sync::watch::Sender::new(state.map_version),
             state: Mutex::new(state),
             file,
@@ -182,7 +188,16 @@ impl Manager {
             used: Mutex::new(HashMap::new()),
             node_rpc: tokio::sync::Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
-        })
+            vacated: Mutex::new(HashMap::new()),
+            shards_changed: Mutex::new(0),
+        };
+        // Vacate reports are not persisted: after a restart, a new map version makes
+        // the agents vacate (and report) draining regions again.
+        if manager.state.lock().regions.values().any(|r| r.draining) {
+            manager.update(|_| Ok(()))?;
+            *manager.shards_changed.lock() = manager.map_version();
+        }
+        Ok(manager)
     }
 
     /// Applies `change` to a copy of the state and persists it; the new state becomes
@@ -197,6 +212,9 @@ impl Manager {
         next.map_version = current.map_version + 1;
         self.file.save(&next)?;
         let version = next.map_version;
+        if next.shards != current.shards {
+            *self.shards_changed.lock() = version;
+        }
         *current = next;
         drop(current);
         self.version.send_replace(version);
@@ -224,6 +242,12 @@ impl Manager {
                 region_size: self.pool.region_size,
                 segment_size: self.pool.segment_size,
             },
+            draining: s
+                .regions
+                .values()
+                .filter(|r| r.draining)
+                .map(|r| r.id)
+                .collect(),
             instance: s
                 .instances
                 .get(DEFAULT_INSTANCE)
@@ -413,6 +437,7 @@ impl Manager {
         maxmemory: Option<ByteSize>,
         policy: Option<String>,
     ) -> Result<Instance, ManagerError> {
+        let size = self.pool.region_size.0;
         self.update(|s| {
             let inst = s
                 .instances
@@ -424,8 +449,120 @@ impl Manager {
             if let Some(p) = policy {
                 inst.policy = p;
             }
-            Ok(inst.clone())
+            let inst = inst.clone();
+            // Regions past the new maxmemory are vacated by the agents, then returned.
+            if inst.maxmemory.0 > 0 {
+                let allowed = (inst.maxmemory.0 / size).max(1) as usize;
+                let mut active: Vec<u16> = s
+                    .regions
+                    .values()
+                    .filter(|r| r.instance == name && !r.draining)
+                    .map(|r| r.id)
+                    .collect();
+                active.sort_unstable();
+                while active.len() > allowed {
+                    // Never region 1: it holds the pool's superblock and table root.
+                    let Some(pos) = active.iter().rposition(|id| *id != 1) else {
+                        break;
+                    };
+                    let id = active.remove(pos);
+                    if let Some(r) = s.regions.get_mut(&id) {
+                        r.draining = true;
+                        tracing::info!(
+                            region = id,
+                            instance = name,
+                            "draining a region to return it"
+                        );
+                    }
+                }
+            }
+            Ok(inst)
         })
+    }
+
+    /// Records that agent `agent` vacated `region` (moved its part of the table out
+    /// and evicted its keys there) while following map `version`.
+    pub fn vacated(&self, region: u16, agent: AgentId, version: u64) -> Result<(), ManagerError> {
+        if !self
+            .state
+            .lock()
+            .regions
+            .get(&region)
+            .is_some_and(|r| r.draining)
+        {
+            return Err(ManagerError::NotFound(format!("draining region {region}")));
+        }
+        self.vacated
+            .lock()
+            .entry(region)
+            .or_default()
+            .insert(agent, version);
+        Ok(())
+    }
+
+    /// Draining regions every live agent has vacated under the current shard map
+    /// (a rescale after a report means the new owners must vacate their slots too).
+    pub fn vacated_regions(&self) -> Vec<u16> {
+        let s = self.snapshot();
+        let since = *self.shards_changed.lock();
+        let reports = self.vacated.lock();
+        s.regions
+            .values()
+            .filter(|r| r.draining)
+            .filter(|r| {
+                let got = reports.get(&r.id);
+                s.agents
+                    .keys()
+                    .filter(|a| self.alive(Member::Agent(**a)))
+                    .all(|a| got.and_then(|g| g.get(a)).is_some_and(|v| *v >= since))
+            })
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Returns a vacated region to the memory nodes: drops its copies, clears its
+    /// record in the pool's superblock (so no agent learns it again), and forgets it.
+    pub async fn return_region(&self, id: u16) -> Result<(), ManagerError> {
+        let s = self.snapshot();
+        let rec = s
+            .regions
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| ManagerError::NotFound(format!("region {id}")))?;
+        if let Some(sb) = s.regions.get(&1) {
+            let zero = [0u8; dmc_umo::layout::REGION_ENTRY as usize];
+            for n in sb.copies() {
+                let t = self.node_rpc(&s, n).await?;
+                let mut verbs = [dmc_verbs::Verb::Write {
+                    region: 1,
+                    offset: dmc_umo::RegionRecord::offset(id),
+                    data: &zero,
+                }];
+                t.post(&mut verbs).await.map_err(|e| ManagerError::Node {
+                    node: n,
+                    message: e.to_string(),
+                })?;
+            }
+        }
+        for n in rec.copies() {
+            let t = self.node_rpc(&s, n).await?;
+            match t.drop_region(id).await {
+                Ok(()) | Err(dmc_verbs::VerbsError::NoSuchRegion(_)) => {}
+                Err(e) => {
+                    return Err(ManagerError::Node {
+                        node: n,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        self.update(|st| {
+            st.regions.remove(&id);
+            Ok(())
+        })?;
+        self.vacated.lock().remove(&id);
+        tracing::info!(region = id, instance = %rec.instance, "returned a region to the memory nodes");
+        Ok(())
     }
 
     pub fn instances(&self) -> Vec<InstanceStatus> {

@@ -295,10 +295,11 @@ impl dmc_umo::RegionSource for ManagerRegions {
         use dmc_umo::UmoError;
         let (url, instance) = (self.url.clone(), self.instance.clone());
         Box::pin(async move {
-            let got =
-                tokio::task::spawn_blocking(move || membership::grant_region(&url, &instance, want))
-                    .await
-                    .map_err(|e| UmoError::Config(e.to_string()))?;
+            let got = tokio::task::spawn_blocking(move || {
+                membership::grant_region(&url, &instance, want)
+            })
+            .await
+            .map_err(|e| UmoError::Config(e.to_string()))?;
             match got {
                 Ok(g) => Ok((
                     g.region,
@@ -463,6 +464,7 @@ fn watch_map(
                     }
                     let v = router.apply(me, map).await;
                     applied.store(v, Ordering::Release);
+                    router.drain(me);
                     let u = url.clone();
                     let _ =
                         tokio::task::spawn_blocking(move || membership::report_applied(&u, me, v))
@@ -565,6 +567,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
             router.apply(id, map).await,
         ));
+        router.drain(id);
         // Acknowledge the first map now: `agents scale` waits for it.
         let (u, v) = (url.clone(), applied.load(Ordering::Acquire));
         let _ = tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v)).await;

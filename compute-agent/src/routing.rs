@@ -105,6 +105,11 @@ pub struct Router {
     password: Option<Bytes>,
     /// The cluster manager's URL (cluster members only).
     manager: Option<String>,
+    /// Draining regions of the last map applied (a region that leaves the list was
+    /// returned to the memory nodes, and is forgotten).
+    draining: Mutex<Vec<u16>>,
+    /// One vacating pass at a time.
+    vacating: tokio::sync::Mutex<()>,
 }
 
 impl Router {
@@ -116,6 +121,8 @@ impl Router {
     ) -> Router {
         Router {
             manager,
+            draining: Mutex::new(Vec::new()),
+            vacating: tokio::sync::Mutex::new(()),
             engine,
             mode,
             me: AtomicU64::new(0),
@@ -193,7 +200,9 @@ impl Router {
         dht.set_eviction_limit(eviction_limit(&map));
         match dmc_dht::RedisPolicy::parse(&map.instance.policy) {
             Some(p) => dht.set_policy(p),
-            None => tracing::warn!(policy = %map.instance.policy, "unknown maxmemory-policy in the cluster map"),
+            None => {
+                tracing::warn!(policy = %map.instance.policy, "unknown maxmemory-policy in the cluster map")
+            }
         }
         {
             let listening: Vec<&str> = map.agents.iter().map(|a| a.listen.as_str()).collect();
@@ -216,6 +225,55 @@ impl Router {
             "applied cluster map"
         );
         version
+    }
+
+    /// Acts on the map's draining regions: forgets those returned since the last map,
+    /// and (in the background) vacates the rest for this agent's slots and reports each
+    /// to the manager. Runs after every map applied, since a rescale hands slots to
+    /// agents that must vacate them too.
+    pub fn drain(self: &Arc<Self>, me: AgentId) {
+        let Some(map) = self.map() else { return };
+        let pool = self.engine.dht.pool().clone();
+        {
+            let mut seen = self.draining.lock();
+            for r in seen.iter().filter(|r| !map.draining.contains(r)) {
+                pool.forget_region(*r);
+            }
+            seen.clone_from(&map.draining);
+        }
+        if map.draining.is_empty() {
+            return;
+        }
+        let (this, url) = match &self.manager {
+            Some(u) => (self.clone(), u.clone()),
+            None => return,
+        };
+        tokio::spawn(async move {
+            let _one = this.vacating.lock().await;
+            for &region in &map.draining {
+                match this.engine.dht.vacate_region(region).await {
+                    Ok((moved, evicted)) => {
+                        tracing::info!(
+                            region,
+                            moved,
+                            evicted,
+                            version = map.version,
+                            "vacated a draining region"
+                        );
+                        let u = url.clone();
+                        let v = map.version;
+                        let sent = tokio::task::spawn_blocking(move || {
+                            dmc_process::membership::report_vacated(&u, region, me, v)
+                        })
+                        .await;
+                        if let Ok(Err(e)) = sent {
+                            tracing::warn!(region, error = %e, "reporting a vacated region failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(region, error = %e, "vacating a region failed"),
+                }
+            }
+        });
     }
 
     fn version(&self) -> u64 {
@@ -379,7 +437,7 @@ impl Router {
     async fn config_set(&self, session: &mut Session, args: &[Bytes]) -> Option<(Reply, Flow)> {
         let url = self.manager.clone()?;
         if args.len() < 4
-            || args.len() % 2 != 0
+            || !args.len().is_multiple_of(2)
             || !args[0].eq_ignore_ascii_case(b"config")
             || !args[1].eq_ignore_ascii_case(b"set")
         {
@@ -883,6 +941,7 @@ mod tests {
                 segment_size: dmc_proto::ByteSize(16 << 20),
             },
             instance: Default::default(),
+            draining: vec![],
         };
         let r = owner_ranges(&map);
         assert_eq!(r.first().map(|x| x.0), Some(0));

@@ -1883,6 +1883,21 @@ impl Dht {
             return Ok(());
         };
         let old = dir.subtable(loc.hash);
+        self.rebuild(loc.slot, &dir, old, 1, lease).await
+    }
+
+    /// Rewrites subtable `old` of `slot` as `2^k` new subtables, `k` from `min_k` up
+    /// (a split; with `min_k = 0`, a move to a new block), and commits the directory
+    /// change with every entry and bucket header of `old` validated, so a concurrent
+    /// write makes it fail rather than lose a key. The caller holds the slot's lock.
+    async fn rebuild(
+        &self,
+        slot: u16,
+        dir: &Dir,
+        old: GlobalAddr,
+        min_k: u32,
+        lease: Lease,
+    ) -> Result<(), DhtError> {
         let st_len = (self.buckets * layout::BUCKET) as usize;
         let mut bytes = vec![0u8; st_len];
         self.pool.read(old, &mut bytes).await?;
@@ -1892,7 +1907,7 @@ impl Dht {
         if h0 & layout::MOVED != 0 {
             return Ok(()); // split by someone else meanwhile; the caller retries
         }
-        if depth >= layout::MAX_DEPTH.min(32) {
+        if min_k > 0 && depth >= layout::MAX_DEPTH.min(32) {
             return Err(DhtError::OutOfMemory);
         }
         // Every entry's full hash decides its side; the slot keeps only a fingerprint,
@@ -1933,17 +1948,17 @@ impl Dht {
         // Split in two; in the rare case a half cannot hold its entries (two-choice
         // placement failed), split into four or eight instead.
         let mut placed = None;
-        for k in 1..=3u32 {
+        for k in min_k..=3u32 {
             if depth + k > layout::MAX_DEPTH {
                 break;
             }
-            if let Some(children) = self.place(&entries, depth, suffix, k, loc.slot) {
+            if let Some(children) = self.place(&entries, depth, suffix, k, slot) {
                 placed = Some((k, children));
                 break;
             }
         }
         let Some((k, children)) = placed else {
-            return Err(DhtError::Contention(loc.slot));
+            return Err(DhtError::Contention(slot));
         };
         let mut blocks = Vec::with_capacity(children.len());
         for _ in 0..children.len() {
@@ -1990,7 +2005,7 @@ impl Dht {
                 .await?;
             self.pool.write_all(&[(block.addr, &bytes)]).await?;
             writes.push(TxWrite {
-                addr: self.slot_entry(loc.slot),
+                addr: self.slot_entry(slot),
                 expect: Some(layout::dir_ref(dir.block)),
                 new: layout::dir_ref(block),
             });
@@ -2003,7 +2018,9 @@ impl Dht {
         };
         let outcome = self.commit(tx).await;
         if outcome == TxOutcome::Committed {
-            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            if k > 0 {
+                self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            }
             self.pool.free(Block {
                 addr: old,
                 class: blocks[0].class,
@@ -2011,7 +2028,7 @@ impl Dht {
             if new_dir.is_some() {
                 self.pool.free(dir.block);
             }
-            self.load_dir(loc.slot).await?;
+            self.load_dir(slot).await?;
             return Ok(());
         }
         // An in-doubt commit may have made the new blocks reachable: leak them then.
@@ -2021,9 +2038,9 @@ impl Dht {
                 self.pool.free(b);
             }
         }
-        self.load_dir(loc.slot).await?;
+        self.load_dir(slot).await?;
         match outcome {
-            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(loc.slot)),
+            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(slot)),
             TxOutcome::Failed(e) => Err(e.into()),
             _ => Ok(()), // a concurrent write changed the subtable: the caller retries
         }
@@ -2033,8 +2050,14 @@ impl Dht {
 
     /// Evicts until used memory plus `need` fits `maxmemory`.
     /// Writes an object, making room if the pool is full (see [`room_for`](Self::room_for)).
-    async fn write_with_room(&self, db: u8, key: &[u8], value: &[u8]) -> Result<ObjectRef, DhtError> {
-        self.room_for(|| self.pool.write_object(db, key, value)).await
+    async fn write_with_room(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<ObjectRef, DhtError> {
+        self.room_for(|| self.pool.write_object(db, key, value))
+            .await
     }
 
     /// Runs a pool allocation; if the pool is full (no region left within maxmemory),
@@ -2073,8 +2096,23 @@ impl Dht {
     /// A full pool whose free memory is scattered over every segment frees a whole
     /// segment this way (memcached's slab rebalancing does the same).
     pub async fn evict_range(&self, start: GlobalAddr, len: u64) -> Result<usize, DhtError> {
+        Ok(self.clear_range(start, len, false).await?.1)
+    }
+
+    /// Moves (or with `relocate == false`, evicts) the objects of this agent's keys
+    /// that start inside `[start, start + len)`. A move writes the object anew (outside
+    /// any retired region) and swaps the slot word if it still points at the old one;
+    /// a key that cannot be moved for want of room is evicted. Returns (moved, evicted).
+    async fn clear_range(
+        &self,
+        start: GlobalAddr,
+        len: u64,
+        relocate: bool,
+    ) -> Result<(usize, usize), DhtError> {
+        let mut moved = 0;
         let inside = |a: GlobalAddr| {
-            a.region() == start.region() && (start.offset()..start.offset() + len).contains(&a.offset())
+            a.region() == start.region()
+                && (start.offset()..start.offset() + len).contains(&a.offset())
         };
         let parts: Vec<u16> = self
             .partitions
@@ -2099,7 +2137,7 @@ impl Dht {
                         let mut bytes = [0u8; layout::BUCKET as usize];
                         self.pool.read(bucket, &mut bytes).await?;
                         let header = le64(&bytes, 0);
-                        if header & layout::MOVED != 0 {
+                        if header & layout::MOVED != 0 || layout::header_slot(header) != slot {
                             break; // split meanwhile: its entries live on elsewhere
                         }
                         let probe = Probe {
@@ -2113,6 +2151,40 @@ impl Dht {
                         };
                         let Some(obj) = word.object() else { break };
                         let key = self.pool.read_any(obj).await?;
+                        if relocate
+                            && let Some((db, k, v)) = &key
+                            && let Ok(fresh) = self.pool.write_object(*db, k, v).await
+                        {
+                            let tx = Tx {
+                                shard: self.lease(slot)?.shard,
+                                epoch: self.lease(slot)?.epoch,
+                                writes: vec![
+                                    TxWrite {
+                                        addr: bucket,
+                                        expect: Some(header),
+                                        new: header,
+                                    },
+                                    TxWrite {
+                                        addr,
+                                        expect: Some(word.0),
+                                        new: SlotWord::new(word.fp(), fresh).0,
+                                    },
+                                ],
+                            };
+                            match self.commit(tx).await {
+                                TxOutcome::Committed => {
+                                    moved += 1;
+                                    self.pool.free_object(obj).await;
+                                }
+                                TxOutcome::StaleEpoch { .. } => {
+                                    return Err(DhtError::NotOwner(slot));
+                                }
+                                // Changed meanwhile (the next read sees it) or in doubt.
+                                TxOutcome::Failed(_) => {}
+                                _ => self.pool.free_object(fresh).await,
+                            }
+                            continue;
+                        }
                         let found = Found {
                             bucket: 0,
                             addr,
@@ -2121,7 +2193,13 @@ impl Dht {
                             value: None,
                         };
                         if self
-                            .clear(slot, (bucket, header), &found, key.as_ref().map(|k| k.0), false)
+                            .clear(
+                                slot,
+                                (bucket, header),
+                                &found,
+                                key.as_ref().map(|k| k.0),
+                                false,
+                            )
                             .await?
                         {
                             evicted += 1;
@@ -2134,12 +2212,91 @@ impl Dht {
                 }
             }
         }
-        Ok(evicted)
+        Ok((moved, evicted))
     }
 
-    /// Keeps a spare segment while the pool cannot grow: if none is left, evicts the
-    /// keys of the sparsest segment so it empties (after the grace period) and can
-    /// serve any size class. Returns the keys evicted.
+    /// Moves this agent's part of the table out of `region` so the pool can return it.
+    /// The pool stops allocating there; the agent evicts per its policy down to
+    /// maxmemory; then directories and subtables of its hash slots are rewritten
+    /// elsewhere (readers holding the old ones see them marked moved) and the objects
+    /// still there are moved (evicted only if no room is left). Returns (moved,
+    /// evicted) keys.
+    pub async fn vacate_region(
+        &self,
+        region: dmc_verbs::RegionId,
+    ) -> Result<(usize, usize), DhtError> {
+        self.pool.retire_region(region);
+        // Shrinking evicts per the policy first; what is left in the region moves.
+        self.shrink_to_maxmemory(usize::MAX).await?;
+        let parts: Vec<u16> = self
+            .partitions
+            .read()
+            .iter()
+            .copied()
+            .filter(|s| self.owner.lease(*s).is_some())
+            .collect();
+        for slot in parts {
+            let lease = self.lease(slot)?;
+            let _guard = self.locks[slot as usize].lock().await;
+            // A subtable's move can fail on a concurrent write: try again.
+            for _ in 0..MAX_RETRIES {
+                let Some(dir) = self.load_dir(slot).await? else {
+                    break;
+                };
+                if let Some(old) = dir.subtables.iter().find(|st| st.region() == region) {
+                    self.rebuild(slot, &dir, *old, 0, lease).await?;
+                    continue;
+                }
+                if dir.block.addr.region() == region {
+                    self.move_dir(slot, &dir, lease).await?;
+                    continue;
+                }
+                break;
+            }
+        }
+        let size = self.pool.config().region_size;
+        self.clear_range(GlobalAddr::new(region, 0), size, true)
+            .await
+    }
+
+    /// Rewrites `slot`'s directory into a new block (its old one is in a region being
+    /// returned). The caller holds the slot's lock.
+    async fn move_dir(&self, slot: u16, dir: &Dir, lease: Lease) -> Result<(), DhtError> {
+        let mut bytes = vec![0u8; dir.block.size() as usize];
+        self.pool.read(dir.block.addr, &mut bytes).await?;
+        let block = self
+            .room_for(|| self.pool.alloc(bytes.len() as u64, true))
+            .await?;
+        self.pool.write_all(&[(block.addr, &bytes)]).await?;
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes: vec![TxWrite {
+                addr: self.slot_entry(slot),
+                expect: Some(layout::dir_ref(dir.block)),
+                new: layout::dir_ref(block),
+            }],
+        };
+        match self.commit(tx).await {
+            TxOutcome::Committed => {
+                self.pool.free(dir.block);
+                self.load_dir(slot).await?;
+                Ok(())
+            }
+            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(slot)),
+            TxOutcome::Failed(e) => Err(e.into()),
+            _ => {
+                self.pool.free(block);
+                self.load_dir(slot).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Frees a segment for an allocation the full pool cannot serve: if no spare one is
+    /// left, evicts the keys of the sparsest segment so it empties (after the grace
+    /// period) and can serve any size class. At most one segment per two grace
+    /// periods. Returns the keys evicted.
     pub async fn keep_spare_segment(&self) -> Result<usize, DhtError> {
         if !self.pool.at_limit() || !self.policy().evicts() || self.pool.spare_segments() > 0 {
             return Ok(0);
@@ -2202,7 +2359,12 @@ impl Dht {
         let mut bytes = [0u8; layout::BUCKET as usize];
         self.pool.read(bucket, &mut bytes).await?;
         let header = le64(&bytes, 0);
-        if header & layout::MOVED != 0 {
+        // A cached directory may name a subtable that was split and its memory reused
+        // (by any size class): only a live bucket of this slot is sampled.
+        if header & layout::MOVED != 0
+            || layout::header_slot(header) != slot
+            || layout::header_depth(header) > 32
+        {
             self.load_dir(slot).await?;
             return Ok(Vec::new());
         }
@@ -2434,10 +2596,6 @@ impl Dht {
                 // Over maxmemory without writes (it was lowered): evict down to it.
                 if let Err(e) = dht.shrink_to_maxmemory(1024).await {
                     tracing::warn!(error = %e, "evicting down to maxmemory failed");
-                }
-                // A pool that cannot grow keeps a segment free for any size class.
-                if let Err(e) = dht.keep_spare_segment().await {
-                    tracing::warn!(error = %e, "freeing a spare segment failed");
                 }
                 // Another agent's SWAPDB reaches this one within a tick (until the
                 // cluster manager pushes such changes).

@@ -152,6 +152,20 @@ pub fn grant_region(
         })
 }
 
+/// Reports that agent `id` vacated draining region `region` under map `version`.
+pub fn report_vacated(
+    url: &str,
+    region: u16,
+    id: AgentId,
+    version: u64,
+) -> Result<(), ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(5))
+        .post(format!("{b}/v1/regions/{region}/vacated"))
+        .send_json(json!({ "agent": id, "version": version }));
+    checked("the vacate report", &b, r).map(|_| ())
+}
+
 /// Sets `instance`'s maxmemory and/or policy (what `CONFIG SET` on an agent of a
 /// cluster does).
 pub fn resize_instance(

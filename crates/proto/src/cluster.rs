@@ -77,6 +77,10 @@ pub struct ClusterMap {
     pub pool: PoolSpec,
     #[serde(default)]
     pub instance: InstanceSpec,
+    /// Regions being returned: agents stop allocating in them, move their part of the
+    /// table out, evict their keys there, and report.
+    #[serde(default)]
+    pub draining: Vec<u16>,
 }
 
 impl ClusterMap {
@@ -119,6 +123,7 @@ mod tests {
                 segment_size: ByteSize(16 << 20),
             },
             instance: InstanceSpec::default(),
+            draining: vec![],
         };
         for slot in [0, 5000, 9000, 16383] {
             let want = map.shards.owner(slot).unwrap();

@@ -91,6 +91,8 @@ pub struct Allocator {
     carved: std::collections::HashMap<(RegionId, u64), Carved>,
     /// Segments this client claimed that are empty again (no claim needed to reuse).
     released: VecDeque<(RegionId, u64)>,
+    /// Regions being returned to the pool: nothing is allocated in them any more.
+    retired: std::collections::HashSet<RegionId>,
     segment_size: u64,
     max_class: u32,
     classes: Vec<ClassState>,
@@ -114,6 +116,7 @@ impl Allocator {
             owner,
             carved: std::collections::HashMap::new(),
             released: VecDeque::new(),
+            retired: std::collections::HashSet::new(),
             segment_size,
             max_class,
             classes: (0..NUM_CLASSES).map(|_| ClassState::default()).collect(),
@@ -143,6 +146,9 @@ impl Allocator {
         region_size: u64,
         claimed: impl Fn(u64) -> bool,
     ) {
+        if self.retired.contains(&region) {
+            return;
+        }
         for i in 0..layout::segments_per_region(region_size, self.segment_size) {
             if !claimed(i) {
                 self.free_segments.push_back((region, i));
@@ -183,7 +189,8 @@ impl Allocator {
             let state = &mut self.classes[class as usize];
             state.bump = Some((base, self.segment_size / size));
             self.stats.segments += 1;
-            self.carved.insert((region, index), Carved { class, out: 0 });
+            self.carved
+                .insert((region, index), Carved { class, out: 0 });
             if fresh {
                 claim = Some(Claimed {
                     region,
@@ -222,6 +229,29 @@ impl Allocator {
     fn segment_of(&self, addr: GlobalAddr) -> (RegionId, u64) {
         let index = addr.offset().saturating_sub(layout::REGION_HEADER) / self.segment_size;
         (addr.region(), index)
+    }
+
+    /// Stops allocating in `region` (it is being returned): its unused segments, free
+    /// blocks and half-carved segments are dropped, and blocks freed there later are not
+    /// reused.
+    pub fn retire_region(&mut self, region: RegionId) {
+        if !self.retired.insert(region) {
+            return;
+        }
+        self.free_segments.retain(|(r, _)| *r != region);
+        self.released.retain(|(r, _)| *r != region);
+        for c in &mut self.classes {
+            c.free.retain(|a| a.region() != region);
+            if c.bump.is_some_and(|(a, _)| a.region() == region) {
+                c.bump = None;
+            }
+        }
+        let before = self.carved.len();
+        self.carved.retain(|(r, _), _| *r != region);
+        self.stats.segments = self
+            .stats
+            .segments
+            .saturating_sub((before - self.carved.len()) as u64);
     }
 
     /// Segments ready for any class without growing the pool.
@@ -288,6 +318,9 @@ impl Allocator {
             self.stats.allocated = self.stats.allocated.saturating_sub(b.size() as u64);
             self.stats.limbo_bytes -= b.size() as u64;
             self.stats.live_blocks = self.stats.live_blocks.saturating_sub(1);
+            if self.retired.contains(&b.addr.region()) {
+                continue;
+            }
             self.classes[b.class as usize].free.push(b.addr);
             let seg = self.segment_of(b.addr);
             let bumping = self.classes[b.class as usize]
@@ -328,7 +361,11 @@ mod tests {
             big.push(b);
         }
         assert!(big.len() >= 400, "{}", big.len());
-        assert_eq!(a.alloc(100, false, t0), Err(Need::Region), "no segment left");
+        assert_eq!(
+            a.alloc(100, false, t0),
+            Err(Need::Region),
+            "no segment left"
+        );
         for b in big {
             a.free(b, t0);
         }

@@ -168,7 +168,10 @@ pub trait RegionSource: Send + Sync {
     /// free region id, with its copies created; returns the id and where the copies are.
     /// A region that exists already fails with [`dmc_verbs::VerbsError::RegionExists`];
     /// a refusal (maxmemory, no room) with [`UmoError::OutOfMemory`].
-    fn grant(&self, want: Option<RegionId>) -> BoxFuture<'_, Result<(RegionId, RegionRecord), UmoError>>;
+    fn grant(
+        &self,
+        want: Option<RegionId>,
+    ) -> BoxFuture<'_, Result<(RegionId, RegionRecord), UmoError>>;
 }
 
 /// Live bytes this client changed since it last told the pool-wide counter; told at
@@ -695,8 +698,10 @@ impl Pool {
                 }
                 Err(Need::Region) => {
                     let grown = self.grow().await;
-                    self.at_limit
-                        .store(matches!(grown, Err(UmoError::OutOfMemory(_))), Ordering::Relaxed);
+                    self.at_limit.store(
+                        matches!(grown, Err(UmoError::OutOfMemory(_))),
+                        Ordering::Relaxed,
+                    );
                     grown?
                 }
             }
@@ -728,6 +733,18 @@ impl Pool {
                 TxOutcome::Failed(e) => return Err(e),
             }
         }
+    }
+
+    /// Stops allocating in `region`: it is being returned to the memory nodes.
+    pub fn retire_region(&self, region: RegionId) {
+        self.alloc.lock().retire_region(region);
+    }
+
+    /// Forgets a region the cluster manager returned to the memory nodes.
+    pub fn forget_region(&self, region: RegionId) {
+        self.alloc.lock().retire_region(region);
+        self.regions.write()[region as usize] = None;
+        self.primaries[region as usize].store(0, Ordering::Release);
     }
 
     /// Segments this client can fill without a new region.

@@ -1,0 +1,161 @@
+//! On-demand allocation: an instance's pool grows by regions the manager grants as it
+//! fills (never past its maxmemory, copies on distinct memory nodes), and shrinking it
+//! evicts per its policy, moves what is left out of a region, and returns the region.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dmc_e2e::{ClusterManager, MemoryNode};
+
+fn region_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("region-"))
+        .count()
+}
+
+fn regions(m: &ClusterManager) -> Vec<serde_json::Value> {
+    serde_json::from_str::<serde_json::Value>(&m.cli(&["regions", "list", "--json"]).unwrap())
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn redis_cli(port: &str, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", port])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn info_field(port: &str, section: &str, field: &str) -> u64 {
+    redis_cli(port, &["info", section])
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_instance_grows_by_regions_and_shrinking_returns_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = ClusterManager::start(
+        dir.path(),
+        &[
+            "--region-size",
+            "16mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "64",
+        ],
+    )
+    .unwrap();
+    let node_dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let _nodes: Vec<MemoryNode> = node_dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            MemoryNode::start_with(
+                i as u32 + 1,
+                d.path(),
+                "256mb",
+                &["--manager", &manager.url],
+            )
+            .unwrap()
+        })
+        .collect();
+    manager
+        .wait_for("two memory nodes", |s| {
+            s["nodes"].as_array().is_some_and(|n| n.len() == 2)
+        })
+        .unwrap();
+    manager
+        .cli(&[
+            "instances",
+            "resize",
+            "default",
+            "--maxmemory",
+            "40mb",
+            "--policy",
+            "allkeys-lru",
+        ])
+        .unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&manager.cli(&["agents", "scale", "1", "--json"]).unwrap()).unwrap();
+    let port = report["started"][0]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        regions(&manager).len(),
+        1,
+        "the pool starts with one region"
+    );
+
+    // ~24 MB of values: more than one 16 MB region holds.
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port, "-t", "set", "-n", "3000", "-r", "100000"])
+        .args(["-d", "8000", "-c", "4", "-q"])
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    assert!(out.status.success());
+    let grown = regions(&manager);
+    assert_eq!(grown.len(), 2, "a second region was granted: {grown:?}");
+    for r in &grown {
+        assert!(
+            !r["backups"].as_array().unwrap().contains(&r["primary"]),
+            "copies of region {} share a node",
+            r["id"]
+        );
+    }
+    assert_ne!(
+        grown[0]["primary"], grown[1]["primary"],
+        "primaries are spread over the nodes"
+    );
+    assert_eq!(region_files(node_dirs[0].path()), 2);
+    let status = manager.status().unwrap();
+    let inst = &status["instances"][0];
+    assert!(inst["allocated"].as_u64().unwrap() <= 40 << 20, "{inst}");
+    assert!(inst["used"].as_u64().unwrap() > 0, "{inst}");
+
+    // Shrink through any agent, as a Redis operator would.
+    assert_eq!(
+        redis_cli(&port, &["config", "set", "maxmemory", "16mb"]),
+        "OK"
+    );
+    assert!(redis_cli(&port, &["config", "get", "maxmemory"]).contains("16777216"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while regions(&manager).len() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no region was returned: {:?}",
+            regions(&manager)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        region_files(node_dirs[0].path()),
+        1,
+        "the node freed the region"
+    );
+    assert_eq!(
+        region_files(node_dirs[1].path()),
+        1,
+        "the node freed the region"
+    );
+    assert!(info_field(&port, "stats", "evicted_keys") > 0);
+    // What is left is still served.
+    let dbsize: u64 = redis_cli(&port, &["dbsize"]).parse().unwrap();
+    assert!(dbsize > 0);
+    let key = redis_cli(&port, &["randomkey"]);
+    assert_eq!(redis_cli(&port, &["strlen", &key]), "8000");
+}
