@@ -62,6 +62,9 @@ pub struct LocalLauncher {
     /// Children this manager started (reaped when they exit). After a manager restart,
     /// agents it started before are reached by pid alone.
     children: Mutex<HashMap<u32, Child>>,
+    /// Ports handed out: an agent binds its port a moment after it starts, so a port
+    /// that is still free may already be promised.
+    given: Mutex<std::collections::HashSet<u16>>,
 }
 
 impl LocalLauncher {
@@ -69,6 +72,7 @@ impl LocalLauncher {
         LocalLauncher {
             settings,
             children: Mutex::new(HashMap::new()),
+            given: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -81,25 +85,38 @@ impl LocalLauncher {
             .unwrap_or_else(|| PathBuf::from("compute-agent"))
     }
 
-    /// A port nothing listens on: the first free one from `base`, or any.
-    fn free_port(bind: &str, base: u16) -> Result<u16, LaunchError> {
-        if base > 0 {
-            for port in base..base.saturating_add(1000) {
-                if std::net::TcpListener::bind((bind, port)).is_ok() {
-                    return Ok(port);
-                }
+    /// A port nothing listens on and not handed out before: the first such from
+    /// `base`, or any.
+    fn free_port(&self, bind: &str, base: u16) -> Result<u16, LaunchError> {
+        let mut given = self.given.lock();
+        let free = |port: u16| std::net::TcpListener::bind((bind, port)).is_ok();
+        if base > 0
+            && let Some(port) =
+                (base..base.saturating_add(1000)).find(|p| !given.contains(p) && free(*p))
+        {
+            given.insert(port);
+            return Ok(port);
+        }
+        for _ in 0..100 {
+            let l = std::net::TcpListener::bind((bind, 0)).map_err(|source| LaunchError::Io {
+                context: format!("finding a free port on {bind}"),
+                source,
+            })?;
+            let port = l
+                .local_addr()
+                .map(|a| a.port())
+                .map_err(|source| LaunchError::Io {
+                    context: "reading a port".into(),
+                    source,
+                })?;
+            if given.insert(port) {
+                return Ok(port);
             }
         }
-        let l = std::net::TcpListener::bind((bind, 0)).map_err(|source| LaunchError::Io {
+        Err(LaunchError::Io {
             context: format!("finding a free port on {bind}"),
-            source,
-        })?;
-        l.local_addr()
-            .map(|a| a.port())
-            .map_err(|source| LaunchError::Io {
-                context: "reading a port".into(),
-                source,
-            })
+            source: std::io::Error::other("every port tried was handed out already"),
+        })
     }
 
     fn signal(pid: u32, sig: libc::c_int) -> bool {
@@ -115,7 +132,7 @@ impl Launcher for LocalLauncher {
             context: format!("creating {}", s.log_dir.display()),
             source,
         })?;
-        let port = Self::free_port(&s.bind, s.port_base)?;
+        let port = self.free_port(&s.bind, s.port_base)?;
         let log = s.log_dir.join(format!("agent-{port}.log"));
         let out = open_log(&log)?;
         let err = out.try_clone().map_err(|source| LaunchError::Io {

@@ -162,7 +162,13 @@ impl Manager {
         pool: PoolSettings,
     ) -> Result<Manager, ManagerError> {
         let state = match file.load()? {
-            Some(s) => s,
+            Some(mut s) => {
+                if s.cluster_id.is_empty() {
+                    s.cluster_id = crate::state::new_cluster_id();
+                    file.save(&s)?;
+                }
+                s
+            }
             None => {
                 let s = ClusterState::new(shards);
                 file.save(&s)?;
@@ -225,6 +231,7 @@ impl Manager {
     pub fn map(&self) -> ClusterMap {
         let s = self.state.lock();
         ClusterMap {
+            cluster_id: s.cluster_id.clone(),
             version: s.map_version,
             shards: s.shards.clone(),
             agents: s

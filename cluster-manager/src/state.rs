@@ -84,6 +84,10 @@ pub struct LaunchRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub version: u32,
+    /// Chosen when the cluster is created: an agent that finds a different one behind
+    /// its manager's URL is talking to another cluster, and leaves.
+    #[serde(default)]
+    pub cluster_id: String,
     pub nodes: BTreeMap<u32, NodeRecord>,
     pub agents: BTreeMap<AgentId, AgentRecord>,
     pub next_agent: AgentId,
@@ -125,6 +129,7 @@ impl ClusterState {
     pub fn new(shards: u32) -> ClusterState {
         ClusterState {
             version: STATE_VERSION,
+            cluster_id: new_cluster_id(),
             nodes: BTreeMap::new(),
             agents: BTreeMap::new(),
             next_agent: 1,
@@ -142,6 +147,20 @@ impl ClusterState {
             regions: BTreeMap::new(),
         }
     }
+}
+
+/// A random 16-hex-digit cluster id.
+pub fn new_cluster_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
 }
 
 /// Where the state lives on disk.

@@ -438,13 +438,20 @@ async fn pool_map(url: &str, own: &PoolSection) -> Result<ClusterMap> {
 }
 
 /// Follows the manager's map for the life of the agent: long-polls for a newer one,
-/// applies it, and acknowledges it at once.
+/// applies it, and acknowledges it at once. A map without this agent (it was removed)
+/// or of another cluster (the manager's URL now serves a different state) makes the
+/// agent shut down through `leave`, draining its clients.
 fn watch_map(
     url: String,
     me: u64,
     router: Arc<Router>,
     applied: Arc<std::sync::atomic::AtomicU64>,
+    leave: Arc<tokio::sync::Notify>,
 ) {
+    let cluster = router
+        .map()
+        .map(|m| m.cluster_id.clone())
+        .unwrap_or_default();
     use dmc_process::membership;
     tokio::spawn(async move {
         loop {
@@ -455,14 +462,20 @@ fn watch_map(
             })
             .await;
             match got {
+                Ok(Ok(map)) if map.cluster_id != cluster => {
+                    tracing::error!(joined = %cluster, now = %map.cluster_id,
+                        "the manager now runs another cluster; leaving");
+                    leave.notify_one();
+                    return;
+                }
                 Ok(Ok(map)) if map.version > after => {
-                    if map.agent(me).is_none() {
-                        tracing::info!(
-                            version = map.version,
-                            "this agent is no longer in the cluster map"
-                        );
-                    }
+                    let removed = map.agent(me).is_none();
                     let v = router.apply(me, map).await;
+                    if removed {
+                        // Keep following maps while draining: writes go to the owners.
+                        tracing::info!(version = v, "removed from the cluster; draining");
+                        leave.notify_one();
+                    }
                     applied.store(v, Ordering::Release);
                     router.drain(me);
                     let u = url.clone();
@@ -553,6 +566,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     ));
     let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut me = None;
+    let leave = Arc::new(tokio::sync::Notify::new());
     if let Some(url) = cfg.manager.clone() {
         let (u, listen) = (url.clone(), addr.to_string());
         let id = with_manager("registering with the cluster manager", move || {
@@ -571,7 +585,13 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         // Acknowledge the first map now: `agents scale` waits for it.
         let (u, v) = (url.clone(), applied.load(Ordering::Acquire));
         let _ = tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v)).await;
-        watch_map(url.clone(), id, router.clone(), applied.clone());
+        watch_map(
+            url.clone(),
+            id,
+            router.clone(),
+            applied.clone(),
+            leave.clone(),
+        );
         membership::spawn(
             url.clone(),
             membership::Registration::Agent {
@@ -616,6 +636,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = leave.notified() => break,
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,

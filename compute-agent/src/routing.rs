@@ -930,6 +930,7 @@ mod tests {
         let mut shards = dmc_proto::shards::ShardMap::new(8);
         shards.assign(&[1, 2]);
         let map = ClusterMap {
+            cluster_id: "c1".into(),
             version: 3,
             shards,
             agents: vec![],

@@ -71,6 +71,9 @@ pub struct RegionGrant {
 /// The cluster as agents see it. `version` rises with every change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
+    /// The cluster's identity (a manager with another state file is another cluster).
+    #[serde(default)]
+    pub cluster_id: String,
     pub version: u64,
     pub shards: ShardMap,
     pub agents: Vec<AgentInfo>,
@@ -103,6 +106,7 @@ mod tests {
         let mut shards = ShardMap::new(4);
         shards.assign(&[7, 9]);
         let map = ClusterMap {
+            cluster_id: "c1".into(),
             version: 1,
             shards,
             agents: vec![

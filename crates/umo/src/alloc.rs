@@ -42,6 +42,10 @@ struct ClassState {
     free: Vec<GlobalAddr>,
     /// Next never-used block of the class's current segment, and how many remain.
     bump: Option<(GlobalAddr, u64)>,
+    /// A fresh segment whose claim is in flight (its first block is handed out): no
+    /// other block of it may be used until the claim is confirmed, since another
+    /// client may win it.
+    claiming: Option<(GlobalAddr, u64)>,
 }
 
 /// What the allocator needs before it can satisfy a request.
@@ -49,6 +53,8 @@ struct ClassState {
 pub enum Need {
     /// A new region: no unclaimed segment is left.
     Region,
+    /// The class's next segment is being claimed: try again in a moment.
+    Claiming,
 }
 
 /// A segment this client claimed for a class; the pool persists it.
@@ -175,7 +181,9 @@ impl Allocator {
         if let Some(addr) = state.free.pop() {
             return Ok((self.count(Block { addr, class }), None));
         }
-        let mut claim = None;
+        if state.claiming.is_some() && state.bump.is_none_or(|(_, left)| left == 0) {
+            return Err(Need::Claiming);
+        }
         if state.bump.is_none_or(|(_, left)| left == 0) {
             // An emptied segment of our own first; else claim a new one.
             let (region, index, fresh) = match self.released.pop_front() {
@@ -186,29 +194,43 @@ impl Allocator {
                 }
             };
             let base = GlobalAddr::new(region, layout::segment_offset(index, self.segment_size));
-            let state = &mut self.classes[class as usize];
-            state.bump = Some((base, self.segment_size / size));
+            let blocks = self.segment_size / size;
             self.stats.segments += 1;
             self.carved
                 .insert((region, index), Carved { class, out: 0 });
+            let state = &mut self.classes[class as usize];
             if fresh {
-                claim = Some(Claimed {
+                // Only the first block until the claim is confirmed.
+                state.bump = None;
+                state.claiming = Some((base.offset_by(size), blocks - 1));
+                let claim = Claimed {
                     region,
                     entry_offset: layout::segment_entry_offset(index),
                     entry: layout::segment_entry(class, self.owner),
-                });
+                };
+                return Ok((self.count(Block { addr: base, class }), Some(claim)));
             }
+            state.bump = Some((base, blocks));
         }
         let state = &mut self.classes[class as usize];
-        let (addr, left) = state.bump.expect("a segment was just claimed");
+        let (addr, left) = state.bump.expect("a segment was just taken");
         state.bump = Some((addr.offset_by(size), left - 1));
-        Ok((self.count(Block { addr, class }), claim))
+        Ok((self.count(Block { addr, class }), None))
+    }
+
+    /// The claim of the segment `block` (its first block) opened is recorded: the rest
+    /// of the segment serves its class.
+    pub fn confirm_claim(&mut self, block: Block) {
+        let state = &mut self.classes[block.class as usize];
+        state.bump = state.claiming.take();
     }
 
     /// Undoes the allocation of `block`, the first of a segment whose claim another
     /// client won: the segment is dropped, not reused.
     pub fn lost_claim(&mut self, block: Block) {
-        self.classes[block.class as usize].bump = None;
+        let state = &mut self.classes[block.class as usize];
+        state.claiming = None;
+        state.bump = None;
         self.carved.remove(&self.segment_of(block.addr));
         self.stats.segments -= 1;
         self.stats.allocated -= block.size() as u64;
@@ -244,6 +266,9 @@ impl Allocator {
             c.free.retain(|a| a.region() != region);
             if c.bump.is_some_and(|(a, _)| a.region() == region) {
                 c.bump = None;
+            }
+            if c.claiming.is_some_and(|(a, _)| a.region() == region) {
+                c.claiming = None;
             }
         }
         let before = self.carved.len();
@@ -349,6 +374,42 @@ mod tests {
 
     const SEG: u64 = 1 << 20;
 
+    impl Allocator {
+        /// `alloc`, with a segment claim confirmed at once (as the pool does when it
+        /// wins the claim).
+        fn alloc_confirmed(
+            &mut self,
+            len: u64,
+            aligned: bool,
+            now: Instant,
+        ) -> Result<(Block, Option<Claimed>), Need> {
+            let (b, claim) = self.alloc(len, aligned, now)?;
+            if claim.is_some() {
+                self.confirm_claim(b);
+            }
+            Ok((b, claim))
+        }
+    }
+
+    #[test]
+    fn a_segment_being_claimed_serves_nothing_else_until_confirmed() {
+        let t0 = Instant::now();
+        let mut a = Allocator::new(1, SEG, Duration::from_millis(10));
+        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
+        let (first, claim) = a.alloc(100, false, t0).unwrap();
+        assert!(claim.is_some());
+        // Another task of the client: the segment may still go to another client.
+        assert_eq!(a.alloc(100, false, t0).err(), Some(Need::Claiming));
+        a.lost_claim(first);
+        let (again, claim) = a.alloc(100, false, t0).unwrap();
+        assert!(claim.is_some(), "the next segment needs its own claim");
+        assert_ne!(a.segment_of(again.addr), a.segment_of(first.addr));
+        a.confirm_claim(again);
+        let (next, claim) = a.alloc(100, false, t0).unwrap();
+        assert!(claim.is_none());
+        assert_eq!(a.segment_of(next.addr), a.segment_of(again.addr));
+    }
+
     #[test]
     fn emptied_segments_serve_other_classes() {
         let t0 = Instant::now();
@@ -357,12 +418,12 @@ mod tests {
         // One region of two segments, filled with 4 KiB blocks.
         a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
         let mut big = Vec::new();
-        while let Ok((b, _)) = a.alloc(4000, false, t0) {
+        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
             big.push(b);
         }
         assert!(big.len() >= 400, "{}", big.len());
         assert_eq!(
-            a.alloc(100, false, t0),
+            a.alloc_confirmed(100, false, t0),
             Err(Need::Region),
             "no segment left"
         );
@@ -371,7 +432,9 @@ mod tests {
         }
         // After the grace period the emptied segments go to the small class.
         let later = t0 + grace * 2;
-        let (small, claim) = a.alloc(100, false, later).expect("a released segment");
+        let (small, claim) = a
+            .alloc_confirmed(100, false, later)
+            .expect("a released segment");
         assert!(claim.is_none(), "a released segment is still this client's");
         assert_eq!(small.addr.region(), 1);
     }
@@ -383,12 +446,13 @@ mod tests {
         next_region: &mut u16,
     ) -> Block {
         loop {
-            match a.alloc(len, false, now) {
+            match a.alloc_confirmed(len, false, now) {
                 Ok((b, _)) => return b,
                 Err(Need::Region) => {
                     a.add_region(*next_region, 4 * SEG + layout::REGION_HEADER, |_| false);
                     *next_region += 1;
                 }
+                Err(Need::Claiming) => unreachable!("claims are confirmed at once here"),
             }
         }
     }
@@ -398,16 +462,18 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Allocator::new(1, SEG, Duration::from_secs(1));
         a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
-        let (b1, claim) = a.alloc(60, false, t0).unwrap();
+        let (b1, claim) = a.alloc_confirmed(60, false, t0).unwrap();
         assert!(
             claim.is_some(),
             "the first block of a class claims a segment"
         );
         a.free(b1, t0);
-        let (b2, claim) = a.alloc(60, false, t0).unwrap();
+        let (b2, claim) = a.alloc_confirmed(60, false, t0).unwrap();
         assert!(claim.is_none());
         assert_ne!(b1, b2, "no reuse inside the grace period");
-        let (b3, _) = a.alloc(60, false, t0 + Duration::from_secs(2)).unwrap();
+        let (b3, _) = a
+            .alloc_confirmed(60, false, t0 + Duration::from_secs(2))
+            .unwrap();
         assert_eq!(b3, b1, "reuse after the grace period");
     }
 
@@ -417,7 +483,7 @@ mod tests {
         let mut a = Allocator::new(1, SEG, Duration::ZERO);
         a.add_region(1, SEG + layout::REGION_HEADER, |_| false);
         for _ in 0..5 {
-            let (b, _) = a.alloc(20, true, t0).unwrap();
+            let (b, _) = a.alloc_confirmed(20, true, t0).unwrap();
             assert_eq!(b.addr.offset() % 8, 0);
         }
     }
@@ -426,7 +492,7 @@ mod tests {
     fn out_of_segments_asks_for_a_region() {
         let t0 = Instant::now();
         let mut a = Allocator::new(1, SEG, Duration::ZERO);
-        assert_eq!(a.alloc(16, false, t0).err(), Some(Need::Region));
+        assert_eq!(a.alloc_confirmed(16, false, t0).err(), Some(Need::Region));
         assert_eq!(a.max_block(), 235_000);
     }
 

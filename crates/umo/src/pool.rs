@@ -681,12 +681,21 @@ impl Pool {
             let got = self.alloc.lock().alloc(len, aligned, Instant::now());
             match got {
                 Ok((block, claim)) => {
-                    if let Some(c) = claim
-                        && !self.claim_segment(c).await?
-                    {
-                        // Another client claimed it first: forget it, take another.
-                        self.alloc.lock().lost_claim(block);
-                        continue;
+                    if let Some(c) = claim {
+                        let won = self.claim_segment(c).await;
+                        let mut alloc = self.alloc.lock();
+                        match won {
+                            Ok(true) => alloc.confirm_claim(block),
+                            // Another client claimed it first: forget it, take another.
+                            Ok(false) => {
+                                alloc.lost_claim(block);
+                                continue;
+                            }
+                            Err(e) => {
+                                alloc.lost_claim(block);
+                                return Err(e);
+                            }
+                        }
                     }
                     let d = self
                         .usage_delta
@@ -696,6 +705,8 @@ impl Pool {
                     }
                     return Ok(block);
                 }
+                // Another task of this client is claiming the class's next segment.
+                Err(Need::Claiming) => tokio::time::sleep(Duration::from_micros(20)).await,
                 Err(Need::Region) => {
                     let grown = self.grow().await;
                     self.at_limit.store(
