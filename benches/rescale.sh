@@ -64,7 +64,7 @@ before=$(pool_json)
 bench=$!
 sleep $((at + 2))
 cm agents scale 4 --json >"$out/dmc-scale.json"
-wait $bench
+wait $bench || true
 sleep 1
 after=$(pool_json)
 echo "{\"before\": $before, \"after\": $after}" >"$out/dmc-pool.json"
@@ -73,8 +73,8 @@ cm agents scale 0 >/dev/null || true
 echo "== Redis Cluster: 3 -> 4 masters, add-node + reshard 4096 slots"
 for p in 7401 7402 7403 7404; do
   mkdir -p "$work/r$p"
-  (cd "$work/r$p" && redis-server --port $p --cluster-enabled yes --cluster-config-file nodes.conf \
-    --save '' --appendonly no --bind 127.0.0.1 --daemonize no >"$work/r$p.log" 2>&1) &
+  redis-server --port $p --dir "$work/r$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+    --save '' --appendonly no --bind 127.0.0.1 --daemonize no >"$work/r$p.log" 2>&1 &
   pids+=($!)
 done
 sleep 1
@@ -87,30 +87,54 @@ bench=$!
 sleep $((at + 2))
 t0=$(date +%s.%N)
 redis-cli --cluster add-node 127.0.0.1:7404 127.0.0.1:7401 >/dev/null
-sleep 1
 id=$(redis-cli -p 7404 cluster myid)
+# The reshard needs every master to know the new node (gossip), and the new node to
+# see the cluster as up.
+for p in 7401 7402 7403; do
+  for _ in $(seq 1 200); do redis-cli -p $p cluster nodes | grep -q "$id" && break; sleep 0.05; done
+done
+for _ in $(seq 1 200); do redis-cli -p 7404 cluster info | grep -q cluster_state:ok && break; sleep 0.05; done
 redis-cli --cluster reshard 127.0.0.1:7401 --cluster-from all --cluster-to "$id" --cluster-slots 4096 \
-  --cluster-yes >"$work/reshard.log" 2>&1
+  --cluster-yes >"$out/redis-reshard.log" 2>&1 || echo "reshard exited with an error: see $out/redis-reshard.log"
 t1=$(date +%s.%N)
 moved_keys=$(redis-cli -p 7404 dbsize)
-wait $bench
-python3 - "$out" "$t0" "$t1" "$moved_keys" <<'PY'
-import json, sys, csv
-out, t0, t1, moved = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+wait $bench || true
+python3 - "$out" "$t0" "$t1" "$moved_keys" "$at" <<'PY'
+import csv, json, statistics, sys
+out, t0, t1, moved, at = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 json.dump({"reshard_seconds": t1 - t0, "keys_moved": moved}, open(f"{out}/redis-reshard.json", "w"))
-dmc = json.load(open(f"{out}/dmc-scale.json")); pool = json.load(open(f"{out}/dmc-pool.json"))
-def tl(name):
+dmc = json.load(open(f"{out}/dmc-scale.json"))
+pool = json.load(open(f"{out}/dmc-pool.json"))
+runs = {n: json.load(open(f"{out}/{n}-run.json")) for n in ("dmc", "redis")}
+
+def shape(name, busy):
     rows = list(csv.DictReader(open(f"{out}/{name}-timeline.csv")))
-    return rows
-lines = ["# Rescale under load (3 -> 4)", "",
-         "| | DMC `agents scale 4` | Redis Cluster add-node + reshard 4096 slots |", "|---|---|---|",
-         f"| time to finish | {dmc['millis']} ms (new agent serving) | {t1 - t0:.1f} s |",
-         f"| keys moved | 0 | {moved} |",
-         f"| pool bytes allocated before / after | {pool['before']['allocated']} / {pool['after']['allocated']} | — |", ""]
-for name in ("dmc", "redis"):
-    rows = tl(name)
-    keys = list(rows[0].keys()) if rows else []
-    lines.append(f"{name} timeline columns: {', '.join(keys)}")
+    rows = rows[:-1]  # the last second is partial
+    ops = [int(r["ops"]) for r in rows]
+    errs = [int(r["errors"]) for r in rows]
+    base = statistics.median(ops[1:at]) if at > 2 else ops[0]
+    window = ops[at:at + max(1, busy)]
+    low = [o for o in ops[at:] if o < 0.9 * base]
+    return base, min(window), sum(window) / len(window), len(low), sum(errs)
+
+d = shape("dmc", max(1, round(dmc["millis"] / 1000 + 0.5)))
+r = shape("redis", max(1, round(t1 - t0 + 0.5)))
+err = lambda n: sum(runs[n].get("errors", {}).values()) if isinstance(runs[n].get("errors"), dict) else runs[n].get("errors", 0)
+lines = [
+    "# Rescale under load: 3 -> 4 (YCSB-B, benches/rescale.sh)", "",
+    "| | DMC `agents scale 4` (proxy mode) | Redis Cluster `add-node` + `reshard` 4096 slots |",
+    "|---|---|---|",
+    f"| time until done | {dmc['millis']} ms (new agent serving) | {t1 - t0:.1f} s |",
+    f"| keys moved | 0 | {moved} |",
+    f"| ops/s before (median) | {d[0]:.0f} | {r[0]:.0f} |",
+    f"| ops/s while rescaling (min / mean) | {d[1]} / {d[2]:.0f} | {r[1]} / {r[2]:.0f} |",
+    f"| seconds below 90 % of before | {d[3]} | {r[3]} |",
+    f"| failed requests in the run | {d[4]} | {r[4]} |",
+    f"| pool bytes allocated before / after | {pool['before']['allocated']} / {pool['after']['allocated']} | — |",
+    f"| pool bytes used before / after | {pool['before']['used']} / {pool['after']['used']} | — |",
+    "", "Per-second timelines: `dmc-timeline.csv`, `redis-timeline.csv` (second 0 is the first",
+    f"measured second; the rescale starts at second {at}).",
+]
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -13,7 +13,7 @@ use super::client::{ReplyKind, Target, connect, encode, parse_reply};
 
 const SLOTS: usize = 16384;
 /// Redirections followed for one request before it counts as failed.
-const MAX_REDIRECTS: usize = 5;
+const MAX_REDIRECTS: usize = 16;
 
 /// A decoded reply, for the few replies this client reads in full.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,6 +172,8 @@ pub struct ClusterClient {
     conns: HashMap<String, Conn>,
     /// MOVED and ASK redirections followed.
     pub redirects: u64,
+    /// Connections a node dropped (their requests were sent again).
+    pub reconnects: u64,
 }
 
 fn slot_of(key: &[u8]) -> u16 {
@@ -185,6 +187,7 @@ impl ClusterClient {
             map,
             conns: HashMap::new(),
             redirects: 0,
+            reconnects: 0,
         }
     }
 
@@ -228,6 +231,32 @@ impl ClusterClient {
         }
     }
 
+    /// Sends one node's requests pipelined and reads their replies.
+    async fn send_group(
+        &mut self,
+        node: &str,
+        group: &[(usize, bool)],
+        reqs: &[Request],
+    ) -> Result<Vec<(ReplyKind, Option<String>)>> {
+        let conn = self.conn(node).await?;
+        let mut out = Vec::new();
+        for (i, asking) in group {
+            if *asking {
+                encode(&mut out, &[b"ASKING"]);
+            }
+            out.extend_from_slice(&reqs[*i].wire);
+        }
+        conn.stream.write_all(&out).await?;
+        let mut replies = Vec::with_capacity(group.len());
+        for (_, asking) in group {
+            if *asking {
+                Self::read(conn).await?;
+            }
+            replies.push(Self::read(conn).await?);
+        }
+        Ok(replies)
+    }
+
     /// Sends every request to its slot's node (pipelined per node) and returns the
     /// replies in request order, following redirections.
     pub async fn exec(&mut self, reqs: &[Request]) -> Result<Vec<ReplyKind>> {
@@ -263,20 +292,18 @@ impl ClusterClient {
             }
             let mut retry = Vec::new();
             for (node, group) in groups {
-                let conn = self.conn(&node).await?;
-                let mut out = Vec::new();
-                for (i, asking) in &group {
-                    if *asking {
-                        encode(&mut out, &[b"ASKING"]);
+                // A node that drops the connection (a reshard, a restart) is asked
+                // again on a new one; its requests keep their place in the order.
+                let replies_of = match self.send_group(&node, &group, reqs).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.reconnects += 1;
+                        self.conns.remove(&node);
+                        retry.extend(group.iter().map(|(i, _)| (*i, None)));
+                        continue;
                     }
-                    out.extend_from_slice(&reqs[*i].wire);
-                }
-                conn.stream.write_all(&out).await?;
-                for (i, asking) in group {
-                    if asking {
-                        Self::read(conn).await?;
-                    }
-                    let (kind, text) = Self::read(conn).await?;
+                };
+                for ((i, _), (kind, text)) in group.into_iter().zip(replies_of) {
                     let redirect = text.as_deref().and_then(|t| {
                         let mut w = t.split(' ');
                         match (w.next(), w.next(), w.next()) {
