@@ -161,6 +161,10 @@ impl Launcher for LocalLauncher {
             listen: format!("{}:{port}", s.bind),
             pid,
             log,
+            started_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
         })
     }
 

@@ -245,6 +245,7 @@ impl Manager {
             pool: PoolSpec {
                 transport: self.pool.transport,
                 nodes: s.nodes.values().map(|n| n.endpoint.clone()).collect(),
+                node_ids: s.nodes.keys().copied().collect(),
                 replicas: self.pool.replicas,
                 region_size: self.pool.region_size,
                 segment_size: self.pool.segment_size,

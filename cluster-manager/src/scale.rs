@@ -89,12 +89,15 @@ pub async fn scale(
         wait_applied(m, &[], deadline).await?;
     } else if target < before {
         let snapshot = m.snapshot();
+        // The most recently started first (then the highest id).
         let mut launched: Vec<(AgentId, String)> = snapshot
             .launched
             .keys()
             .filter_map(|l| m.agent_at(l).map(|id| (id, l.clone())))
             .collect();
-        launched.sort_by_key(|l| std::cmp::Reverse(l.0));
+        launched.sort_by_key(|(id, l)| {
+            std::cmp::Reverse((snapshot.launched.get(l).map_or(0, |r| r.started_ms), *id))
+        });
         let leaving: Vec<(AgentId, String)> = launched.into_iter().take(before - target).collect();
         if leaving.len() < before - target {
             return Err(ManagerError::Invalid(format!(

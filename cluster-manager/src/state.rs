@@ -79,6 +79,9 @@ pub struct LaunchRecord {
     pub listen: String,
     pub pid: u32,
     pub log: PathBuf,
+    /// Unix milliseconds when it was started: `agents scale` stops the newest first.
+    #[serde(default)]
+    pub started_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

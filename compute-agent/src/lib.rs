@@ -57,6 +57,12 @@ pub struct PoolSection {
     pub segment_size: ByteSize,
     /// File holding the cluster secret memory nodes expect.
     pub secret_file: Option<PathBuf>,
+    /// The ids of `nodes`, in order (a cluster member gets them from the manager).
+    /// With them the agent connects to a node only when it first needs it.
+    pub node_ids: Vec<u32>,
+    /// Seconds after which an unused memory-node connection is closed (with
+    /// `node_ids`; 0: never).
+    pub idle_connection_timeout: u64,
 }
 
 impl Default for PoolSection {
@@ -69,6 +75,8 @@ impl Default for PoolSection {
             region_size: ByteSize(256 << 20),
             segment_size: ByteSize(16 << 20),
             secret_file: None,
+            node_ids: Vec::new(),
+            idle_connection_timeout: 60,
         }
     }
 }
@@ -323,17 +331,20 @@ impl dmc_umo::RegionSource for ManagerRegions {
     }
 }
 
+/// The pool, and its memory-node connections that open on demand (empty when the
+/// node ids are unknown and every node was connected up front).
 async fn open_pool(
     cfg: &PoolSection,
     source: Option<Arc<dyn dmc_umo::RegionSource>>,
-) -> Result<Arc<Pool>> {
+) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
+    let mut lazy = Vec::new();
     let mut pc = PoolConfig {
         replicas: cfg.replicas,
         region_size: cfg.region_size.0,
         segment_size: cfg.segment_size.0,
         ..PoolConfig::default()
     };
-    Ok(match cfg.backend {
+    let pool = match cfg.backend {
         PoolBackend::Embedded => {
             // One process holds every copy: replicating in-process buys nothing.
             pc.replicas = 1;
@@ -349,26 +360,36 @@ async fn open_pool(
                 Some(p) => Bytes::from(std::fs::read_to_string(p)?.trim().to_string()),
                 None => Bytes::new(),
             };
-            let mut nodes = Vec::new();
-            for n in &cfg.nodes {
+            let mut nodes: Vec<Arc<dyn dmc_verbs::Transport>> = Vec::new();
+            let on_demand = cfg.node_ids.len() == cfg.nodes.len();
+            for (i, n) in cfg.nodes.iter().enumerate() {
                 let ep: Endpoint = n
                     .parse()
                     .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
-                let t = dmc_verbs::backend::connect(
-                    kind,
-                    ep,
-                    RpcOptions {
-                        secret: secret.clone(),
-                        ..RpcOptions::default()
-                    },
-                )
-                .await
-                .with_context(|| format!("connecting to memory node {n}"))?;
+                let options = RpcOptions {
+                    secret: secret.clone(),
+                    ..RpcOptions::default()
+                };
+                if on_demand {
+                    let t = Arc::new(dmc_verbs::LazyTransport::new(
+                        cfg.node_ids[i],
+                        kind,
+                        ep,
+                        options,
+                    ));
+                    lazy.push(t.clone());
+                    nodes.push(t);
+                    continue;
+                }
+                let t = dmc_verbs::backend::connect(kind, ep, options)
+                    .await
+                    .with_context(|| format!("connecting to memory node {n}"))?;
                 nodes.push(t);
             }
             Pool::open_with(pc, nodes, source).await?
         }
-    })
+    };
+    Ok((pool, lazy))
 }
 
 /// The pool settings a cluster map names, unless the agent's own config names a pool.
@@ -382,6 +403,7 @@ fn pool_from_map(own: &PoolSection, map: &ClusterMap) -> PoolSection {
             PoolTransport::Tcp => PoolBackend::Tcp,
         },
         nodes: map.pool.nodes.clone(),
+        node_ids: map.pool.node_ids.clone(),
         replicas: map.pool.replicas,
         region_size: map.pool.region_size,
         segment_size: map.pool.segment_size,
@@ -521,7 +543,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
         }) as Arc<dyn dmc_umo::RegionSource>
     });
-    let pool = open_pool(&pool_cfg, source)
+    let (pool, connections) = open_pool(&pool_cfg, source)
         .await
         .context("opening the memory pool")?;
     let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
@@ -603,6 +625,26 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         );
         me = Some((url, id));
     }
+    // Memory-node connections open on first use; unused ones close.
+    let idle = pool_cfg.idle_connection_timeout;
+    if !connections.is_empty() && idle > 0 {
+        let connections = connections.clone();
+        tokio::spawn(async move {
+            // A connection unused for a whole check period is closed, so it goes after
+            // between one and two periods of idleness.
+            let mut tick = tokio::time::interval(Duration::from_millis(idle * 500));
+            loop {
+                tick.tick().await;
+                for c in &connections {
+                    c.close_if_idle();
+                }
+            }
+        });
+    }
+    engine
+        .stats
+        .pool_nodes
+        .store(engine.dht.pool().nodes().len() as u64, Ordering::Relaxed);
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
     let sampler = {
         let engine = engine.clone();
@@ -610,6 +652,12 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tick.tick().await;
+                let open = if connections.is_empty() {
+                    engine.stats.pool_nodes.load(Ordering::Relaxed)
+                } else {
+                    connections.iter().filter(|c| c.connected()).count() as u64
+                };
+                engine.stats.pool_connections.store(open, Ordering::Relaxed);
                 let bytes = engine.dht.used_memory();
                 used.store(bytes, Ordering::Relaxed);
                 engine.stats.sample(bytes);
@@ -780,6 +828,12 @@ pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
             "The maxmemory setting (0: unlimited).",
             "gauge",
             engine.dht.maxmemory(),
+        ),
+        m(
+            "dmc_agent_pool_connections",
+            "Memory nodes this agent is connected to now (opened on first use).",
+            "gauge",
+            st.pool_connections.load(Ordering::Relaxed),
         ),
         m(
             "dmc_agent_pool_regions",

@@ -937,6 +937,7 @@ mod tests {
             pool: dmc_proto::cluster::PoolSpec {
                 transport: dmc_proto::cluster::PoolTransport::Shm,
                 nodes: vec![],
+                node_ids: vec![],
                 replicas: 2,
                 region_size: dmc_proto::ByteSize(1 << 30),
                 segment_size: dmc_proto::ByteSize(16 << 20),

@@ -159,3 +159,80 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
     let key = redis_cli(&port, &["randomkey"]);
     assert_eq!(redis_cli(&port, &["strlen", &key]), "8000");
 }
+
+/// On-demand connections: an agent connects to a memory node only when it first needs a
+/// region there, closes connections nothing used for a while, and INFO shows how many
+/// are open. Three nodes with `r = 2`: the one region lives on two of them, so the
+/// third is never connected after start-up.
+#[test]
+fn agents_connect_to_memory_nodes_on_demand_and_close_idle_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent_config = dir.path().join("agent.toml");
+    std::fs::write(
+        &agent_config,
+        "log = \"warn\"\n[pool]\nidle-connection-timeout = 1\n",
+    )
+    .unwrap();
+    let manager = ClusterManager::start(
+        dir.path(),
+        &[
+            "--region-size",
+            "16mb",
+            "--segment-size",
+            "1mb",
+            "--agent-config",
+            agent_config.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let node_dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let _nodes: Vec<MemoryNode> = node_dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            MemoryNode::start_with(i as u32 + 1, d.path(), "64mb", &["--manager", &manager.url])
+                .unwrap()
+        })
+        .collect();
+    manager
+        .wait_for("three memory nodes", |s| {
+            s["nodes"].as_array().is_some_and(|n| n.len() == 3)
+        })
+        .unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&manager.cli(&["agents", "scale", "1", "--json"]).unwrap()).unwrap();
+    let port = report["started"][0]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(info_field(&port, "cluster", "dmc_pool_nodes"), 3);
+    let wait_for = |what: &str, check: &dyn Fn(u64) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let n = info_field(&port, "cluster", "dmc_pool_connections");
+            if check(n) {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "{what}: {n} connections");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The agent's maintenance (expiry sampling, the usage counter) keeps reading the
+    // region's primary; the other nodes' connections close.
+    wait_for("idle connections close", &|n| n == 1);
+    // A write commits on both copies of the region, and nothing on the third node.
+    assert_eq!(redis_cli(&port, &["set", "k", "v"]), "OK");
+    wait_for("a write connects to the backup too", &|n| n == 2);
+    assert_eq!(redis_cli(&port, &["get", "k"]), "v");
+    wait_for("the backup's connection closes when idle", &|n| n == 1);
+    assert_eq!(
+        redis_cli(&port, &["set", "k", "w"]),
+        "OK",
+        "reconnected on demand"
+    );
+    assert_eq!(redis_cli(&port, &["get", "k"]), "w");
+    assert!(info_field(&port, "cluster", "dmc_pool_connections") <= 2);
+}

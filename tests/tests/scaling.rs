@@ -18,11 +18,13 @@ fn pool_bytes(dirs: &[&Path]) -> u64 {
         .sum()
 }
 
+/// Fields drop in order: the manager (and the agents it launched, found through its
+/// state file) before the directory holding that file.
 struct Cluster {
-    dir: tempfile::TempDir,
     manager: ClusterManager,
     _nodes: Vec<MemoryNode>,
     node_dirs: Vec<tempfile::TempDir>,
+    dir: tempfile::TempDir,
 }
 
 fn cluster(routing: &str) -> Cluster {
@@ -67,10 +69,10 @@ fn cluster(routing: &str) -> Cluster {
         })
         .unwrap();
     Cluster {
-        dir,
         manager,
         _nodes: nodes,
         node_dirs,
+        dir,
     }
 }
 

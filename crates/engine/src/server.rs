@@ -727,6 +727,8 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("dmc_owned_slots", n(&st.owned_slots)),
                 ("dmc_forwarded_commands", n(&st.forwarded_commands)),
                 ("dmc_moved_replies", n(&st.moved_replies)),
+                ("dmc_pool_nodes", n(&st.pool_nodes)),
+                ("dmc_pool_connections", n(&st.pool_connections)),
             ],
         ));
     }

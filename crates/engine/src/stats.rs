@@ -36,6 +36,10 @@ pub struct Stats {
     pub map_version: AtomicU64,
     /// Hash slots this agent writes.
     pub owned_slots: AtomicU64,
+    /// Memory nodes of the pool, and how many of them this agent is connected to now
+    /// (connections open on first use and close when idle).
+    pub pool_nodes: AtomicU64,
+    pub pool_connections: AtomicU64,
     samples: Mutex<VecDeque<Sample>>,
 }
 

@@ -24,6 +24,9 @@ pub struct PoolSpec {
     pub transport: PoolTransport,
     /// Memory node endpoints, in node id order.
     pub nodes: Vec<String>,
+    /// The ids of `nodes`, in the same order: with them agents connect on demand.
+    #[serde(default)]
+    pub node_ids: Vec<u32>,
     pub replicas: usize,
     pub region_size: ByteSize,
     pub segment_size: ByteSize,
@@ -122,6 +125,7 @@ mod tests {
             pool: PoolSpec {
                 transport: PoolTransport::Shm,
                 nodes: vec![],
+                node_ids: vec![],
                 replicas: 2,
                 region_size: ByteSize(64 << 20),
                 segment_size: ByteSize(16 << 20),

@@ -22,6 +22,7 @@
 pub mod backend;
 pub mod conformance;
 pub mod error;
+pub mod lazy;
 pub mod memory;
 pub mod node;
 pub mod rpc;
@@ -31,6 +32,7 @@ pub mod wire;
 
 pub use backend::{BackendKind, LocalTransport, ShmTransport, TcpTransport};
 pub use error::VerbsError;
+pub use lazy::LazyTransport;
 pub use node::{NodeConfig, NodeCore, Storage};
 pub use rpc::{Endpoint, RpcOptions};
 pub use transport::{Transport, Verb};

@@ -1,0 +1,188 @@
+//! On-demand connections (DESIGN.md §3): a [`LazyTransport`] stands for a memory node
+//! whose id and endpoint are known but which is not connected until a verb or an RPC
+//! first needs it, and [`LazyTransport::close_if_idle`] closes the connection again
+//! when nothing used it for a while. A memory node's failure then touches only the
+//! agents that hold regions on it, and an agent of a large pool keeps connections only
+//! to the nodes it works with.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures::future::BoxFuture;
+use parking_lot::RwLock;
+
+use crate::backend::{self, BackendKind};
+use crate::error::VerbsError;
+use crate::rpc::RpcOptions;
+use crate::transport::{Transport, Verb};
+use crate::wire::{Request, Response};
+use crate::{Endpoint, NodeId};
+
+pub struct LazyTransport {
+    node: NodeId,
+    kind: BackendKind,
+    endpoint: Endpoint,
+    options: RpcOptions,
+    conn: RwLock<Option<Arc<dyn Transport>>>,
+    /// One connection attempt at a time.
+    connecting: tokio::sync::Mutex<()>,
+    /// Set by every use, cleared by every idle check.
+    used: AtomicBool,
+    /// Connections opened over the transport's life.
+    opened: AtomicU64,
+}
+
+impl LazyTransport {
+    /// Node `node` at `endpoint`, not connected yet.
+    pub fn new(node: NodeId, kind: BackendKind, endpoint: Endpoint, options: RpcOptions) -> Self {
+        LazyTransport {
+            node,
+            kind,
+            endpoint,
+            options,
+            conn: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            used: AtomicBool::new(false),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    pub fn connected(&self) -> bool {
+        self.conn.read().is_some()
+    }
+
+    /// Connections opened so far (a reconnect after an idle close counts again).
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// The connection, opened now if there is none.
+    async fn get(&self) -> Result<Arc<dyn Transport>, VerbsError> {
+        if let Some(c) = self.conn.read().clone() {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = self.conn.read().clone() {
+            return Ok(c);
+        }
+        let c = backend::connect(self.kind, self.endpoint.clone(), self.options.clone()).await?;
+        if c.node() != self.node {
+            return Err(VerbsError::Malformed(format!(
+                "{} is memory node {}, expected node {}",
+                self.endpoint,
+                c.node(),
+                self.node
+            )));
+        }
+        tracing::debug!(node = self.node, endpoint = %self.endpoint, "connected on first use");
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        *self.conn.write() = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Closes the connection if nothing used it since the last check; returns whether
+    /// it did. Work in flight keeps its own reference and completes.
+    pub fn close_if_idle(&self) -> bool {
+        if self.used.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        let closed = self.conn.write().take().is_some();
+        if closed {
+            tracing::debug!(node = self.node, "closed an idle connection");
+        }
+        closed
+    }
+}
+
+impl Transport for LazyTransport {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn backend(&self) -> &'static str {
+        match self.kind {
+            BackendKind::Shm => "shm",
+            BackendKind::Tcp => "tcp",
+        }
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        Box::pin(async move {
+            let c = self.get().await?;
+            self.used.store(true, Ordering::Relaxed);
+            c.post(verbs).await
+        })
+    }
+
+    fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        let conn = self.conn.read();
+        let c = conn.as_ref()?;
+        self.used.store(true, Ordering::Relaxed);
+        c.post_now(verbs)
+    }
+
+    fn completes_inline(&self) -> bool {
+        self.kind == BackendKind::Shm
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        Box::pin(async move {
+            let c = self.get().await?;
+            self.used.store(true, Ordering::Relaxed);
+            c.call(req).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::LoopbackNode;
+    use crate::{NodeConfig, Storage};
+
+    #[tokio::test]
+    async fn connects_on_first_use_and_closes_when_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = LoopbackNode::spawn(NodeConfig {
+            id: 4,
+            capacity: 16 << 20,
+            storage: Storage::Dir(dir.path().to_path_buf()),
+            secret: None,
+        })
+        .await
+        .unwrap();
+        let lazy = LazyTransport::new(
+            4,
+            BackendKind::Shm,
+            node.endpoint.clone(),
+            RpcOptions::default(),
+        );
+        assert!(!lazy.connected(), "nothing is opened up front");
+        let t: &dyn Transport = &lazy;
+        t.create_region(1, 4 << 20).await.unwrap();
+        t.write(1, 64, b"hello").await.unwrap();
+        assert!(lazy.connected());
+        assert!(!lazy.close_if_idle(), "used since the last check");
+        assert!(lazy.close_if_idle(), "idle for a whole check");
+        assert!(!lazy.connected());
+        let mut buf = [0u8; 5];
+        t.read(1, 64, &mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello", "reconnected on demand");
+        assert_eq!(lazy.opened(), 2);
+
+        let wrong = LazyTransport::new(
+            9,
+            BackendKind::Shm,
+            node.endpoint.clone(),
+            RpcOptions::default(),
+        );
+        let wrong: &dyn Transport = &wrong;
+        assert!(
+            wrong.list_regions().await.is_err(),
+            "a node with another id is refused"
+        );
+    }
+}
