@@ -424,9 +424,19 @@ impl Manager {
     }
 
     /// Creates an instance (its agents are started separately).
+    ///
+    /// Agents serve the `default` instance only (one hash table per pool superblock),
+    /// so a second instance, which no agent could serve, is refused rather than
+    /// recorded.
     pub fn create_instance(&self, inst: Instance) -> Result<(), ManagerError> {
         if inst.name.is_empty() {
             return Err(ManagerError::Invalid("an instance needs a name".into()));
+        }
+        if inst.name != DEFAULT_INSTANCE {
+            return Err(ManagerError::Invalid(format!(
+                "this cluster serves one instance, {DEFAULT_INSTANCE:?}; clusters of several \
+                 instances are not built yet (change it with `instances resize {DEFAULT_INSTANCE}`)"
+            )));
         }
         self.update(|s| {
             if s.instances.contains_key(&inst.name) {

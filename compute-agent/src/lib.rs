@@ -884,6 +884,8 @@ pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
 const GET_BATCH: usize = 32;
 /// Pipelined SETs of distinct keys run concurrently, at most this many at a time.
 const SET_BATCH: usize = 32;
+/// Pipelined writes to one other agent are forwarded together, at most this many.
+const FORWARD_BATCH: usize = 64;
 
 /// Serves one client: parse every complete request in the buffer, run them in order
 /// (runs of plain GETs as one batch), write all their replies together (pipelining).
@@ -998,7 +1000,23 @@ async fn serve_session(
                 0 => engine.leading_sets(session, &commands[i..], SET_BATCH),
                 _ => 0,
             };
-            if gets >= 2 {
+            let forwards = match (gets, sets) {
+                (0 | 1, 0 | 1) => {
+                    router.leading_forwards(session, &commands[i..], FORWARD_BATCH, peer)
+                }
+                _ => 0,
+            };
+            if forwards >= 2 {
+                for reply in router
+                    .forward_run(session, &commands[i..i + forwards])
+                    .await
+                {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
+                }
+                i += forwards;
+            } else if gets >= 2 {
                 for reply in engine.get_batch(session, &commands[i..i + gets]).await {
                     if session.should_reply() {
                         reply.encode(session.proto, &mut out);
@@ -1006,13 +1024,7 @@ async fn serve_session(
                 }
                 i += gets;
             } else if sets >= 2 {
-                let replies = engine.set_batch(session, &commands[i..i + sets]).await;
-                for (k, mut reply) in replies.into_iter().enumerate() {
-                    if routing::not_owner(&reply) {
-                        // The slot moved while the batch ran; nothing was written.
-                        let args = std::mem::take(&mut commands[i + k]);
-                        reply = router.execute(session, args, peer).await.0;
-                    }
+                for reply in router.set_run(session, &commands[i..i + sets], peer).await {
                     if session.should_reply() {
                         reply.encode(session.proto, &mut out);
                     }

@@ -543,6 +543,20 @@ impl Router {
         session: &Session,
         args: &[Bytes],
     ) -> std::io::Result<Reply> {
+        let mut replies = self.forward_many(addr, session, &[args]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| std::io::Error::other("no reply from the owner"))
+    }
+
+    /// Sends commands to the agent at `addr` pipelined on one pooled connection and
+    /// reads their replies, in order.
+    async fn forward_many(
+        &self,
+        addr: &str,
+        session: &Session,
+        commands: &[&[Bytes]],
+    ) -> std::io::Result<Vec<Reply>> {
         let pooled = self.peers.lock().get_mut(addr).and_then(|v| v.pop());
         let mut conn = match pooled {
             Some(c) => c,
@@ -559,16 +573,26 @@ impl Router {
                 &mut out,
             );
         }
-        encode_command(args, &mut out);
-        let reply = tokio::time::timeout(FORWARD_TIMEOUT, async {
+        for args in commands {
+            encode_command(args, &mut out);
+        }
+        let replies = tokio::time::timeout(FORWARD_TIMEOUT, async {
             conn.stream.write_all(&out).await?;
             if select {
                 match conn.read_reply().await? {
-                    Reply::Error(e) => return Ok(Reply::Error(e)),
+                    Reply::Error(e) => {
+                        return Err(std::io::Error::other(format!(
+                            "the owner refused SELECT: {e}"
+                        )));
+                    }
                     _ => conn.db = session.db,
                 }
             }
-            conn.read_reply().await
+            let mut replies = Vec::with_capacity(commands.len());
+            for _ in commands {
+                replies.push(conn.read_reply().await?);
+            }
+            Ok(replies)
         })
         .await
         .map_err(|_| std::io::Error::other("the owner did not answer in time"))??;
@@ -581,7 +605,161 @@ impl Router {
         if member && idle.len() < IDLE_PER_PEER {
             idle.push(conn);
         }
-        Ok(reply)
+        Ok(replies)
+    }
+
+    /// Runs pipelined SETs of distinct keys (see `Engine::leading_sets`) where they
+    /// belong: the ones this agent owns as one concurrent batch, the ones other agents
+    /// own forwarded pipelined, one round trip per owner, all at once (writes of
+    /// distinct keys commute); the rest (redirections in cluster mode, a slot that moved
+    /// meanwhile) one at a time. Replies in command order.
+    pub async fn set_run(
+        &self,
+        session: &mut Session,
+        commands: &[Vec<Bytes>],
+        peer: bool,
+    ) -> Vec<Reply> {
+        let engine = &self.engine;
+        if self.map.read().is_none() {
+            return engine.set_batch(session, commands).await;
+        }
+        let mut local = Vec::new();
+        let mut remote: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            match self.route(c) {
+                Route::Local => local.push(i),
+                Route::Forward(addr) if !peer => {
+                    match remote.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, v)) => v.push(i),
+                        None => remote.push((addr, vec![i])),
+                    }
+                }
+                // Redirections and the like: one at a time below.
+                _ => {}
+            }
+        }
+        let mut replies: Vec<Option<Reply>> = vec![None; commands.len()];
+        {
+            let shared: &Session = session;
+            let local_cmds: Vec<Vec<Bytes>> = local.iter().map(|&i| commands[i].clone()).collect();
+            let local_run = async {
+                if local_cmds.is_empty() {
+                    Vec::new()
+                } else {
+                    engine.set_batch(shared, &local_cmds).await
+                }
+            };
+            let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {
+                let refs: Vec<&[Bytes]> = idx.iter().map(|&i| &commands[i][..]).collect();
+                async move { self.forward_many(addr, shared, &refs).await }
+            }));
+            let (local_replies, remote_replies) = tokio::join!(local_run, remote_runs);
+            for (&i, r) in local.iter().zip(local_replies) {
+                // Fenced meanwhile (the slot moved): nothing was written; route it again.
+                if !not_owner(&r) {
+                    replies[i] = Some(r);
+                }
+            }
+            for ((_, idx), got) in remote.iter().zip(remote_replies) {
+                let Ok(got) = got else { continue };
+                engine
+                    .stats
+                    .commands
+                    .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                for (&i, r) in idx.iter().zip(got) {
+                    if !redirected(&r) {
+                        engine
+                            .stats
+                            .forwarded_commands
+                            .fetch_add(1, Ordering::Relaxed);
+                        replies[i] = Some(r);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(commands.len());
+        for (i, r) in replies.into_iter().enumerate() {
+            out.push(match r {
+                Some(r) => r,
+                None => {
+                    Box::pin(self.execute(session, commands[i].clone(), peer))
+                        .await
+                        .0
+                }
+            });
+        }
+        out
+    }
+
+    /// How many of the leading pipelined `commands` (at most `max`) are writes this
+    /// agent forwards to one and the same owner, so that [`forward_run`](Self::forward_run)
+    /// sends them in one pipelined round trip. Proxy mode only, never on a connection
+    /// of another agent.
+    pub fn leading_forwards(
+        &self,
+        session: &Session,
+        commands: &[Vec<Bytes>],
+        max: usize,
+        peer: bool,
+    ) -> usize {
+        if peer || !session.authenticated || self.mode != RoutingMode::Proxy {
+            return 0;
+        }
+        let owner = |args: &Vec<Bytes>| match args.is_empty() {
+            true => None,
+            false => match self.route(args) {
+                Route::Forward(addr) => Some(addr),
+                _ => None,
+            },
+        };
+        let Some(first) = commands.first().and_then(owner) else {
+            return 0;
+        };
+        commands
+            .iter()
+            .take(max)
+            .take_while(|c| owner(c).as_deref() == Some(first.as_str()))
+            .count()
+    }
+
+    /// Forwards a run found by [`leading_forwards`](Self::leading_forwards) in one round
+    /// trip. A reply saying the owner changed meanwhile (nothing was written) sends that
+    /// command down the one-at-a-time path, which routes it again; so does a run whose
+    /// connection failed.
+    pub async fn forward_run(&self, session: &mut Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+        let addr = match commands.first().map(|c| self.route(c)) {
+            Some(Route::Forward(addr)) => addr,
+            _ => String::new(),
+        };
+        let stats = &self.engine.stats;
+        stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
+        let sent = match addr.is_empty() {
+            true => Err(std::io::Error::other("no owner")),
+            false => self.forward_many(&addr, session, &refs).await,
+        };
+        let mut replies = Vec::with_capacity(commands.len());
+        match sent {
+            Ok(got) => {
+                for (args, reply) in commands.iter().zip(got) {
+                    if redirected(&reply) {
+                        replies.push(Box::pin(self.execute(session, args.clone(), false)).await.0);
+                    } else {
+                        stats.forwarded_commands.fetch_add(1, Ordering::Relaxed);
+                        replies.push(reply);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "forwarding a run failed; one at a time");
+                for args in commands {
+                    replies.push(Box::pin(self.execute(session, args.clone(), false)).await.0);
+                }
+            }
+        }
+        replies
     }
 
     async fn connect(&self, addr: &str) -> std::io::Result<PeerConn> {

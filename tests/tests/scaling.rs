@@ -149,6 +149,22 @@ impl PyClient {
     }
 }
 
+/// 600 SETs in one pipeline, then 600 GETs in another, through one agent: every reply
+/// in order and every value the one written.
+const PIPELINE: &str = r#"
+import sys, redis
+r = redis.Redis(port=int(sys.argv[1]), lib_name=None, lib_version=None)
+p = r.pipeline(transaction=False)
+for i in range(600):
+    p.set(f"pipe:{i}", f"value-{i}")
+assert p.execute() == [True] * 600
+p = r.pipeline(transaction=False)
+for i in range(600):
+    p.get(f"pipe:{i}")
+got = p.execute()
+assert got == [f"value-{i}".encode() for i in range(600)], got[:5]
+"#;
+
 fn port_of(listen: &serde_json::Value) -> String {
     listen
         .as_str()
@@ -185,6 +201,18 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     assert!(forwarded > 0, "no write was forwarded:\n{info}");
+    // Pipelined writes of keys all three agents own are forwarded per owner in batches
+    // and answer in order.
+    let pipelined = Command::new("python3")
+        .args(["-c", PIPELINE, &port])
+        .output()
+        .unwrap();
+    assert!(
+        pipelined.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&pipelined.stdout),
+        String::from_utf8_lossy(&pipelined.stderr)
+    );
     c.scale(1);
     std::thread::sleep(Duration::from_millis(500));
     let result = client.finish();

@@ -335,8 +335,7 @@ impl Engine {
         }
     }
 
-    /// How many of the leading `commands` are SETs of distinct keys this agent owns (at
-    /// most `max`; a key owned elsewhere is routed by the agent on its own),
+    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
     /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
     /// keys commute, so their replies are what running them in order would give, and
     /// their commits can share the group committer's round trips.
@@ -346,11 +345,7 @@ impl Engine {
         }
         let mut keys: Vec<&[u8]> = Vec::new();
         for a in commands.iter().take(max) {
-            if a.len() < 3
-                || !a[0].eq_ignore_ascii_case(b"set")
-                || keys.contains(&&a[1][..])
-                || !self.owns(&a[1])
-            {
+            if a.len() < 3 || !a[0].eq_ignore_ascii_case(b"set") || keys.contains(&&a[1][..]) {
                 break;
             }
             keys.push(&a[1]);
