@@ -280,3 +280,114 @@ impl Drop for ClusterManager {
         }
     }
 }
+
+/// A cluster for a test: a manager (state and agent logs in a directory of its own)
+/// and memory nodes registered with it. Fields drop in order: the manager (and the
+/// agents it launched, found through its state file) before the directories.
+pub struct TestCluster {
+    pub manager: ClusterManager,
+    pub nodes: Vec<MemoryNode>,
+    pub node_dirs: Vec<tempfile::TempDir>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// A manager started with `manager_args`, launched agents getting `agent_toml` as
+    /// their config, and `nodes` memory nodes of `capacity` each, all registered.
+    pub fn start(
+        manager_args: &[&str],
+        agent_toml: &str,
+        nodes: u32,
+        capacity: &str,
+    ) -> Result<TestCluster> {
+        let dir = tempfile::tempdir()?;
+        let agent_config = dir.path().join("agent.toml");
+        std::fs::write(&agent_config, agent_toml)?;
+        let config = agent_config.display().to_string();
+        let mut args = manager_args.to_vec();
+        args.extend(["--agent-config", &config]);
+        let manager = ClusterManager::start(dir.path(), &args)?;
+        let node_dirs = (0..nodes)
+            .map(|_| tempfile::tempdir())
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let started = node_dirs
+            .iter()
+            .zip(1..)
+            .map(|(d, id)| {
+                MemoryNode::start_with(id, d.path(), capacity, &["--manager", &manager.url])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        manager.wait_for("the memory nodes to register", |s| {
+            s["nodes"]
+                .as_array()
+                .is_some_and(|n| n.len() == nodes as usize)
+        })?;
+        Ok(TestCluster {
+            manager,
+            nodes: started,
+            node_dirs,
+            dir,
+        })
+    }
+
+    /// `agents scale N --json`: the report, checked to reach `n`.
+    pub fn scale(&self, n: usize) -> Result<serde_json::Value> {
+        let t = std::time::Instant::now();
+        let report: serde_json::Value = serde_json::from_str(&self.manager.cli(&[
+            "agents",
+            "scale",
+            &n.to_string(),
+            "--json",
+        ])?)?;
+        eprintln!(
+            "agents scale {n}: {report} ({} ms by the CLI)",
+            t.elapsed().as_millis()
+        );
+        if report["after"] != n {
+            bail!("agents scale {n} ended with {report}");
+        }
+        Ok(report)
+    }
+
+    /// Files of pool regions on the memory nodes, and their bytes.
+    pub fn region_files(&self) -> (usize, u64) {
+        let mut files = (0, 0);
+        for d in &self.node_dirs {
+            for e in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                if e.file_name().to_string_lossy().starts_with("region-") {
+                    files.0 += 1;
+                    files.1 += e.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+            }
+        }
+        files
+    }
+}
+
+/// The port of a `host:port` listen address in a manager report.
+pub fn port_of(listen: &serde_json::Value) -> String {
+    listen
+        .as_str()
+        .and_then(|l| l.rsplit(':').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `redis-cli -p PORT args…`, trimmed stdout.
+pub fn redis_cli(port: &str, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", port])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A numeric INFO field of `section` on the server at `port` (0 if absent).
+pub fn info_field(port: &str, section: &str, field: &str) -> u64 {
+    redis_cli(port, &["info", section])
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dmc_e2e::{ClusterManager, MemoryNode};
+use dmc_e2e::{ClusterManager, TestCluster, info_field, port_of, redis_cli};
 
 fn region_files(dir: &Path) -> usize {
     std::fs::read_dir(dir)
@@ -24,28 +24,9 @@ fn regions(m: &ClusterManager) -> Vec<serde_json::Value> {
         .clone()
 }
 
-fn redis_cli(port: &str, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", port])
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn info_field(port: &str, section: &str, field: &str) -> u64 {
-    redis_cli(port, &["info", section])
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn an_instance_grows_by_regions_and_shrinking_returns_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let manager = ClusterManager::start(
-        dir.path(),
+    let c = TestCluster::start(
         &[
             "--region-size",
             "16mb",
@@ -54,27 +35,12 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
             "--shards",
             "64",
         ],
+        "log = \"warn\"\n",
+        2,
+        "256mb",
     )
     .unwrap();
-    let node_dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let _nodes: Vec<MemoryNode> = node_dirs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            MemoryNode::start_with(
-                i as u32 + 1,
-                d.path(),
-                "256mb",
-                &["--manager", &manager.url],
-            )
-            .unwrap()
-        })
-        .collect();
-    manager
-        .wait_for("two memory nodes", |s| {
-            s["nodes"].as_array().is_some_and(|n| n.len() == 2)
-        })
-        .unwrap();
+    let (manager, node_dirs) = (&c.manager, &c.node_dirs);
     manager
         .cli(&[
             "instances",
@@ -86,20 +52,8 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
             "allkeys-lru",
         ])
         .unwrap();
-    let report: serde_json::Value =
-        serde_json::from_str(&manager.cli(&["agents", "scale", "1", "--json"]).unwrap()).unwrap();
-    let port = report["started"][0]
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .to_string();
-    assert_eq!(
-        regions(&manager).len(),
-        1,
-        "the pool starts with one region"
-    );
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    assert_eq!(regions(manager).len(), 1, "the pool starts with one region");
 
     // ~24 MB of values: more than one 16 MB region holds.
     let out = Command::new("redis-benchmark")
@@ -108,7 +62,7 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
         .output()
         .expect("redis-benchmark (apt-get install redis-tools)");
     assert!(out.status.success());
-    let grown = regions(&manager);
+    let grown = regions(manager);
     assert_eq!(grown.len(), 2, "a second region was granted: {grown:?}");
     for r in &grown {
         assert!(
@@ -134,11 +88,11 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
     );
     assert!(redis_cli(&port, &["config", "get", "maxmemory"]).contains("16777216"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while regions(&manager).len() > 1 {
+    while regions(manager).len() > 1 {
         assert!(
             Instant::now() < deadline,
             "no region was returned: {:?}",
-            regions(&manager)
+            regions(manager)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -166,48 +120,14 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
 /// third is never connected after start-up.
 #[test]
 fn agents_connect_to_memory_nodes_on_demand_and_close_idle_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent_config = dir.path().join("agent.toml");
-    std::fs::write(
-        &agent_config,
+    let c = TestCluster::start(
+        &["--region-size", "16mb", "--segment-size", "1mb"],
         "log = \"warn\"\n[pool]\nidle-connection-timeout = 1\n",
+        3,
+        "64mb",
     )
     .unwrap();
-    let manager = ClusterManager::start(
-        dir.path(),
-        &[
-            "--region-size",
-            "16mb",
-            "--segment-size",
-            "1mb",
-            "--agent-config",
-            agent_config.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
-    let node_dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let _nodes: Vec<MemoryNode> = node_dirs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            MemoryNode::start_with(i as u32 + 1, d.path(), "64mb", &["--manager", &manager.url])
-                .unwrap()
-        })
-        .collect();
-    manager
-        .wait_for("three memory nodes", |s| {
-            s["nodes"].as_array().is_some_and(|n| n.len() == 3)
-        })
-        .unwrap();
-    let report: serde_json::Value =
-        serde_json::from_str(&manager.cli(&["agents", "scale", "1", "--json"]).unwrap()).unwrap();
-    let port = report["started"][0]
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .to_string();
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
     assert_eq!(info_field(&port, "cluster", "dmc_pool_nodes"), 3);
     let wait_for = |what: &str, check: &dyn Fn(u64) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(15);

@@ -2,41 +2,14 @@
 //! a manager, two memory nodes over `shm` with `r = 2`, and agents started by the
 //! manager's launcher.
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dmc_e2e::{ClusterManager, MemoryNode};
+use dmc_e2e::{TestCluster, info_field, port_of};
 
-/// Bytes of pool regions on the memory nodes (the pool's allocation).
-fn pool_bytes(dirs: &[&Path]) -> u64 {
-    dirs.iter()
-        .flat_map(|d| std::fs::read_dir(d).unwrap())
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("region-"))
-        .map(|e| e.metadata().unwrap().len())
-        .sum()
-}
-
-/// Fields drop in order: the manager (and the agents it launched, found through its
-/// state file) before the directory holding that file.
-struct Cluster {
-    manager: ClusterManager,
-    _nodes: Vec<MemoryNode>,
-    node_dirs: Vec<tempfile::TempDir>,
-    dir: tempfile::TempDir,
-}
-
-fn cluster(routing: &str) -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    let agent_config = dir.path().join("agent.toml");
-    std::fs::write(
-        &agent_config,
-        format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
-    )
-    .unwrap();
-    let manager = ClusterManager::start(
-        dir.path(),
+/// Two memory nodes (`r = 2`) and launched agents in `routing` mode.
+fn cluster(routing: &str) -> TestCluster {
+    TestCluster::start(
         &[
             "--region-size",
             "64mb",
@@ -44,57 +17,12 @@ fn cluster(routing: &str) -> Cluster {
             "1mb",
             "--shards",
             "64",
-            "--agent-config",
-            agent_config.to_str().unwrap(),
         ],
+        &format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
+        2,
+        "512mb",
     )
-    .unwrap();
-    let node_dirs = vec![tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let nodes = node_dirs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            MemoryNode::start_with(
-                i as u32 + 1,
-                d.path(),
-                "512mb",
-                &["--manager", &manager.url],
-            )
-            .unwrap()
-        })
-        .collect();
-    manager
-        .wait_for("two memory nodes", |s| {
-            s["nodes"].as_array().is_some_and(|n| n.len() == 2)
-        })
-        .unwrap();
-    Cluster {
-        manager,
-        _nodes: nodes,
-        node_dirs,
-        dir,
-    }
-}
-
-impl Cluster {
-    fn scale(&self, n: usize) -> serde_json::Value {
-        let t = Instant::now();
-        let out = self
-            .manager
-            .cli(&["agents", "scale", &n.to_string(), "--json"])
-            .unwrap();
-        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-        eprintln!(
-            "agents scale {n}: {report} ({} ms by the CLI)",
-            t.elapsed().as_millis()
-        );
-        assert_eq!(report["after"], n, "{report}");
-        report
-    }
-
-    fn pool_bytes(&self) -> u64 {
-        pool_bytes(&self.node_dirs.iter().map(|d| d.path()).collect::<Vec<_>>())
-    }
+    .unwrap()
 }
 
 /// Runs `tests/py/scale_client.py` against `port` until `stop` is created.
@@ -165,16 +93,6 @@ got = p.execute()
 assert got == [f"value-{i}".encode() for i in range(600)], got[:5]
 "#;
 
-fn port_of(listen: &serde_json::Value) -> String {
-    listen
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .to_string()
-}
-
 /// Proxy mode: a plain redis-py client on agent 1 writes and reads without pause while
 /// the cluster grows to three agents and shrinks back to one. No request fails, every
 /// acknowledged write reads back, and the pool's allocation is what it was: shards
@@ -182,25 +100,16 @@ fn port_of(listen: &serde_json::Value) -> String {
 #[test]
 fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
     let c = cluster("proxy");
-    let first = c.scale(1);
+    let first = c.scale(1).unwrap();
     let port = port_of(&first["started"][0]);
     let client = PyClient::start(&port, &[]);
-    let before = c.pool_bytes();
+    let before = c.region_files();
     std::thread::sleep(Duration::from_millis(500));
-    c.scale(3);
+    c.scale(3).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     // Writes of slots the new agents own went through them.
-    let info = Command::new("redis-cli")
-        .args(["-p", &port, "info", "cluster"])
-        .output()
-        .unwrap();
-    let info = String::from_utf8_lossy(&info.stdout).to_string();
-    let forwarded: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("dmc_forwarded_commands:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(forwarded > 0, "no write was forwarded:\n{info}");
+    let forwarded = info_field(&port, "cluster", "dmc_forwarded_commands");
+    assert!(forwarded > 0, "no write was forwarded");
     // Pipelined writes of keys all three agents own are forwarded per owner in batches
     // and answer in order.
     let pipelined = Command::new("python3")
@@ -213,7 +122,7 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
         String::from_utf8_lossy(&pipelined.stdout),
         String::from_utf8_lossy(&pipelined.stderr)
     );
-    c.scale(1);
+    c.scale(1).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let result = client.finish();
     eprintln!("client: {result}");
@@ -221,7 +130,7 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");
     assert!(result["writes"].as_u64().unwrap() > 100, "{result}");
-    assert_eq!(c.pool_bytes(), before, "rescaling allocated pool memory");
+    assert_eq!(c.region_files(), before, "rescaling allocated pool memory");
     let status = c.manager.status().unwrap();
     assert_eq!(status["agents"].as_array().unwrap().len(), 1, "{status}");
 }
@@ -231,7 +140,7 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
 #[test]
 fn cluster_mode_clients_follow_moved_across_a_rescale() {
     let c = cluster("cluster");
-    let first = c.scale(2);
+    let first = c.scale(2).unwrap();
     let port = port_of(&first["started"][0]);
     let cli = |args: &[&str]| {
         let out = Command::new("redis-cli")
@@ -256,9 +165,9 @@ fn cluster_mode_clients_follow_moved_across_a_rescale() {
         assert_eq!(cli(&["set", &format!("key:{i}"), &format!("v{i}")]), "OK");
     }
     let client = PyClient::start(&port, &["--cluster"]);
-    c.scale(3);
+    c.scale(3).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    c.scale(2);
+    c.scale(2).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let result = client.finish();
     eprintln!("RedisCluster client: {result}");
@@ -278,7 +187,7 @@ fn cluster_mode_clients_follow_moved_across_a_rescale() {
 #[test]
 fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
     let mut c = cluster("proxy");
-    let first = c.scale(2);
+    let first = c.scale(2).unwrap();
     let port = port_of(&first["started"][0]);
     let slots_before = c.manager.cli(&["slots", "--json"]).unwrap();
     let client = PyClient::start(&port, &[]);
@@ -310,7 +219,7 @@ fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
         .unwrap();
     eprintln!("after the restart: {status}");
     // The restarted manager still drives the agents its predecessor launched.
-    c.scale(1);
+    c.scale(1).unwrap();
     let result = client.finish();
     eprintln!("client: {result}");
     assert_eq!(result["errors"], 0, "{result}");

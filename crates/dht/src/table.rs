@@ -649,6 +649,16 @@ impl Dht {
         Ok(Some(dir))
     }
 
+    /// The hash slots with a directory that this client owns (and so writes).
+    fn owned_partitions(&self) -> Vec<u16> {
+        self.partitions
+            .read()
+            .iter()
+            .copied()
+            .filter(|s| self.owner.lease(*s).is_some())
+            .collect()
+    }
+
     /// Records that `slot` has a directory (another agent may have created it).
     fn known_partition(&self, slot: u16) {
         let mut parts = self.partitions.write();
@@ -2114,13 +2124,7 @@ impl Dht {
             a.region() == start.region()
                 && (start.offset()..start.offset() + len).contains(&a.offset())
         };
-        let parts: Vec<u16> = self
-            .partitions
-            .read()
-            .iter()
-            .copied()
-            .filter(|s| self.owner.lease(*s).is_some())
-            .collect();
+        let parts = self.owned_partitions();
         let mut evicted = 0;
         for slot in parts {
             let Some(dir) = self.load_dir(slot).await? else {
@@ -2193,20 +2197,11 @@ impl Dht {
                             value: None,
                         };
                         if self
-                            .clear(
-                                slot,
-                                (bucket, header),
-                                &found,
-                                key.as_ref().map(|k| k.0),
-                                false,
-                            )
+                            .evict_entry(slot, (bucket, header), &found)
                             .await?
+                            .is_some()
                         {
                             evicted += 1;
-                            self.counters.evicted.fetch_add(1, Ordering::Relaxed);
-                            if let Some((db, k, _)) = &key {
-                                self.removed(*db, k);
-                            }
                         }
                     }
                 }
@@ -2228,13 +2223,7 @@ impl Dht {
         self.pool.retire_region(region);
         // Shrinking evicts per the policy first; what is left in the region moves.
         self.shrink_to_maxmemory(usize::MAX).await?;
-        let parts: Vec<u16> = self
-            .partitions
-            .read()
-            .iter()
-            .copied()
-            .filter(|s| self.owner.lease(*s).is_some())
-            .collect();
+        let parts = self.owned_partitions();
         for slot in parts {
             let lease = self.lease(slot)?;
             let _guard = self.locks[slot as usize].lock().await;
@@ -2291,6 +2280,33 @@ impl Dht {
                 Ok(())
             }
         }
+    }
+
+    /// Evicts an entry found in `bucket` (with the header it was read under), policy or
+    /// not: clears its slot word if it still holds it, counts the eviction and drops the
+    /// key from the local cache. `Some(key)` (the key, if its object was readable) when
+    /// evicted, `None` when the entry changed meanwhile.
+    async fn evict_entry(
+        &self,
+        slot: u16,
+        bucket: (GlobalAddr, u64),
+        found: &Found,
+    ) -> Result<Option<Option<(u8, Bytes)>>, DhtError> {
+        let Some(obj) = found.word.object() else {
+            return Ok(None);
+        };
+        let key = self.pool.read_any(obj).await?;
+        if !self
+            .clear(slot, bucket, found, key.as_ref().map(|k| k.0), false)
+            .await?
+        {
+            return Ok(None);
+        }
+        self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some((db, k, _)) = &key {
+            self.removed(*db, k);
+        }
+        Ok(Some(key.map(|(db, k, _)| (db, k))))
     }
 
     /// Frees a segment for an allocation the full pool cannot serve: if no spare one is
@@ -2399,13 +2415,7 @@ impl Dht {
         if !policy.evicts() {
             return Ok(None);
         }
-        let parts: Vec<u16> = self
-            .partitions
-            .read()
-            .iter()
-            .copied()
-            .filter(|s| self.owner.lease(*s).is_some())
-            .collect();
+        let parts = self.owned_partitions();
         if parts.is_empty() {
             return Ok(None);
         }
@@ -2446,25 +2456,8 @@ impl Dht {
             let Some((_, (slot, bucket, header, victim))) = best else {
                 return Ok(None);
             };
-            let Some(obj) = victim.word.object() else {
-                continue;
-            };
-            let key = self.pool.read_any(obj).await?;
-            if self
-                .clear(
-                    slot,
-                    (bucket, header),
-                    &victim,
-                    key.as_ref().map(|k| k.0),
-                    false,
-                )
-                .await?
-            {
-                self.counters.evicted.fetch_add(1, Ordering::Relaxed);
-                if let Some((db, k, _)) = &key {
-                    self.removed(*db, k);
-                }
-                return Ok(key.map(|(db, k, _)| (db, k)));
+            if let Some(key) = self.evict_entry(slot, (bucket, header), &victim).await? {
+                return Ok(key);
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
         }
@@ -2535,13 +2528,7 @@ impl Dht {
     /// One active-expiry pass: samples `buckets` random buckets of owned partitions and
     /// deletes the expired keys found. Returns how many were deleted.
     pub async fn active_expire(&self, buckets: usize) -> Result<usize, DhtError> {
-        let parts: Vec<u16> = self
-            .partitions
-            .read()
-            .iter()
-            .copied()
-            .filter(|s| self.owner.lease(*s).is_some())
-            .collect();
+        let parts = self.owned_partitions();
         if parts.is_empty() {
             return Ok(0);
         }
