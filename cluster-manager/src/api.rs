@@ -58,6 +58,9 @@ pub struct Heartbeat {
     pub applied: Option<u64>,
     /// Live bytes of its instance's pool, as the agent sees them.
     pub used: Option<u64>,
+    /// Bytes of the agent's blocks per region, `(region, bytes)`.
+    #[serde(default)]
+    pub regions: Vec<(u16, u64)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -211,6 +214,9 @@ pub fn router(app: Arc<App>) -> Router {
                     }
                     if let Some(used) = beat.used {
                         app.manager.report_used(DEFAULT_INSTANCE, used);
+                    }
+                    if beat.applied.is_some() {
+                        app.manager.report_regions(id, beat.regions);
                     }
                     Ok::<_, ApiError>(StatusCode::NO_CONTENT)
                 },

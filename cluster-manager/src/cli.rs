@@ -406,17 +406,18 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             }
             if show_nodes {
                 println!(
-                    "{:>6}  {:<24} {:>10} {:>10} {:>5}  STATE",
-                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USE%"
+                    "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  STATE",
+                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USED", "USE%"
                 );
                 for n in &status.nodes {
                     println!(
-                        "{:>6}  {:<24} {:>10} {:>10} {:>5}  {}",
+                        "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  {}",
                         n.id,
                         n.endpoint,
                         human(n.capacity),
                         human(n.allocated),
-                        percent(n.allocated, n.capacity),
+                        human(n.used),
+                        percent(n.used, n.allocated),
                         if n.alive { "alive" } else { "dead" }
                     );
                 }

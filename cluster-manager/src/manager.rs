@@ -75,6 +75,8 @@ pub struct NodeStatus {
     pub capacity: u64,
     /// Bytes of region copies granted on it.
     pub allocated: u64,
+    /// Bytes of live and limbo blocks in those copies, as the agents report them.
+    pub used: u64,
     pub alive: bool,
 }
 
@@ -142,6 +144,8 @@ pub struct Manager {
     version: tokio::sync::watch::Sender<u64>,
     /// Live bytes per instance, as agents last reported.
     used: Mutex<HashMap<String, u64>>,
+    /// Bytes per region, per agent, as each last reported.
+    region_used: Mutex<HashMap<AgentId, Vec<(u16, u64)>>>,
     /// RPC connections to memory nodes (region creation), opened on first use.
     node_rpc: tokio::sync::Mutex<HashMap<u32, std::sync::Arc<dyn dmc_verbs::Transport>>>,
     /// One region grant at a time (ids and placement are decided under it).
@@ -192,6 +196,7 @@ impl Manager {
             seen: Mutex::new(seen),
             applied: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
+            region_used: Mutex::new(HashMap::new()),
             node_rpc: tokio::sync::Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             vacated: Mutex::new(HashMap::new()),
@@ -266,6 +271,28 @@ impl Manager {
                 })
                 .unwrap_or_default(),
         }
+    }
+
+    /// Records an agent's bytes per region (for the used bytes per memory node).
+    pub fn report_regions(&self, agent: AgentId, regions: Vec<(u16, u64)>) {
+        self.region_used.lock().insert(agent, regions);
+    }
+
+    /// Bytes in use on memory node `node`: what the agents report of the regions it
+    /// holds a copy of (every copy holds the same bytes).
+    fn used_on(&self, s: &ClusterState, node: u32) -> u64 {
+        let reports = self.region_used.lock();
+        reports
+            .iter()
+            .filter(|(a, _)| s.agents.contains_key(a))
+            .flat_map(|(_, r)| r.iter())
+            .filter(|(region, _)| {
+                s.regions
+                    .get(region)
+                    .is_some_and(|r| r.copies().any(|n| n == node))
+            })
+            .map(|(_, bytes)| *bytes)
+            .sum()
     }
 
     /// Records an agent's report of its instance's live bytes.
@@ -787,6 +814,7 @@ impl Manager {
                     endpoint: n.endpoint.clone(),
                     capacity: n.capacity.0,
                     allocated: s.allocated_on(n.id),
+                    used: self.used_on(&s, n.id),
                     alive: self.alive(Member::Node(n.id)),
                 })
                 .collect(),

@@ -587,6 +587,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         cfg.manager.clone(),
     ));
     let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let region_used = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut me = None;
     let leave = Arc::new(tokio::sync::Notify::new());
     if let Some(url) = cfg.manager.clone() {
@@ -620,6 +621,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 id,
                 applied,
                 used: used.clone(),
+                regions: region_used.clone(),
             },
             Duration::from_secs(1),
         );
@@ -661,6 +663,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 let bytes = engine.dht.used_memory();
                 used.store(bytes, Ordering::Relaxed);
                 engine.stats.sample(bytes);
+                if let Ok(mut r) = region_used.lock() {
+                    *r = engine.dht.pool().used_by_region();
+                }
             }
         })
     };

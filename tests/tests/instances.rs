@@ -76,7 +76,17 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
         "primaries are spread over the nodes"
     );
     assert_eq!(region_files(node_dirs[0].path()), 2);
-    let status = manager.status().unwrap();
+    // Used bytes per memory node, from the agents' reports (one heartbeat away).
+    let status = manager
+        .wait_for("used bytes on both nodes", |s| {
+            s["nodes"].as_array().is_some_and(|n| {
+                n.iter().all(|x| {
+                    let used = x["used"].as_u64().unwrap_or(0);
+                    used > 0 && used <= x["allocated"].as_u64().unwrap_or(0)
+                })
+            })
+        })
+        .unwrap();
     let inst = &status["instances"][0];
     assert!(inst["allocated"].as_u64().unwrap() <= 40 << 20, "{inst}");
     assert!(inst["used"].as_u64().unwrap() > 0, "{inst}");

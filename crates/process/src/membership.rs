@@ -33,6 +33,8 @@ pub enum Registration {
         id: AgentId,
         applied: Arc<AtomicU64>,
         used: Arc<AtomicU64>,
+        /// Bytes of its blocks per region, `(region, bytes)`.
+        regions: Arc<std::sync::Mutex<Vec<(u16, u64)>>>,
     },
 }
 
@@ -219,12 +221,21 @@ fn membership(url: String, who: Registration, every: Duration) {
                 Registration::Node { id, .. } => agent
                     .post(format!("{base}/v1/nodes/{id}/heartbeat"))
                     .send_empty(),
-                Registration::Agent { id, applied, used } => agent
-                    .post(format!("{base}/v1/agents/{id}/heartbeat"))
-                    .send_json(json!({
-                        "applied": applied.load(Ordering::Acquire),
-                        "used": used.load(Ordering::Relaxed),
-                    })),
+                Registration::Agent {
+                    id,
+                    applied,
+                    used,
+                    regions,
+                } => {
+                    let regions = regions.lock().map(|r| r.clone()).unwrap_or_default();
+                    agent
+                        .post(format!("{base}/v1/agents/{id}/heartbeat"))
+                        .send_json(json!({
+                            "applied": applied.load(Ordering::Acquire),
+                            "used": used.load(Ordering::Relaxed),
+                            "regions": regions,
+                        }))
+                }
             };
             match beat {
                 Ok(r) if r.status().is_success() => {}

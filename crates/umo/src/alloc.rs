@@ -279,6 +279,17 @@ impl Allocator {
             .saturating_sub((before - self.carved.len()) as u64);
     }
 
+    /// Bytes of blocks this client has out (allocated or in limbo) per region, from the
+    /// segments it carves. Blocks it frees of another client's segments still count
+    /// for that client: across agents the figures are close, not exact.
+    pub fn used_by_region(&self) -> Vec<(RegionId, u64)> {
+        let mut per: std::collections::BTreeMap<RegionId, u64> = std::collections::BTreeMap::new();
+        for ((region, _), c) in &self.carved {
+            *per.entry(*region).or_default() += c.out as u64 * classes::size(c.class) as u64;
+        }
+        per.into_iter().collect()
+    }
+
     /// Segments ready for any class without growing the pool.
     pub fn spare_segments(&self) -> usize {
         self.free_segments.len() + self.released.len()

@@ -758,6 +758,11 @@ impl Pool {
         self.primaries[region as usize].store(0, Ordering::Release);
     }
 
+    /// Bytes of this client's blocks per region (see `Allocator::used_by_region`).
+    pub fn used_by_region(&self) -> Vec<(RegionId, u64)> {
+        self.alloc.lock().used_by_region()
+    }
+
     /// Segments this client can fill without a new region.
     pub fn spare_segments(&self) -> usize {
         self.alloc.lock().spare_segments()
