@@ -1009,11 +1009,11 @@ async fn serve_session(
                 (0 | 1, 0 | 1) => {
                     router.leading_forwards(session, &commands[i..], FORWARD_BATCH, peer)
                 }
-                _ => 0,
+                _ => None,
             };
-            if forwards >= 2 {
+            if let Some((owner, forwards)) = forwards {
                 for reply in router
-                    .forward_run(session, &commands[i..i + forwards])
+                    .forward_run(session, &owner, &commands[i..i + forwards])
                     .await
                 {
                     if session.should_reply() {

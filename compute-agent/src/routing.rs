@@ -154,34 +154,23 @@ impl Router {
             return self.version();
         }
         let ownership = self.engine.dht.ownership();
-        let lease_of = |m: &ClusterMap, shard: u32| {
-            let s = &m.shards.shards[shard as usize];
-            (s.primary == Some(me)).then_some(Lease {
-                shard,
-                epoch: s.epoch,
-            })
-        };
         let mut changed = vec![false; HASH_SLOTS as usize];
-        let mut owned = 0u64;
         for shard in 0..map.shards.shards.len() as u32 {
-            let range = map.shards.slots(shard);
-            let lease = lease_of(&map, shard);
-            let before = old.as_ref().and_then(|o| {
-                // Shard counts never change for a cluster, but check rather than index.
-                (o.shards.shards.len() == map.shards.shards.len())
-                    .then(|| lease_of(o, shard))
-                    .flatten()
-            });
-            if lease.is_some() {
-                owned += range.len() as u64;
-            }
-            let moved_away_and_back = old.as_ref().is_some_and(|o| {
-                o.shards.shards.get(shard as usize).map(|s| s.epoch)
-                    != Some(map.shards.shards[shard as usize].epoch)
-            });
-            if lease == before && !moved_away_and_back {
+            let now = &map.shards.shards[shard as usize];
+            // Unchanged primary and epoch: the shard stayed where it was.
+            if old.as_ref().is_some_and(|o| {
+                o.shards
+                    .shards
+                    .get(shard as usize)
+                    .is_some_and(|b| (b.primary, b.epoch) == (now.primary, now.epoch))
+            }) {
                 continue;
             }
+            let range = map.shards.slots(shard);
+            let lease = (now.primary == Some(me)).then_some(Lease {
+                shard,
+                epoch: now.epoch,
+            });
             if let Some(l) = lease {
                 // Fence first: from here the previous owner's commits are refused.
                 if let Err(e) = self.engine.dht.pool().fence(l.shard, l.epoch).await {
@@ -193,6 +182,7 @@ impl Router {
                 changed[s as usize] = true;
             }
         }
+        let owned = u64::from(ownership.owned_count());
         self.engine.forget_slots(&|slot| changed[slot as usize]);
         // The instance's limit and policy (a resize or CONFIG SET on any agent).
         let dht = &self.engine.dht;
@@ -691,19 +681,19 @@ impl Router {
         out
     }
 
-    /// How many of the leading pipelined `commands` (at most `max`) are writes this
-    /// agent forwards to one and the same owner, so that [`forward_run`](Self::forward_run)
-    /// sends them in one pipelined round trip. Proxy mode only, never on a connection
-    /// of another agent.
+    /// The owner and length of the leading run of pipelined `commands` (at most `max`,
+    /// at least two) that are writes this agent forwards to one and the same agent, so
+    /// that [`forward_run`](Self::forward_run) sends them in one round trip. Proxy mode
+    /// only, never on a connection of another agent.
     pub fn leading_forwards(
         &self,
         session: &Session,
         commands: &[Vec<Bytes>],
         max: usize,
         peer: bool,
-    ) -> usize {
-        if peer || !session.authenticated || self.mode != RoutingMode::Proxy {
-            return 0;
+    ) -> Option<(String, usize)> {
+        if commands.len() < 2 || peer || !session.authenticated || self.mode != RoutingMode::Proxy {
+            return None;
         }
         let owner = |args: &Vec<Bytes>| match args.is_empty() {
             true => None,
@@ -712,36 +702,32 @@ impl Router {
                 _ => None,
             },
         };
-        let Some(first) = commands.first().and_then(owner) else {
-            return 0;
-        };
-        commands
+        let first = owner(&commands[0])?;
+        let n = commands
             .iter()
             .take(max)
             .take_while(|c| owner(c).as_deref() == Some(first.as_str()))
-            .count()
+            .count();
+        (n >= 2).then_some((first, n))
     }
 
-    /// Forwards a run found by [`leading_forwards`](Self::leading_forwards) in one round
-    /// trip. A reply saying the owner changed meanwhile (nothing was written) sends that
-    /// command down the one-at-a-time path, which routes it again; so does a run whose
-    /// connection failed.
-    pub async fn forward_run(&self, session: &mut Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
-        let addr = match commands.first().map(|c| self.route(c)) {
-            Some(Route::Forward(addr)) => addr,
-            _ => String::new(),
-        };
+    /// Forwards a run found by [`leading_forwards`](Self::leading_forwards) to `addr` in
+    /// one round trip. A reply saying the owner changed meanwhile (nothing was written)
+    /// sends that command down the one-at-a-time path, which routes it again; so does a
+    /// run whose connection failed.
+    pub async fn forward_run(
+        &self,
+        session: &mut Session,
+        addr: &str,
+        commands: &[Vec<Bytes>],
+    ) -> Vec<Reply> {
         let stats = &self.engine.stats;
         stats
             .commands
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
-        let sent = match addr.is_empty() {
-            true => Err(std::io::Error::other("no owner")),
-            false => self.forward_many(&addr, session, &refs).await,
-        };
         let mut replies = Vec::with_capacity(commands.len());
-        match sent {
+        match self.forward_many(addr, session, &refs).await {
             Ok(got) => {
                 for (args, reply) in commands.iter().zip(got) {
                     if redirected(&reply) {

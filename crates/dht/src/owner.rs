@@ -24,6 +24,8 @@ pub struct Ownership {
     /// Shard per hash slot; `NONE` when not owned.
     shards: Box<[AtomicU32]>,
     epochs: Box<[AtomicU64]>,
+    /// How many slots are owned, so "every slot" (a standalone agent) is one load.
+    owned: AtomicU32,
 }
 
 const NONE: u32 = u32::MAX;
@@ -37,6 +39,11 @@ impl Ownership {
             epochs: (0..HASH_SLOTS)
                 .map(|_| AtomicU64::new(lease.map_or(0, |l| l.epoch)))
                 .collect(),
+            owned: AtomicU32::new(if lease.is_some() {
+                HASH_SLOTS as u32
+            } else {
+                0
+            }),
         }
     }
 
@@ -65,14 +72,29 @@ impl Ownership {
             if s >= HASH_SLOTS {
                 break;
             }
-            match lease {
+            let was = match lease {
                 Some(l) => {
                     self.epochs[s].store(l.epoch, Ordering::Release);
-                    self.shards[s].store(l.shard, Ordering::Release);
+                    self.shards[s].swap(l.shard, Ordering::AcqRel)
                 }
-                None => self.shards[s].store(NONE, Ordering::Release),
-            }
+                None => self.shards[s].swap(NONE, Ordering::AcqRel),
+            };
+            match (was == NONE, lease.is_some()) {
+                (true, true) => self.owned.fetch_add(1, Ordering::AcqRel),
+                (false, false) => self.owned.fetch_sub(1, Ordering::AcqRel),
+                _ => 0,
+            };
         }
+    }
+
+    /// How many slots are owned.
+    pub fn owned_count(&self) -> u32 {
+        self.owned.load(Ordering::Acquire)
+    }
+
+    /// Whether every slot is owned (a standalone client): no per-key check needed.
+    pub fn owns_all(&self) -> bool {
+        self.owned_count() == HASH_SLOTS as u32
     }
 
     /// Slots currently owned.
@@ -96,5 +118,7 @@ mod tests {
         o.assign(5..6, None);
         assert_eq!(o.lease(5), None);
         assert_eq!(o.owned().len(), 9);
+        assert_eq!(o.owned_count(), 9);
+        assert!(Ownership::all(0, 1).owns_all() && !o.owns_all());
     }
 }

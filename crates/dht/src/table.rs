@@ -1213,6 +1213,19 @@ impl Dht {
 
     /// Adjusts the key counts of `db`: `keys` more keys, and the volatile count by
     /// whether the metadata before (`from`) and after (`to`) carry a TTL.
+    /// After a committed insert or overwrite: counts the key and frees the object the
+    /// slot held before (`found`), if any.
+    async fn replaced(&self, db: u8, found: Option<Found>, meta: SlotMeta) {
+        let prev_meta = found.as_ref().map(|f| f.meta);
+        match found.and_then(|f| f.word.object()) {
+            Some(prev) => {
+                self.count_key(db, 0, prev_meta, Some(meta));
+                self.pool.free_object(prev).await
+            }
+            None => self.count_key(db, 1, None, Some(meta)),
+        }
+    }
+
     fn count_key(&self, db: u8, keys: i64, from: Option<SlotMeta>, to: Option<SlotMeta>) {
         if keys != 0 {
             self.keys[db as usize].fetch_add(keys, Ordering::Relaxed);
@@ -1505,14 +1518,7 @@ impl Dht {
             match self.commit(tx).await {
                 TxOutcome::Committed => {
                     for (loc, (found, meta)) in locs.iter().zip(done) {
-                        let prev_meta = found.as_ref().map(|f| f.meta);
-                        match found.and_then(|f| f.word.object()) {
-                            Some(prev) => {
-                                self.count_key(loc.db, 0, prev_meta, Some(meta));
-                                self.pool.free_object(prev).await
-                            }
-                            None => self.count_key(loc.db, 1, None, Some(meta)),
-                        }
+                        self.replaced(loc.db, found, meta).await;
                     }
                     return Ok(true);
                 }
@@ -1594,14 +1600,7 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
-                    let prev_meta = found.as_ref().map(|f| f.meta);
-                    match found.and_then(|f| f.word.object()) {
-                        Some(prev) => {
-                            self.count_key(loc.db, 0, prev_meta, Some(meta));
-                            self.pool.free_object(prev).await
-                        }
-                        None => self.count_key(loc.db, 1, None, Some(meta)),
-                    }
+                    self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });
                 }
                 TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,

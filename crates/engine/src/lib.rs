@@ -216,10 +216,9 @@ impl Engine {
     /// Whether this agent writes `key`'s hash slot. The local cache holds only such
     /// keys (DESIGN.md §5): another agent's writes would leave a copy of its keys stale.
     pub fn owns(&self, key: &[u8]) -> bool {
-        self.dht
-            .ownership()
-            .lease(dmc_dht::hash::key_slot(key))
-            .is_some()
+        let own = self.dht.ownership();
+        // A standalone agent owns every slot: no hash-slot computation per read.
+        own.owns_all() || own.lease(dmc_dht::hash::key_slot(key)).is_some()
     }
 
     /// A fill ticket for a key this agent may cache.

@@ -85,19 +85,28 @@ fn checked(
     })
 }
 
+/// A successful reply's JSON body.
+fn json_reply<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    url: &str,
+    r: Result<Reply, ureq::Error>,
+) -> Result<T, ManagerCallError> {
+    checked(what, url, r)?
+        .body_mut()
+        .read_json()
+        .map_err(|e| ManagerCallError::BadReply {
+            what,
+            message: e.to_string(),
+        })
+}
+
 /// Registers an agent serving clients at `listen`; returns its id.
 pub fn register_agent(url: &str, listen: &str) -> Result<AgentId, ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(5))
         .post(format!("{b}/v1/agents"))
         .send_json(json!({ "listen": listen }));
-    let v: serde_json::Value = checked("the registration", &b, r)?
-        .body_mut()
-        .read_json()
-        .map_err(|e| ManagerCallError::BadReply {
-            what: "the registration",
-            message: e.to_string(),
-        })?;
+    let v: serde_json::Value = json_reply("the registration", &b, r)?;
     v["id"].as_u64().ok_or(ManagerCallError::BadReply {
         what: "the registration",
         message: "no agent id".into(),
@@ -125,13 +134,7 @@ pub fn fetch_map(url: &str, after: u64, wait: Duration) -> Result<ClusterMap, Ma
             wait.as_millis()
         ))
         .call();
-    checked("the map request", &b, r)?
-        .body_mut()
-        .read_json()
-        .map_err(|e| ManagerCallError::BadReply {
-            what: "the map request",
-            message: e.to_string(),
-        })
+    json_reply("the map request", &b, r)
 }
 
 /// Asks for a region for `instance` (`want`: a specific id). A refusal for want of
@@ -145,13 +148,7 @@ pub fn grant_region(
     let r = http(Duration::from_secs(30))
         .post(format!("{b}/v1/instances/{instance}/regions"))
         .send_json(json!({ "region": want }));
-    checked("the region request", &b, r)?
-        .body_mut()
-        .read_json()
-        .map_err(|e| ManagerCallError::BadReply {
-            what: "the region request",
-            message: e.to_string(),
-        })
+    json_reply("the region request", &b, r)
 }
 
 /// Reports that agent `id` vacated draining region `region` under map `version`.
