@@ -11,6 +11,7 @@ use dmc_benches::loadgen::client::{LoadSpec, RunConfig, Target, load, run};
 use dmc_benches::loadgen::compare::{CompareConfig, compare};
 use dmc_benches::loadgen::keys::KeyDist;
 use dmc_benches::loadgen::report::{Summary, timeline_csv};
+use dmc_benches::loadgen::stats::Recorder;
 use dmc_benches::loadgen::trace;
 use dmc_benches::loadgen::workload::{Mix, Size, Workload};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -228,13 +229,22 @@ async fn trace_cmd(a: TraceArgs) -> Result<()> {
         "trace".into(),
         None,
     );
+    report(&summary, &rec, a.json.as_deref(), a.timeline.as_deref())
+}
+
+/// Prints the summary table and writes the JSON summary and per-second CSV if asked.
+fn report(
+    summary: &Summary,
+    rec: &Recorder,
+    json: Option<&std::path::Path>,
+    timeline: Option<&std::path::Path>,
+) -> Result<()> {
     print!("{}", summary.table());
-    if let Some(p) = &a.json {
+    if let Some(p) = json {
         summary.write_json(p)?;
     }
-    if let Some(p) = &a.timeline {
-        std::fs::write(p, timeline_csv(&rec))
-            .with_context(|| format!("writing {}", p.display()))?;
+    if let Some(p) = timeline {
+        std::fs::write(p, timeline_csv(rec)).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -335,13 +345,5 @@ async fn run_cmd(a: RunArgs) -> Result<()> {
         value,
         a.rate,
     );
-    print!("{}", summary.table());
-    if let Some(p) = &a.json {
-        summary.write_json(p)?;
-    }
-    if let Some(p) = &a.timeline {
-        std::fs::write(p, timeline_csv(&rec))
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
+    report(&summary, &rec, a.json.as_deref(), a.timeline.as_deref())
 }

@@ -301,11 +301,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
     // redis-benchmark, -P 1 and -P 16, targets in alternating order per repetition.
     for rep in 0..cfg.reps {
         for pipeline in [1usize, 16] {
-            let order: Vec<&Server> = if rep % 2 == 0 {
-                servers.iter().collect()
-            } else {
-                servers.iter().rev().collect()
-            };
+            let order = alternating(&servers, rep);
             for s in order {
                 eprintln!(
                     "[{:>4.0}s] redis-benchmark -P {pipeline} on {} (rep {})",
@@ -361,11 +357,7 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
         for w in &cfg.workloads {
             let wl =
                 Workload::ycsb(w, cfg.theta).with_context(|| format!("unknown workload {w}"))?;
-            let order: Vec<&Server> = if rep % 2 == 0 {
-                servers.iter().collect()
-            } else {
-                servers.iter().rev().collect()
-            };
+            let order = alternating(&servers, rep);
             for s in order {
                 eprintln!(
                     "[{:>4.0}s] {} on {} (rep {})",
@@ -625,4 +617,13 @@ fn charts(
         )?;
     }
     Ok(())
+}
+
+/// The targets in one order on even repetitions and reversed on odd ones, so neither
+/// always runs first.
+fn alternating(servers: &[Server], rep: usize) -> Vec<&Server> {
+    match rep % 2 {
+        0 => servers.iter().collect(),
+        _ => servers.iter().rev().collect(),
+    }
 }
