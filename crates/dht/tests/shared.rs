@@ -20,6 +20,19 @@ async fn client(
     owned: std::ops::Range<u16>,
     shard: u32,
 ) -> Arc<Dht> {
+    instance_client(nodes, id, owned, shard, 1, 1).await
+}
+
+/// A client of the pool whose superblock is region `super_region` (one cache
+/// instance), owning `owned` under `shard` at `epoch`.
+async fn instance_client(
+    nodes: &[LoopbackNode],
+    id: u32,
+    owned: std::ops::Range<u16>,
+    shard: u32,
+    super_region: u16,
+    epoch: u64,
+) -> Arc<Dht> {
     let mut ts = Vec::new();
     for n in nodes {
         ts.push(
@@ -35,6 +48,7 @@ async fn client(
             segment_size: 1 << 20,
             grace: Duration::from_millis(50),
             client_id: id,
+            super_region,
             ..PoolConfig::default()
         },
         ts,
@@ -42,15 +56,13 @@ async fn client(
     .await
     .unwrap();
     let own = Ownership::none();
-    own.assign(owned, Some(Lease { shard, epoch: 1 }));
+    own.assign(owned, Some(Lease { shard, epoch }));
     Dht::open(pool, DhtConfig::default(), Arc::new(SystemClock), own)
         .await
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_owners_write_one_pool_concurrently() {
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+async fn two_nodes(dirs: &[tempfile::TempDir]) -> Vec<LoopbackNode> {
     let mut nodes = Vec::new();
     for (i, d) in dirs.iter().enumerate() {
         nodes.push(
@@ -64,6 +76,13 @@ async fn two_owners_write_one_pool_concurrently() {
             .unwrap(),
         );
     }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_owners_write_one_pool_concurrently() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = two_nodes(&dirs).await;
     let a = client(&nodes, 1, 0..8192, 0).await;
     let b = client(&nodes, 2, 8192..16384, 1).await;
     let keys: Vec<String> = (0..20_000).map(|i| format!("key:{i:012}")).collect();
@@ -105,4 +124,54 @@ async fn two_owners_write_one_pool_concurrently() {
             );
         }
     }
+}
+
+/// Two cache instances on the same memory nodes, each with its own superblock region:
+/// the same key holds a different value in each, each grows by regions of its own, and
+/// one's shard epochs do not fence the other's writers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_the_nodes_but_not_their_keys() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = two_nodes(&dirs).await;
+    let a = instance_client(&nodes, 1, 0..16384, 0, 1, 5).await;
+    let b = instance_client(&nodes, 2, 0..16384, 0, 9, 1).await;
+    // Instance a's shard 0 at epoch 5 on every node; b writes its shard 0 at epoch 1.
+    a.pool().fence(0, 5).await.unwrap();
+    let value = |who: &str, i: usize| format!("{who}-{i}-{}", "x".repeat(900));
+    // About 20 MB each: more than one 16 MB region.
+    for i in 0..20_000 {
+        let k = format!("key:{i}");
+        for (who, c) in [("a", &a), ("b", &b)] {
+            c.set(
+                0,
+                k.as_bytes(),
+                value(who, i).as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{who}: set {k}: {e}"));
+        }
+    }
+    for i in (0..20_000).step_by(7) {
+        let k = format!("key:{i}");
+        for (who, c) in [("a", &a), ("b", &b)] {
+            let got = c.get(0, k.as_bytes()).await.unwrap().map(|e| e.value);
+            assert_eq!(got, Some(value(who, i).into()), "{k} in instance {who}");
+        }
+    }
+    let regions = |c: &Arc<Dht>| -> Vec<u16> {
+        c.pool()
+            .used_by_region()
+            .into_iter()
+            .filter(|(_, used)| *used > 0)
+            .map(|(r, _)| r)
+            .collect()
+    };
+    let (ra, rb) = (regions(&a), regions(&b));
+    assert!(ra.len() > 1 && rb.len() > 1, "each grew: {ra:?} {rb:?}");
+    assert!(ra.contains(&1) && rb.contains(&9), "{ra:?} {rb:?}");
+    assert!(
+        ra.iter().all(|r| !rb.contains(r)),
+        "no region is shared: {ra:?} {rb:?}"
+    );
 }

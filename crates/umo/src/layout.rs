@@ -1,4 +1,5 @@
-//! The pool's own metadata layout: the superblock in region 1 and the segment table at
+//! The pool's own metadata layout: the superblock (in region 1, or the region a pool is
+//! configured with: one per cache instance) and the segment table at
 //! the head of every region.
 //!
 //! ```text
@@ -6,7 +7,7 @@
 //! 0                  32 KiB                      64 KiB
 //! +------------------+---------------------------+----------------------------------+
 //! | superblock       | segment table             | segment 0 | segment 1 | ...      |
-//! | (region 1 only)  | u64 per segment           |                                  |
+//! | (its region only)| u64 per segment           |                                  |
 //! +------------------+---------------------------+----------------------------------+
 //!
 //! superblock:

@@ -74,6 +74,11 @@ pub struct PoolConfig {
     pub client_id: u32,
     /// Most regions the pool may grow to (0: as many as the nodes hold).
     pub max_regions: u32,
+    /// The region holding this pool's superblock. Pools with different superblock
+    /// regions share memory nodes without sharing data: each one's region table,
+    /// usage counter, table root and shard epochs are its own (one per cache
+    /// instance of a cluster).
+    pub super_region: RegionId,
 }
 
 impl Default for PoolConfig {
@@ -85,6 +90,7 @@ impl Default for PoolConfig {
             grace: Duration::from_millis(500),
             client_id: 1,
             max_regions: 0,
+            super_region: SUPER_REGION,
         }
     }
 }
@@ -299,13 +305,13 @@ impl Pool {
             };
             match opened {
                 Ok(()) => return Ok(Arc::new(pool)),
-                Err(
-                    UmoError::Formatting
-                    | UmoError::Node {
-                        source: dmc_verbs::VerbsError::RegionExists(SUPER_REGION),
-                        ..
-                    },
-                ) if Instant::now() < deadline => {
+                Err(UmoError::Formatting) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(UmoError::Node {
+                    source: dmc_verbs::VerbsError::RegionExists(r),
+                    ..
+                }) if r == pool.config.super_region && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 Err(e) => return Err(e),
@@ -317,7 +323,7 @@ impl Pool {
     async fn super_holder(&self) -> Result<Option<usize>, UmoError> {
         for (i, n) in self.nodes.iter().enumerate() {
             let list = n.list_regions().await.map_err(UmoError::node(n.node()))?;
-            if list.iter().any(|(r, _)| *r == SUPER_REGION) {
+            if list.iter().any(|(r, _)| *r == self.config.super_region) {
                 return Ok(Some(i));
             }
         }
@@ -327,7 +333,7 @@ impl Pool {
     async fn load(&mut self, holder: usize) -> Result<(), UmoError> {
         let node = &self.nodes[holder];
         let mut sb = [0u8; layout::SB_LEN];
-        node.read(SUPER_REGION, 0, &mut sb)
+        node.read(self.config.super_region, 0, &mut sb)
             .await
             .map_err(|e| UmoError::Node {
                 node: node.node(),
@@ -356,19 +362,24 @@ impl Pool {
         }
         self.created_ms = sb.created_ms;
         let mut used = [0u8; 8];
-        node.read(SUPER_REGION, layout::SB_USED, &mut used)
+        node.read(self.config.super_region, layout::SB_USED, &mut used)
             .await
             .map_err(UmoError::node(node.node()))?;
         self.usage_seen = AtomicU64::new(u64::from_le_bytes(used));
         let table_len = (layout::MAX_REGIONS * layout::REGION_ENTRY) as usize;
         let mut table = vec![0u8; table_len];
-        node.read(SUPER_REGION, layout::REGION_TABLE, &mut table)
+        node.read(self.config.super_region, layout::REGION_TABLE, &mut table)
             .await
             .map_err(|e| UmoError::Node {
                 node: node.node(),
                 source: e,
             })?;
-        if RegionRecord::decode(&table[..layout::REGION_ENTRY as usize]).is_none() {
+        let own = (RegionRecord::offset(self.config.super_region) - layout::REGION_TABLE) as usize;
+        if table
+            .get(own..own + layout::REGION_ENTRY as usize)
+            .and_then(RegionRecord::decode)
+            .is_none()
+        {
             return Err(UmoError::Formatting);
         }
         let mut found = 0;
@@ -446,18 +457,22 @@ impl Pool {
             root: 0,
         };
         let rec = match &self.source {
-            Some(source) => source.grant(Some(SUPER_REGION)).await?.1,
-            None => self.create_region_copies(SUPER_REGION).await?,
+            Some(source) => source.grant(Some(self.config.super_region)).await?.1,
+            None => self.create_region_copies(self.config.super_region).await?,
         };
-        let entry = self.entry_for(SUPER_REGION, &rec)?;
-        self.primaries[SUPER_REGION as usize].store(entry.primary as u32 + 1, Ordering::Release);
-        self.regions.get_mut()[SUPER_REGION as usize] = Some(entry);
-        self.write_all(&[(GlobalAddr::new(SUPER_REGION, 0), &sb.encode()[..])])
-            .await?;
-        self.record_region(SUPER_REGION, &rec).await?;
+        let entry = self.entry_for(self.config.super_region, &rec)?;
+        self.primaries[self.config.super_region as usize]
+            .store(entry.primary as u32 + 1, Ordering::Release);
+        self.regions.get_mut()[self.config.super_region as usize] = Some(entry);
+        self.write_all(&[(
+            GlobalAddr::new(self.config.super_region, 0),
+            &sb.encode()[..],
+        )])
+        .await?;
+        self.record_region(self.config.super_region, &rec).await?;
         self.alloc
             .get_mut()
-            .add_region(SUPER_REGION, self.config.region_size, |_| false);
+            .add_region(self.config.super_region, self.config.region_size, |_| false);
         tracing::info!(
             replicas = self.config.replicas,
             region_size = self.config.region_size,
@@ -523,7 +538,7 @@ impl Pool {
     }
 
     async fn record_region(&self, region: RegionId, rec: &RegionRecord) -> Result<(), UmoError> {
-        let at = GlobalAddr::new(SUPER_REGION, RegionRecord::offset(region));
+        let at = GlobalAddr::new(self.config.super_region, RegionRecord::offset(region));
         self.write_all(&[(at, &rec.encode()[..])]).await
     }
 
@@ -630,14 +645,18 @@ impl Pool {
         if let Ok(n) = self.primary(region) {
             return Ok(n);
         }
-        if region == SUPER_REGION || region as u64 > layout::MAX_REGIONS {
+        if region == self.config.super_region || region as u64 > layout::MAX_REGIONS {
             return Err(UmoError::UnknownRegion(region));
         }
-        let sb = &self.nodes[self.primary(SUPER_REGION)?];
+        let sb = &self.nodes[self.primary(self.config.super_region)?];
         let mut rec = [0u8; layout::REGION_ENTRY as usize];
-        sb.read(SUPER_REGION, RegionRecord::offset(region), &mut rec)
-            .await
-            .map_err(UmoError::node(sb.node()))?;
+        sb.read(
+            self.config.super_region,
+            RegionRecord::offset(region),
+            &mut rec,
+        )
+        .await
+        .map_err(UmoError::node(sb.node()))?;
         let rec = RegionRecord::decode(&rec).ok_or(UmoError::UnknownRegion(region))?;
         let entry = self.entry_for(region, &rec)?;
         let primary = entry.primary;
@@ -791,7 +810,10 @@ impl Pool {
     pub async fn sync_usage(&self) {
         let d = self.usage_delta.swap(0, Ordering::Relaxed);
         match self
-            .faa(GlobalAddr::new(SUPER_REGION, layout::SB_USED), d as u64)
+            .faa(
+                GlobalAddr::new(self.config.super_region, layout::SB_USED),
+                d as u64,
+            )
             .await
         {
             Ok(old) => self
@@ -1264,8 +1286,11 @@ impl Pool {
     /// The hash table's root pointer from the superblock.
     pub async fn root(&self) -> Result<u64, UmoError> {
         let mut w = [0u8; 8];
-        self.read(GlobalAddr::new(SUPER_REGION, layout::SB_ROOT), &mut w)
-            .await?;
+        self.read(
+            GlobalAddr::new(self.config.super_region, layout::SB_ROOT),
+            &mut w,
+        )
+        .await?;
         Ok(u64::from_le_bytes(w))
     }
 
@@ -1275,7 +1300,7 @@ impl Pool {
             shard: POOL_SHARD,
             epoch: 0,
             writes: vec![TxWrite {
-                addr: GlobalAddr::new(SUPER_REGION, layout::SB_ROOT),
+                addr: GlobalAddr::new(self.config.super_region, layout::SB_ROOT),
                 expect: Some(expect),
                 new,
             }],
@@ -1283,9 +1308,20 @@ impl Pool {
         Ok(self.commit(std::slice::from_ref(&tx)).await.remove(0))
     }
 
+    /// The fencing domain memory nodes keep `shard`'s epoch under: shards of pools
+    /// with other superblock regions (other instances) are other domains. The pool's
+    /// own transactions ([`POOL_SHARD`], epoch 0) are never fenced.
+    fn fencing_domain(&self, shard: u32) -> u32 {
+        if shard == POOL_SHARD {
+            return shard;
+        }
+        (u32::from(self.config.super_region) << 16) | (shard & 0xffff)
+    }
+
     /// Raises `shard`'s epoch to `epoch` on every memory node, so a client still
     /// writing under an older epoch (a previous owner) is refused from now on.
     pub async fn fence(&self, shard: u32, epoch: u64) -> Result<(), UmoError> {
+        let shard = self.fencing_domain(shard);
         let calls = join_all(
             self.nodes
                 .iter()
@@ -1350,7 +1386,7 @@ impl Pool {
                     let p = plan.entry(n).or_default();
                     p.0.push(TxPrepare {
                         txid: base + t as u64,
-                        shard: tx.shard,
+                        shard: self.fencing_domain(tx.shard),
                         epoch: tx.epoch,
                         writes,
                     });
