@@ -2,22 +2,22 @@
 //!
 //! | method and path | does |
 //! |---|---|
-//! | `GET /v1/status` | nodes, agents (alive, shards), capacity |
-//! | `GET /v1/slots` | every shard: slot range, primary, epoch |
+//! | `GET /v1/status` | nodes, agents (alive, shards), instances, capacity |
+//! | `GET /v1/slots?instance=I` | every shard of instance `I` (`default`): slot range, primary, epoch |
 //! | `POST /v1/nodes` `{id, endpoint, capacity}` | add a memory node |
 //! | `DELETE /v1/nodes/{id}` | remove it |
 //! | `POST /v1/nodes/{id}/heartbeat` | renew a node's lease |
-//! | `POST /v1/agents` `{listen}` | register an agent: `{id}`; shards are rebalanced |
+//! | `POST /v1/agents` `{listen, instance?}` | register an agent of an instance (`default`): `{id}`; its shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
 //! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
-//! | `POST /v1/agents/scale` `{count}` | start or stop agents until `count` run |
+//! | `POST /v1/agents/scale` `{count, instance?}` | start or stop an instance's agents until `count` run |
 //! | `GET /v1/instances` | instances: maxmemory, policy, allocated and used bytes |
-//! | `POST /v1/instances` `{name, maxmemory, policy}` | create one |
+//! | `POST /v1/instances` `{name, maxmemory, policy}` | create one (it reserves its superblock region) |
 //! | `PUT /v1/instances/{name}` `{maxmemory?, policy?}` | resize it / change its policy |
 //! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
 //! | `POST /v1/regions/{id}/vacated` `{agent, version}` | an agent moved its data out of a draining region |
-//! | `GET /v1/map?after=V&wait_ms=T` | the cluster map, once its version passes `V` (long poll, at most `T` ms) |
+//! | `GET /v1/map?instance=I&after=V&wait_ms=T` | instance `I`'s cluster map, once its version passes `V` (long poll, at most `T` ms) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,6 @@ use dmc_proto::cluster::DEFAULT_INSTANCE;
 use crate::launcher::Launcher;
 use crate::manager::{Manager, ManagerError, Member};
 use crate::scale::{ScaleTimes, scale};
-use crate::state::Instance;
 
 /// What the handlers share.
 pub struct App {
@@ -50,6 +49,19 @@ pub struct App {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScaleRequest {
     pub count: usize,
+    #[serde(default = "default_instance")]
+    pub instance: String,
+}
+
+fn default_instance() -> String {
+    DEFAULT_INSTANCE.into()
+}
+
+/// `?instance=NAME`, the default instance when absent.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InstanceQuery {
+    #[serde(default = "default_instance")]
+    pub instance: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -96,6 +108,8 @@ pub struct ResizeInstance {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct MapQuery {
+    #[serde(default = "default_instance")]
+    pub instance: String,
     #[serde(default)]
     pub after: u64,
     #[serde(default)]
@@ -115,6 +129,8 @@ pub struct AddNode {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RegisterAgent {
     pub listen: String,
+    #[serde(default = "default_instance")]
+    pub instance: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,7 +175,11 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route(
             "/v1/slots",
-            get(|State(app): Shared| async move { Json(app.manager.slots()) }),
+            get(
+                |State(app): Shared, Query(q): Query<InstanceQuery>| async move {
+                    Ok::<_, ApiError>(Json(app.manager.slots(&q.instance)?))
+                },
+            ),
         )
         .route(
             "/v1/nodes",
@@ -186,7 +206,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/agents",
             post(
                 |State(app): Shared, Json(a): Json<RegisterAgent>| async move {
-                    let id = app.manager.register_agent(a.listen)?;
+                    let id = app.manager.register_agent(a.listen, &a.instance)?;
                     Ok::<_, ApiError>(Json(Registered { id }))
                 },
             ),
@@ -212,8 +232,8 @@ pub fn router(app: Arc<App>) -> Router {
                         Some(v) => app.manager.applied(id, v)?,
                         None => app.manager.heartbeat(Member::Agent(id))?,
                     }
-                    if let Some(used) = beat.used {
-                        app.manager.report_used(DEFAULT_INSTANCE, used);
+                    if let (Some(used), Some(instance)) = (beat.used, app.manager.instance_of(id)) {
+                        app.manager.report_used(&instance, used);
                     }
                     if beat.applied.is_some() {
                         app.manager.report_regions(id, beat.regions);
@@ -227,8 +247,14 @@ pub fn router(app: Arc<App>) -> Router {
             post(
                 |State(app): Shared, Json(r): Json<ScaleRequest>| async move {
                     let _one = app.scaling.lock().await;
-                    let report =
-                        scale(&app.manager, app.launcher.as_ref(), r.count, app.times).await?;
+                    let report = scale(
+                        &app.manager,
+                        app.launcher.as_ref(),
+                        &r.instance,
+                        r.count,
+                        app.times,
+                    )
+                    .await?;
                     Ok::<_, ApiError>(Json(report))
                 },
             ),
@@ -243,12 +269,8 @@ pub fn router(app: Arc<App>) -> Router {
                             c.policy
                         ))));
                     }
-                    app.manager.create_instance(Instance {
-                        name: c.name,
-                        maxmemory: c.maxmemory,
-                        policy: c.policy,
-                    })?;
-                    Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+                    let inst = app.manager.create_instance(&c.name, c.maxmemory, &c.policy)?;
+                    Ok::<_, ApiError>((StatusCode::CREATED, Json(inst)))
                 },
             ),
         )
@@ -294,7 +316,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/map",
             get(|State(app): Shared, Query(q): Query<MapQuery>| async move {
                 let wait = Duration::from_millis(q.wait_ms).min(MAX_WAIT);
-                Json(app.manager.wait_map(q.after, wait).await)
+                Ok::<_, ApiError>(Json(app.manager.wait_map(&q.instance, q.after, wait).await?))
             }),
         )
         .with_state(app)

@@ -1,6 +1,7 @@
 //! `cluster-manager serve` and the operator commands that talk to it over HTTP:
-//! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`. Tables
-//! for people, `--json` for scripts.
+//! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`,
+//! `instances list|create|resize`, `regions list`. Tables for people, `--json` for
+//! scripts.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use dmc_proto::ByteSize;
 
-use dmc_proto::cluster::PoolTransport;
+use dmc_proto::cluster::{DEFAULT_INSTANCE, PoolTransport};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{AddNode, App, CreateInstance, ResizeInstance, ScaleRequest, router};
@@ -197,8 +198,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: AgentsCmd,
     },
-    /// Which agent owns which hash slots.
-    Slots,
+    /// Which agent owns which hash slots of an instance.
+    Slots {
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
+    },
     /// Cache instances: their maxmemory, policy, and pool bytes allocated and used.
     Instances {
         #[command(subcommand)]
@@ -214,6 +218,8 @@ pub enum Cmd {
 #[derive(Debug, Subcommand)]
 pub enum InstancesCmd {
     List,
+    /// A new instance on the same memory nodes, with its own keys, regions and
+    /// agents (start them with `agents scale N --instance NAME`).
     Create {
         name: String,
         #[arg(long)]
@@ -260,12 +266,17 @@ pub enum AgentsCmd {
     Remove {
         id: u64,
     },
-    /// Start or stop agents (through the launcher) until COUNT run.
+    /// Start or stop an instance's agents (through the launcher) until COUNT run.
     Scale {
         count: usize,
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
     },
-    /// Start one more agent.
-    Add,
+    /// Start one more agent of an instance.
+    Add {
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
+    },
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -426,12 +437,16 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 print_instances(&status.instances);
             }
             if show_agents {
-                println!("{:>6}  {:<24} {:>7}  STATE", "AGENT", "LISTEN", "SHARDS");
+                println!(
+                    "{:>6}  {:<24} {:<12} {:>7}  STATE",
+                    "AGENT", "LISTEN", "INSTANCE", "SHARDS"
+                );
                 for a in &status.agents {
                     println!(
-                        "{:>6}  {:<24} {:>7}  {}",
+                        "{:>6}  {:<24} {:<12} {:>7}  {}",
                         a.id,
                         a.listen,
+                        a.instance,
                         a.shards,
                         if a.alive { "alive" } else { "dead" }
                     );
@@ -475,16 +490,20 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             println!("agent {id} removed; its shards were reassigned");
         }
         Cmd::Agents {
-            cmd: AgentsCmd::Scale { count },
-        } => scale_to(&agent, &url, json, Some(count))?,
+            cmd: AgentsCmd::Scale { count, instance },
+        } => scale_to(&agent, &url, json, &instance, Some(count))?,
         Cmd::Agents {
-            cmd: AgentsCmd::Add,
-        } => scale_to(&agent, &url, json, None)?,
-        Cmd::Slots => {
-            let rows: Vec<ShardRow> = ok(agent.get(url("/v1/slots")).call().map_err(fail)?)?
-                .body_mut()
-                .read_json()
-                .context("reading the manager's reply")?;
+            cmd: AgentsCmd::Add { instance },
+        } => scale_to(&agent, &url, json, &instance, None)?,
+        Cmd::Slots { instance } => {
+            let rows: Vec<ShardRow> = ok(agent
+                .get(url("/v1/slots"))
+                .query("instance", &instance)
+                .call()
+                .map_err(fail)?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
                 return Ok(());
@@ -536,7 +555,9 @@ fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                     policy,
                 })
                 .map_err(fail)?)?;
-            println!("instance {name} created");
+            println!(
+                "instance {name} created; start its agents with `agents scale N --instance {name}`"
+            );
         }
         Cmd::Instances {
             cmd:
@@ -602,11 +623,13 @@ fn ok(mut r: HttpResponse) -> Result<HttpResponse> {
     bail!("{} ({})", msg, r.status())
 }
 
-/// `agents scale COUNT`, or with `None` one agent more than now (`agents add`).
+/// `agents scale COUNT`, or with `None` one agent more than now (`agents add`), of
+/// `instance`.
 fn scale_to(
     agent: &ureq::Agent,
     url: &dyn Fn(&str) -> String,
     json: bool,
+    instance: &str,
     count: Option<usize>,
 ) -> Result<()> {
     let base = url("");
@@ -620,12 +643,20 @@ fn scale_to(
             .body_mut()
             .read_json()
             .context("reading the manager's reply")?;
-            status.agents.len() + 1
+            status
+                .agents
+                .iter()
+                .filter(|a| a.instance == instance)
+                .count()
+                + 1
         }
     };
     let report: ScaleReport = ok(agent
         .post(url("/v1/agents/scale"))
-        .send_json(ScaleRequest { count })
+        .send_json(ScaleRequest {
+            count,
+            instance: instance.to_string(),
+        })
         .map_err(|e| unreachable_manager(&base, e))?)?
     .body_mut()
     .read_json()
@@ -635,7 +666,7 @@ fn scale_to(
         return Ok(());
     }
     println!(
-        "agents {} -> {} in {} ms",
+        "agents of {instance} {} -> {} in {} ms",
         report.before, report.after, report.millis
     );
     for l in &report.started {
@@ -656,8 +687,8 @@ fn percent(part: u64, whole: u64) -> String {
 
 fn print_instances(list: &[InstanceStatus]) {
     println!(
-        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8}  POLICY",
-        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS"
+        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  POLICY",
+        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS", "AGENTS"
     );
     for i in list {
         let max = if i.maxmemory == 0 {
@@ -666,13 +697,14 @@ fn print_instances(list: &[InstanceStatus]) {
             human(i.maxmemory)
         };
         println!(
-            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8}  {}",
+            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  {}",
             i.name,
             max,
             human(i.allocated),
             human(i.used),
             percent(i.used, i.allocated),
             i.regions,
+            i.agents,
             i.policy
         );
     }

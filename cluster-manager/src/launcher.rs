@@ -29,8 +29,8 @@ pub enum LaunchError {
 }
 
 pub trait Launcher: Send + Sync {
-    /// Starts an agent that registers with the manager by itself.
-    fn start(&self) -> Result<LaunchRecord, LaunchError>;
+    /// Starts an agent of `instance` that registers with the manager by itself.
+    fn start(&self, instance: &str) -> Result<LaunchRecord, LaunchError>;
     /// Asks the agent to drain its connections and exit.
     fn stop(&self, agent: &LaunchRecord) -> Result<(), LaunchError>;
     /// Whether the agent's process still runs.
@@ -126,7 +126,7 @@ impl LocalLauncher {
 }
 
 impl Launcher for LocalLauncher {
-    fn start(&self) -> Result<LaunchRecord, LaunchError> {
+    fn start(&self, instance: &str) -> Result<LaunchRecord, LaunchError> {
         let s = &self.settings;
         std::fs::create_dir_all(&s.log_dir).map_err(|source| LaunchError::Io {
             context: format!("creating {}", s.log_dir.display()),
@@ -145,6 +145,7 @@ impl Launcher for LocalLauncher {
         }
         cmd.args(["--bind", &s.bind, "--port", &port.to_string()])
             .args(["--manager", &s.manager_url])
+            .args(["--instance", instance])
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
@@ -156,7 +157,7 @@ impl Launcher for LocalLauncher {
         })?;
         let pid = child.id();
         self.children.lock().insert(pid, child);
-        tracing::info!(pid, port, log = %log.display(), "started an agent");
+        tracing::info!(pid, port, instance, log = %log.display(), "started an agent");
         Ok(LaunchRecord {
             listen: format!("{}:{port}", s.bind),
             pid,
@@ -165,6 +166,7 @@ impl Launcher for LocalLauncher {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            instance: instance.to_string(),
         })
     }
 

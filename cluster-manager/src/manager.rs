@@ -1,6 +1,6 @@
-//! The manager's logic, apart from HTTP: membership with leases, the shard map kept
-//! balanced over the registered agents, and every change persisted before it is
-//! acknowledged. Every saved change raises the cluster map's version and wakes the
+//! The manager's logic, apart from HTTP: membership with leases, instances (each with
+//! its own superblock region, regions, agents and shard map kept balanced over them),
+//! and every change persisted before it is acknowledged. Every saved change raises the cluster map's version and wakes the
 //! agents long-polling for it ([`Manager::wait_map`]); agents report the version they
 //! applied with their heartbeats, so a rescale knows when every agent follows the new
 //! map.
@@ -9,11 +9,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dmc_proto::ByteSize;
-use dmc_proto::cluster::DEFAULT_INSTANCE;
 use dmc_proto::cluster::{
     AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionGrant,
 };
-use dmc_proto::shards::AgentId;
+use dmc_proto::shards::{AgentId, ShardMap};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +20,9 @@ use crate::state::{
     AgentRecord, ClusterState, Instance, LaunchRecord, NodeRecord, RegionRecord, StateError,
     StateFile,
 };
+
+/// The highest region id a pool's superblock can describe.
+const MAX_REGION_ID: u16 = dmc_umo::layout::MAX_REGIONS as u16;
 
 /// The memory pool every agent of the cluster opens (from the manager's config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +88,10 @@ pub struct InstanceStatus {
     pub name: String,
     pub maxmemory: u64,
     pub policy: String,
+    /// The region holding its superblock.
+    pub super_region: u16,
+    /// Agents serving it.
+    pub agents: usize,
     /// Bytes of regions granted (one copy each).
     pub allocated: u64,
     /// Bytes in live blocks, as its agents last reported.
@@ -98,6 +104,7 @@ pub struct InstanceStatus {
 pub struct AgentStatus {
     pub id: AgentId,
     pub listen: String,
+    pub instance: String,
     pub alive: bool,
     /// Shards it is primary of.
     pub shards: usize,
@@ -121,6 +128,7 @@ pub struct ShardRow {
 pub struct Status {
     pub nodes: Vec<NodeStatus>,
     pub agents: Vec<AgentStatus>,
+    /// Logical shards per instance.
     pub shards: usize,
     /// Total memory-node capacity in bytes.
     pub capacity: u64,
@@ -135,6 +143,8 @@ pub struct Manager {
     file: StateFile,
     lease: Duration,
     pool: PoolSettings,
+    /// Logical shards of a new instance.
+    shard_count: u32,
     /// Last heartbeat per member. Not persisted: after a restart every member gets a
     /// full lease to check in again.
     seen: Mutex<HashMap<Member, Instant>>,
@@ -193,6 +203,7 @@ impl Manager {
             file,
             lease,
             pool,
+            shard_count: shards,
             seen: Mutex::new(seen),
             applied: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
@@ -223,7 +234,10 @@ impl Manager {
         next.map_version = current.map_version + 1;
         self.file.save(&next)?;
         let version = next.map_version;
-        if next.shards != current.shards {
+        let shards = |s: &ClusterState| -> Vec<ShardMap> {
+            s.instances.values().map(|i| i.shards.clone()).collect()
+        };
+        if shards(&next) != shards(&current) {
             *self.shards_changed.lock() = version;
         }
         *current = next;
@@ -232,16 +246,21 @@ impl Manager {
         Ok(out)
     }
 
-    /// The cluster as agents see it.
-    pub fn map(&self) -> ClusterMap {
+    /// The cluster as `instance`'s agents see it.
+    pub fn map(&self, instance: &str) -> Result<ClusterMap, ManagerError> {
         let s = self.state.lock();
-        ClusterMap {
+        let inst = s
+            .instances
+            .get(instance)
+            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?;
+        Ok(ClusterMap {
             cluster_id: s.cluster_id.clone(),
             version: s.map_version,
-            shards: s.shards.clone(),
+            shards: inst.shards.clone(),
             agents: s
                 .agents
                 .values()
+                .filter(|a| a.instance == instance)
                 .map(|a| AgentInfo {
                     id: a.id,
                     listen: a.listen.clone(),
@@ -258,19 +277,16 @@ impl Manager {
             draining: s
                 .regions
                 .values()
-                .filter(|r| r.draining)
+                .filter(|r| r.draining && r.instance == instance)
                 .map(|r| r.id)
                 .collect(),
-            instance: s
-                .instances
-                .get(DEFAULT_INSTANCE)
-                .map(|i| InstanceSpec {
-                    name: i.name.clone(),
-                    maxmemory: i.maxmemory,
-                    policy: i.policy.clone(),
-                })
-                .unwrap_or_default(),
-        }
+            instance: InstanceSpec {
+                name: inst.name.clone(),
+                maxmemory: inst.maxmemory,
+                policy: inst.policy.clone(),
+                super_region: inst.super_region,
+            },
+        })
     }
 
     /// Records an agent's bytes per region (for the used bytes per memory node).
@@ -300,8 +316,8 @@ impl Manager {
         self.used.lock().insert(instance.to_string(), used);
     }
 
-    /// Grants `instance` a region: `want` (the superblock's, when an agent formats the
-    /// pool) or the lowest free id. Its copies go to the `replicas` live memory nodes
+    /// Grants `instance` a region: `want` (its superblock's, when an agent formats the
+    /// instance's pool) or the lowest id no region or instance holds. Its copies go to the `replicas` live memory nodes
     /// with the most unallocated capacity (so never two on one node), the one that is
     /// primary of the fewest regions first; never beyond the instance's maxmemory.
     pub async fn grant_region(
@@ -316,10 +332,16 @@ impl Manager {
             .get(instance)
             .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?;
         let size = self.pool.region_size.0;
-        if let Some(id) = want
-            && s.regions.contains_key(&id)
-        {
-            return Err(ManagerError::Exists(format!("region {id}")));
+        if let Some(id) = want {
+            if s.regions.contains_key(&id) {
+                return Err(ManagerError::Exists(format!("region {id}")));
+            }
+            if id != inst.super_region {
+                return Err(ManagerError::Invalid(format!(
+                    "instance {instance} may ask for its superblock region {} only, not {id}",
+                    inst.super_region
+                )));
+            }
         }
         let allocated = s.allocated_to(instance);
         if inst.maxmemory.0 > 0 && allocated + size > inst.maxmemory.0.max(size) {
@@ -349,21 +371,20 @@ impl Manager {
         if let Some(best) = (0..chosen.len()).min_by_key(|&k| (primaries(chosen[k]), k)) {
             chosen.swap(0, best);
         }
+        let free_id = |from: u16| {
+            (from..=MAX_REGION_ID)
+                .find(|i| !s.region_taken(*i))
+                .ok_or_else(|| ManagerError::Full("no free region id".into()))
+        };
         let mut id = match want {
             Some(id) => id,
-            None => (2..u16::MAX)
-                .find(|i| !s.regions.contains_key(i))
-                .ok_or_else(|| ManagerError::Full("no free region id".into()))?,
+            None => free_id(1)?,
         };
         // A copy that exists already (left by an earlier pool) keeps its id taken.
         loop {
             match self.create_copies(&s, id, size, &chosen).await {
                 Ok(()) => break,
-                Err(ManagerError::Exists(_)) if want.is_none() => {
-                    id = ((id + 1)..u16::MAX)
-                        .find(|i| !s.regions.contains_key(i))
-                        .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
-                }
+                Err(ManagerError::Exists(_)) if want.is_none() => id = free_id(id + 1)?,
                 Err(e) => return Err(e),
             }
         }
@@ -450,27 +471,38 @@ impl Manager {
         Ok(t)
     }
 
-    /// Creates an instance (its agents are started separately).
-    ///
-    /// Agents serve the `default` instance only (one hash table per pool superblock),
-    /// so a second instance, which no agent could serve, is refused rather than
-    /// recorded.
-    pub fn create_instance(&self, inst: Instance) -> Result<(), ManagerError> {
-        if inst.name.is_empty() {
-            return Err(ManagerError::Invalid("an instance needs a name".into()));
-        }
-        if inst.name != DEFAULT_INSTANCE {
+    /// Creates an instance: its superblock region id is reserved now (the first agent
+    /// of the instance asks for it), its agents are started separately
+    /// (`agents scale N --instance NAME`).
+    pub fn create_instance(
+        &self,
+        name: &str,
+        maxmemory: ByteSize,
+        policy: &str,
+    ) -> Result<Instance, ManagerError> {
+        if !dmc_proto::cluster::valid_instance_name(name) {
             return Err(ManagerError::Invalid(format!(
-                "this cluster serves one instance, {DEFAULT_INSTANCE:?}; clusters of several \
-                 instances are not built yet (change it with `instances resize {DEFAULT_INSTANCE}`)"
+                "{name:?} cannot name an instance: use 1 to 64 letters, digits, '-' or '_'"
             )));
         }
+        let shards = self.shard_count;
         self.update(|s| {
-            if s.instances.contains_key(&inst.name) {
-                return Err(ManagerError::Exists(format!("instance {}", inst.name)));
+            if s.instances.contains_key(name) {
+                return Err(ManagerError::Exists(format!("instance {name}")));
             }
-            s.instances.insert(inst.name.clone(), inst);
-            Ok(())
+            let super_region = (1..=MAX_REGION_ID)
+                .find(|i| !s.region_taken(*i))
+                .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
+            let inst = Instance::new(name, maxmemory, policy, super_region, shards);
+            s.instances.insert(name.to_string(), inst.clone());
+            tracing::info!(
+                instance = name,
+                super_region,
+                maxmemory = maxmemory.0,
+                policy,
+                "created an instance"
+            );
+            Ok(inst)
         })
     }
 
@@ -506,8 +538,8 @@ impl Manager {
                     .collect();
                 active.sort_unstable();
                 while active.len() > allowed {
-                    // Never region 1: it holds the pool's superblock and table root.
-                    let Some(pos) = active.iter().rposition(|id| *id != 1) else {
+                    // Never the superblock's region: it holds the table root.
+                    let Some(pos) = active.iter().rposition(|id| *id != inst.super_region) else {
                         break;
                     };
                     let id = active.remove(pos);
@@ -545,8 +577,9 @@ impl Manager {
         Ok(())
     }
 
-    /// Draining regions every live agent has vacated under the current shard map
-    /// (a rescale after a report means the new owners must vacate their slots too).
+    /// Draining regions every live agent of their instance has vacated under the
+    /// current shard map (a rescale after a report means the new owners must vacate
+    /// their slots too).
     pub fn vacated_regions(&self) -> Vec<u16> {
         let s = self.snapshot();
         let since = *self.shards_changed.lock();
@@ -556,17 +589,17 @@ impl Manager {
             .filter(|r| r.draining)
             .filter(|r| {
                 let got = reports.get(&r.id);
-                s.agents
-                    .keys()
-                    .filter(|a| self.alive(Member::Agent(**a)))
-                    .all(|a| got.and_then(|g| g.get(a)).is_some_and(|v| *v >= since))
+                s.agents_of(&r.instance)
+                    .filter(|a| self.alive(Member::Agent(*a)))
+                    .all(|a| got.and_then(|g| g.get(&a)).is_some_and(|v| *v >= since))
             })
             .map(|r| r.id)
             .collect()
     }
 
     /// Returns a vacated region to the memory nodes: drops its copies, clears its
-    /// record in the pool's superblock (so no agent learns it again), and forgets it.
+    /// record in its instance's superblock (so no agent learns it again), and forgets
+    /// it.
     pub async fn return_region(&self, id: u16) -> Result<(), ManagerError> {
         let s = self.snapshot();
         let rec = s
@@ -574,12 +607,13 @@ impl Manager {
             .get(&id)
             .cloned()
             .ok_or_else(|| ManagerError::NotFound(format!("region {id}")))?;
-        if let Some(sb) = s.regions.get(&1) {
+        let super_region = s.instances.get(&rec.instance).map(|i| i.super_region);
+        if let Some(sb) = super_region.and_then(|r| s.regions.get(&r)) {
             let zero = [0u8; dmc_umo::layout::REGION_ENTRY as usize];
             for n in sb.copies() {
                 let t = self.node_rpc(&s, n).await?;
                 let mut verbs = [dmc_verbs::Verb::Write {
-                    region: 1,
+                    region: sb.id,
                     offset: dmc_umo::RegionRecord::offset(id),
                     data: &zero,
                 }];
@@ -619,6 +653,8 @@ impl Manager {
                 name: i.name.clone(),
                 maxmemory: i.maxmemory.0,
                 policy: i.policy.clone(),
+                super_region: i.super_region,
+                agents: s.agents_of(&i.name).count(),
                 allocated: s.allocated_to(&i.name),
                 used: used.get(&i.name).copied().unwrap_or(0),
                 regions: s.regions.values().filter(|r| r.instance == i.name).count(),
@@ -630,20 +666,28 @@ impl Manager {
         self.snapshot().regions.into_values().collect()
     }
 
-    /// The map once its version passes `after`, or the current one after `wait`.
-    pub async fn wait_map(&self, after: u64, wait: Duration) -> ClusterMap {
+    /// `instance`'s map once its version passes `after`, or the current one after
+    /// `wait`.
+    pub async fn wait_map(
+        &self,
+        instance: &str,
+        after: u64,
+        wait: Duration,
+    ) -> Result<ClusterMap, ManagerError> {
+        self.map(instance)?;
         let mut rx = self.version.subscribe();
         let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > after)).await;
-        self.map()
+        self.map(instance)
     }
 
     pub fn map_version(&self) -> u64 {
         self.state.lock().map_version
     }
 
-    /// Whether every live agent (other than `except`) has applied map `version`.
-    pub fn applied_by_all(&self, version: u64, except: &[AgentId]) -> bool {
-        let agents: Vec<AgentId> = self.state.lock().agents.keys().copied().collect();
+    /// Whether every live agent of `instance` (other than `except`) has applied map
+    /// `version`.
+    pub fn applied_by_all(&self, instance: &str, version: u64, except: &[AgentId]) -> bool {
+        let agents: Vec<AgentId> = self.state.lock().agents_of(instance).collect();
         let applied = self.applied.lock();
         agents
             .iter()
@@ -748,20 +792,29 @@ impl Manager {
         Ok(())
     }
 
-    /// Registers an agent serving clients at `listen`, gives it its share of shards,
-    /// and returns its id.
-    pub fn register_agent(&self, listen: String) -> Result<AgentId, ManagerError> {
+    /// Registers an agent of `instance` serving clients at `listen`, gives it its
+    /// share of the instance's shards, and returns its id.
+    pub fn register_agent(&self, listen: String, instance: &str) -> Result<AgentId, ManagerError> {
         if listen.is_empty() {
             return Err(ManagerError::Invalid(
                 "an agent needs a listen address".into(),
             ));
         }
         let id = self.update(|s| {
+            if !s.instances.contains_key(instance) {
+                return Err(ManagerError::NotFound(format!("instance {instance}")));
+            }
             let id = s.next_agent;
             s.next_agent += 1;
-            s.agents.insert(id, AgentRecord { id, listen });
-            let agents: Vec<AgentId> = s.agents.keys().copied().collect();
-            s.shards.assign(&agents);
+            s.agents.insert(
+                id,
+                AgentRecord {
+                    id,
+                    listen,
+                    instance: instance.to_string(),
+                },
+            );
+            s.rebalance(instance);
             Ok(id)
         })?;
         self.seen.lock().insert(Member::Agent(id), Instant::now());
@@ -773,16 +826,20 @@ impl Manager {
         self.remove_agents(&[id])
     }
 
-    /// Removes agents in one change, so their shards are re-balanced once.
+    /// Removes agents in one change, so their instances' shards are re-balanced once.
     pub fn remove_agents(&self, ids: &[AgentId]) -> Result<(), ManagerError> {
         self.update(|s| {
+            let mut instances = std::collections::BTreeSet::new();
             for id in ids {
-                s.agents
+                let a = s
+                    .agents
                     .remove(id)
                     .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+                instances.insert(a.instance);
             }
-            let agents: Vec<AgentId> = s.agents.keys().copied().collect();
-            s.shards.assign(&agents);
+            for i in instances {
+                s.rebalance(&i);
+            }
             Ok(())
         })?;
         for id in ids {
@@ -802,9 +859,22 @@ impl Manager {
             .map(|a| a.id)
     }
 
+    /// The instance agent `id` serves.
+    pub fn instance_of(&self, id: AgentId) -> Option<String> {
+        self.state
+            .lock()
+            .agents
+            .get(&id)
+            .map(|a| a.instance.clone())
+    }
+
     pub fn status(&self) -> Status {
         let s = self.snapshot();
-        let counts = s.shards.counts();
+        let counts: HashMap<AgentId, usize> = s
+            .instances
+            .values()
+            .flat_map(|i| i.shards.counts())
+            .collect();
         Status {
             nodes: s
                 .nodes
@@ -824,13 +894,14 @@ impl Manager {
                 .map(|a| AgentStatus {
                     id: a.id,
                     listen: a.listen.clone(),
+                    instance: a.instance.clone(),
                     alive: self.alive(Member::Agent(a.id)),
                     shards: counts.get(&a.id).copied().unwrap_or(0),
                     launched: s.launched.contains_key(&a.listen),
                     map_version: self.applied.lock().get(&a.id).copied().unwrap_or(0),
                 })
                 .collect(),
-            shards: s.shards.shards.len(),
+            shards: self.shard_count as usize,
             capacity: s.nodes.values().map(|n| n.capacity.0).sum(),
             map_version: s.map_version,
             instances: self.instances(),
@@ -839,13 +910,19 @@ impl Manager {
         }
     }
 
-    pub fn slots(&self) -> Vec<ShardRow> {
+    /// `instance`'s shards: slot ranges, primaries, epochs.
+    pub fn slots(&self, instance: &str) -> Result<Vec<ShardRow>, ManagerError> {
         let s = self.snapshot();
-        s.shards
+        let shards = &s
+            .instances
+            .get(instance)
+            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?
+            .shards;
+        Ok(shards
             .shards
             .iter()
             .map(|sh| {
-                let r = s.shards.slots(sh.id);
+                let r = shards.slots(sh.id);
                 ShardRow {
                     shard: sh.id,
                     first_slot: r.start,
@@ -854,13 +931,14 @@ impl Manager {
                     epoch: sh.epoch,
                 }
             })
-            .collect()
+            .collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
 
     #[test]
     fn membership_and_shards_persist_and_leases_lapse() {
@@ -874,8 +952,8 @@ mod tests {
             m.add_node(2, "127.0.0.1:7000".into(), ByteSize(1)).is_err(),
             "duplicate endpoint"
         );
-        let a = m.register_agent("127.0.0.1:6379".into()).unwrap();
-        let b = m.register_agent("127.0.0.1:6380".into()).unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
         let st = m.status();
         assert_eq!(st.agents.iter().map(|x| x.shards).sum::<usize>(), 8);
         assert!(st.agents.iter().all(|x| x.shards == 4 && x.alive));
@@ -894,7 +972,72 @@ mod tests {
         assert_eq!(m.snapshot(), before);
         m.remove_agent(b).unwrap();
         assert_eq!(m.status().agents[0].shards, 8);
-        assert!(m.slots().iter().all(|r| r.primary == Some(a)));
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         assert!(m.remove_agent(b).is_err());
+    }
+
+    #[test]
+    fn instances_have_their_own_superblock_agents_and_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_secs(5);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        for bad in ["", "a/b", "x y", &"n".repeat(65)] {
+            assert!(
+                matches!(
+                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru"),
+                    Err(ManagerError::Invalid(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let b = m
+            .create_instance("b", ByteSize(1 << 30), "allkeys-lru")
+            .unwrap();
+        let c = m.create_instance("c", ByteSize(0), "noeviction").unwrap();
+        assert_eq!(
+            (b.super_region, c.super_region),
+            (2, 3),
+            "region 1 is default's"
+        );
+        assert!(matches!(
+            m.create_instance("b", ByteSize(1), "noeviction"),
+            Err(ManagerError::Exists(_))
+        ));
+        // Agents of each instance share only their own instance's shards.
+        let d1 = m.register_agent("127.0.0.1:1".into(), D).unwrap();
+        let b1 = m.register_agent("127.0.0.1:2".into(), "b").unwrap();
+        let b2 = m.register_agent("127.0.0.1:3".into(), "b").unwrap();
+        assert!(m.register_agent("127.0.0.1:4".into(), "nope").is_err());
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(d1)));
+        let owners: Vec<_> = m.slots("b").unwrap().iter().map(|r| r.primary).collect();
+        assert_eq!(owners.iter().filter(|o| **o == Some(b1)).count(), 4);
+        assert_eq!(owners.iter().filter(|o| **o == Some(b2)).count(), 4);
+        assert!(m.slots("c").unwrap().iter().all(|r| r.primary.is_none()));
+        // Each instance's map names its own agents and superblock.
+        let map = m.map("b").unwrap();
+        assert_eq!(map.instance.super_region, 2);
+        assert_eq!(map.instance.policy, "allkeys-lru");
+        let ids: Vec<_> = map.agents.iter().map(|a| a.id).collect();
+        assert_eq!(ids, vec![b1, b2]);
+        assert_eq!(m.map(D).unwrap().agents.len(), 1);
+        assert!(m.map("nope").is_err());
+        // Removing an agent re-balances its instance only.
+        m.remove_agent(b1).unwrap();
+        assert!(m.slots("b").unwrap().iter().all(|r| r.primary == Some(b2)));
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(d1)));
+        let st = m.status();
+        let inst: Vec<_> = st
+            .instances
+            .iter()
+            .map(|i| (i.name.as_str(), i.agents))
+            .collect();
+        assert_eq!(inst, vec![("b", 1), ("c", 0), ("default", 1)]);
+        // All of it survives a restart.
+        let before = m.snapshot();
+        drop(m);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        assert_eq!(m.snapshot(), before);
+        assert_eq!(m.instance_of(b2).as_deref(), Some("b"));
     }
 }

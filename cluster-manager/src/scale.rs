@@ -1,4 +1,5 @@
-//! `agents scale N`: start or stop agents through the [`Launcher`] and re-assign shards.
+//! `agents scale N [--instance I]`: start or stop an instance's agents through the
+//! [`Launcher`] and re-assign the instance's shards.
 //! No key moves (every agent reads every key from the pool); only ownership changes.
 //!
 //! Growing: launch the agents, wait until each has registered (which gives it its share
@@ -40,12 +41,16 @@ pub struct ScaleTimes {
 pub async fn scale(
     m: &Manager,
     launcher: &dyn Launcher,
+    instance: &str,
     target: usize,
     times: ScaleTimes,
 ) -> Result<ScaleReport, ManagerError> {
     let t0 = Instant::now();
-    let agents = m.snapshot().agents;
-    let before = agents.len();
+    let snapshot = m.snapshot();
+    if !snapshot.instances.contains_key(instance) {
+        return Err(ManagerError::NotFound(format!("instance {instance}")));
+    }
+    let before = snapshot.agents_of(instance).count();
     let mut report = ScaleReport {
         before,
         after: before,
@@ -57,7 +62,7 @@ pub async fn scale(
         let mut records = Vec::new();
         for _ in before..target {
             let rec = launcher
-                .start()
+                .start(instance)
                 .map_err(|e| ManagerError::Invalid(e.to_string()))?;
             report.started.push(rec.listen.clone());
             m.record_launch(rec.clone())?;
@@ -86,7 +91,7 @@ pub async fn scale(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // ...and serving under the final map.
-        wait_applied(m, &[], deadline).await?;
+        wait_applied(m, instance, &[], deadline).await?;
     } else if target < before {
         let snapshot = m.snapshot();
         // The most recently started first (then the highest id).
@@ -94,6 +99,12 @@ pub async fn scale(
             .launched
             .keys()
             .filter_map(|l| m.agent_at(l).map(|id| (id, l.clone())))
+            .filter(|(id, _)| {
+                snapshot
+                    .agents
+                    .get(id)
+                    .is_some_and(|a| a.instance == instance)
+            })
             .collect();
         launched.sort_by_key(|(id, l)| {
             std::cmp::Reverse((snapshot.launched.get(l).map_or(0, |r| r.started_ms), *id))
@@ -101,14 +112,14 @@ pub async fn scale(
         let leaving: Vec<(AgentId, String)> = launched.into_iter().take(before - target).collect();
         if leaving.len() < before - target {
             return Err(ManagerError::Invalid(format!(
-                "only {} of the {before} agents were started by this manager's launcher; \
+                "only {} of the {before} agents of {instance} were started by this manager's launcher; \
                  remove the others with `agents remove`",
                 leaving.len()
             )));
         }
         let ids: Vec<AgentId> = leaving.iter().map(|l| l.0).collect();
         m.remove_agents(&ids)?;
-        wait_applied(m, &ids, t0 + times.ready).await?;
+        wait_applied(m, instance, &ids, t0 + times.ready).await?;
         let records: Vec<_> = leaving
             .iter()
             .filter_map(|(_, l)| snapshot.launched.get(l).cloned())
@@ -131,9 +142,10 @@ pub async fn scale(
             report.stopped.push(rec.listen.clone());
         }
     }
-    report.after = m.snapshot().agents.len();
+    report.after = m.snapshot().agents_of(instance).count();
     report.millis = t0.elapsed().as_millis() as u64;
     tracing::info!(
+        instance,
         before,
         after = report.after,
         millis = report.millis,
@@ -144,11 +156,12 @@ pub async fn scale(
 
 async fn wait_applied(
     m: &Manager,
+    instance: &str,
     except: &[AgentId],
     deadline: Instant,
 ) -> Result<(), ManagerError> {
     let version = m.map_version();
-    while !m.applied_by_all(version, except) {
+    while !m.applied_by_all(instance, version, except) {
         if Instant::now() > deadline {
             return Err(ManagerError::Invalid(format!(
                 "not every agent applied cluster map {version} in time"

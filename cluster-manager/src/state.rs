@@ -1,5 +1,5 @@
-//! The manager's durable state: memory nodes, agents, instances and the shard map, in
-//! one JSON file replaced atomically (write a temporary file, fsync it, rename it over
+//! The manager's durable state: memory nodes, agents, and instances with their shard
+//! maps and regions, in one JSON file replaced atomically (write a temporary file, fsync it, rename it over
 //! the old one, fsync the directory), so a crash leaves either the old or the new state
 //! and a restarted manager resumes where it stopped.
 
@@ -8,12 +8,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use dmc_proto::ByteSize;
-use dmc_proto::cluster::DEFAULT_INSTANCE;
+use dmc_proto::cluster::{DEFAULT_INSTANCE, DEFAULT_SUPER_REGION};
 use dmc_proto::shards::{AgentId, ShardMap};
 use serde::{Deserialize, Serialize};
 
-/// The state file's format version.
-pub const STATE_VERSION: u32 = 1;
+/// The state file's format version. Version 1 (one instance, whose shard map was the
+/// cluster's) is read and upgraded.
+pub const STATE_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -42,14 +43,42 @@ pub struct AgentRecord {
     pub id: AgentId,
     /// Where clients reach it (`host:port`).
     pub listen: String,
+    /// The instance it serves.
+    #[serde(default = "default_instance")]
+    pub instance: String,
 }
 
-/// A cache instance: the pool memory it may use and its eviction policy.
+fn default_instance() -> String {
+    DEFAULT_INSTANCE.into()
+}
+
+/// A cache instance: the pool memory it may use, its eviction policy, the region of
+/// its superblock, and its hash slots' shards (served by its own agents).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
     pub name: String,
     pub maxmemory: ByteSize,
     pub policy: String,
+    pub super_region: u16,
+    pub shards: ShardMap,
+}
+
+impl Instance {
+    pub fn new(
+        name: &str,
+        maxmemory: ByteSize,
+        policy: &str,
+        super_region: u16,
+        shards: u32,
+    ) -> Self {
+        Instance {
+            name: name.into(),
+            maxmemory,
+            policy: policy.into(),
+            super_region,
+            shards: ShardMap::new(shards),
+        }
+    }
 }
 
 /// A pool region the manager granted to an instance, with where its copies are.
@@ -82,6 +111,9 @@ pub struct LaunchRecord {
     /// Unix milliseconds when it was started: `agents scale` stops the newest first.
     #[serde(default)]
     pub started_ms: u64,
+    /// The instance it was started for.
+    #[serde(default = "default_instance")]
+    pub instance: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +127,6 @@ pub struct ClusterState {
     pub agents: BTreeMap<AgentId, AgentRecord>,
     pub next_agent: AgentId,
     pub instances: BTreeMap<String, Instance>,
-    pub shards: ShardMap,
     /// Version of the cluster map agents see; rises with every saved change.
     #[serde(default)]
     pub map_version: u64,
@@ -115,6 +146,27 @@ impl ClusterState {
             .filter(|r| r.copies().any(|n| n == node))
             .map(|r| r.size.0)
             .sum()
+    }
+
+    /// The agents serving `instance`.
+    pub fn agents_of<'a>(&'a self, instance: &'a str) -> impl Iterator<Item = AgentId> + 'a {
+        self.agents
+            .values()
+            .filter(move |a| a.instance == instance)
+            .map(|a| a.id)
+    }
+
+    /// Gives `instance`'s shards to its agents, evenly (no key moves).
+    pub fn rebalance(&mut self, instance: &str) {
+        let agents: Vec<AgentId> = self.agents_of(instance).collect();
+        if let Some(i) = self.instances.get_mut(instance) {
+            i.shards.assign(&agents);
+        }
+    }
+
+    /// Whether region id `id` is taken: granted, or some instance's superblock region.
+    pub fn region_taken(&self, id: u16) -> bool {
+        self.regions.contains_key(&id) || self.instances.values().any(|i| i.super_region == id)
     }
 
     /// Bytes of regions granted to `instance` (one copy each).
@@ -138,13 +190,14 @@ impl ClusterState {
             next_agent: 1,
             instances: BTreeMap::from([(
                 DEFAULT_INSTANCE.to_string(),
-                Instance {
-                    name: DEFAULT_INSTANCE.into(),
-                    maxmemory: ByteSize(0),
-                    policy: "noeviction".into(),
-                },
+                Instance::new(
+                    DEFAULT_INSTANCE,
+                    ByteSize(0),
+                    "noeviction",
+                    DEFAULT_SUPER_REGION,
+                    shards,
+                ),
             )]),
-            shards: ShardMap::new(shards),
             map_version: 1,
             launched: BTreeMap::new(),
             regions: BTreeMap::new(),
@@ -164,6 +217,29 @@ pub fn new_cluster_id() -> String {
     );
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
+}
+
+/// Upgrades a version 1 state in place: its one shard map becomes the default
+/// instance's, whose superblock is region 1.
+fn upgrade(v: &mut serde_json::Value) {
+    if v["version"].as_u64() != Some(1) {
+        return;
+    }
+    let shards = v
+        .as_object_mut()
+        .and_then(|o| o.remove("shards"))
+        .unwrap_or_default();
+    if let Some(instances) = v["instances"].as_object_mut() {
+        for (name, inst) in instances.iter_mut() {
+            inst["super_region"] = DEFAULT_SUPER_REGION.into();
+            inst["shards"] = if name == DEFAULT_INSTANCE {
+                shards.clone()
+            } else {
+                serde_json::to_value(ShardMap::new(0)).unwrap_or_default()
+            };
+        }
+    }
+    v["version"] = STATE_VERSION.into();
 }
 
 /// Where the state lives on disk.
@@ -194,10 +270,13 @@ impl StateFile {
                 });
             }
         };
-        let state: ClusterState = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+        let corrupt = |e: serde_json::Error| StateError::Corrupt {
             path: self.path.clone(),
             message: e.to_string(),
-        })?;
+        };
+        let mut value: serde_json::Value = serde_json::from_str(&text).map_err(corrupt)?;
+        upgrade(&mut value);
+        let state: ClusterState = serde_json::from_value(value).map_err(corrupt)?;
         if state.version != STATE_VERSION {
             return Err(StateError::Corrupt {
                 path: self.path.clone(),
@@ -265,13 +344,15 @@ mod tests {
             AgentRecord {
                 id: 1,
                 listen: "127.0.0.1:6379".into(),
+                instance: DEFAULT_INSTANCE.into(),
             },
         );
-        s.shards.assign(&[1]);
+        s.rebalance(DEFAULT_INSTANCE);
         file.save(&s).unwrap();
         assert_eq!(file.load().unwrap(), Some(s.clone()));
         // A second save replaces the first; no temporary file is left behind.
-        s.shards.assign(&[]);
+        s.agents.clear();
+        s.rebalance(DEFAULT_INSTANCE);
         file.save(&s).unwrap();
         assert_eq!(file.load().unwrap(), Some(s));
         assert!(!dir.path().join("cluster.tmp").exists());
@@ -291,5 +372,35 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&s).unwrap()).unwrap();
         let err = StateFile::new(&path).load().unwrap_err().to_string();
         assert!(err.contains("format version 99"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod upgrade_tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_state_becomes_the_default_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.json");
+        let mut shards = ShardMap::new(8);
+        shards.assign(&[3]);
+        let v1 = serde_json::json!({
+            "version": 1,
+            "cluster_id": "c1",
+            "nodes": {},
+            "agents": {"3": {"id": 3, "listen": "127.0.0.1:6380"}},
+            "next_agent": 4,
+            "instances": {"default": {"name": "default", "maxmemory": 1024, "policy": "allkeys-lru"}},
+            "shards": shards,
+            "map_version": 9,
+        });
+        std::fs::write(&path, v1.to_string()).unwrap();
+        let s = StateFile::new(&path).load().unwrap().unwrap();
+        assert_eq!(s.version, STATE_VERSION);
+        let d = &s.instances[DEFAULT_INSTANCE];
+        assert_eq!((d.super_region, &d.shards), (DEFAULT_SUPER_REGION, &shards));
+        assert_eq!(s.agents[&3].instance, DEFAULT_INSTANCE);
+        assert_eq!(s.map_version, 9);
     }
 }

@@ -106,6 +106,8 @@ pub struct Config {
     /// The cluster manager's admin API (`http://host:port`) to join; standalone if
     /// unset. The manager then names the pool (unless `pool.backend` is set here).
     pub manager: Option<String>,
+    /// The cluster's cache instance this agent serves (with `manager`).
+    pub instance: String,
     /// How writes to hash slots other agents own are handled: `proxy` forwards them,
     /// `cluster` answers `-MOVED` (Redis Cluster clients).
     pub routing: RoutingMode,
@@ -131,6 +133,7 @@ impl Default for Config {
             log: "info".into(),
             metrics_listen: None,
             manager: None,
+            instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
             routing: RoutingMode::Proxy,
             drain_timeout: 10,
             pool: PoolSection::default(),
@@ -184,6 +187,9 @@ pub struct Args {
     /// Join the cluster managed at this URL (http://host:port).
     #[arg(long)]
     pub manager: Option<String>,
+    /// The cluster's cache instance to serve (default: `default`).
+    #[arg(long)]
+    pub instance: Option<String>,
     /// proxy (forward writes to their owner) or cluster (answer -MOVED).
     #[arg(long, value_enum)]
     pub routing: Option<RoutingMode>,
@@ -243,6 +249,9 @@ impl Args {
         if let Some(v) = &self.manager {
             cfg.manager = Some(v.clone());
         }
+        if let Some(v) = &self.instance {
+            cfg.instance = v.clone();
+        }
         if let Some(v) = self.routing {
             cfg.routing = v;
         }
@@ -270,6 +279,11 @@ impl Config {
             "databases must be 1..=255"
         );
         anyhow::ensure!(self.maxclients > 0, "maxclients must be positive");
+        anyhow::ensure!(
+            dmc_proto::cluster::valid_instance_name(&self.instance),
+            "instance {:?}: use 1 to 64 letters, digits, '-' or '_'",
+            self.instance
+        );
         if self.pool.backend != PoolBackend::Embedded {
             anyhow::ensure!(
                 !self.pool.nodes.is_empty(),
@@ -333,8 +347,10 @@ impl dmc_umo::RegionSource for ManagerRegions {
 
 /// The pool, and its memory-node connections that open on demand (empty when the
 /// node ids are unknown and every node was connected up front).
+/// `super_region` is the region of the instance's superblock (a cluster map names it).
 async fn open_pool(
     cfg: &PoolSection,
+    super_region: u16,
     source: Option<Arc<dyn dmc_umo::RegionSource>>,
 ) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
     let mut lazy = Vec::new();
@@ -342,6 +358,7 @@ async fn open_pool(
         replicas: cfg.replicas,
         region_size: cfg.region_size.0,
         segment_size: cfg.segment_size.0,
+        super_region,
         ..PoolConfig::default()
     };
     let pool = match cfg.backend {
@@ -430,14 +447,14 @@ async fn with_manager<T: Send + 'static>(
     }
 }
 
-/// The first cluster map whose pool can be opened: the manager may know fewer memory
-/// nodes than the pool's replicas while the nodes are still registering.
-async fn pool_map(url: &str, own: &PoolSection) -> Result<ClusterMap> {
+/// The first cluster map of `instance` whose pool can be opened: the manager may know
+/// fewer memory nodes than the pool's replicas while the nodes are still registering.
+async fn pool_map(url: &str, instance: &str, own: &PoolSection) -> Result<ClusterMap> {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let u = url.to_string();
+        let (u, i) = (url.to_string(), instance.to_string());
         let map = with_manager("fetching the cluster map", move || {
-            dmc_process::membership::fetch_map(&u, 0, Duration::ZERO)
+            dmc_process::membership::fetch_map(&u, &i, 0, Duration::ZERO)
         })
         .await?;
         let pool = pool_from_map(own, &map);
@@ -465,6 +482,7 @@ async fn pool_map(url: &str, own: &PoolSection) -> Result<ClusterMap> {
 /// agent shut down through `leave`, draining its clients.
 fn watch_map(
     url: String,
+    instance: String,
     me: u64,
     router: Arc<Router>,
     applied: Arc<std::sync::atomic::AtomicU64>,
@@ -478,9 +496,9 @@ fn watch_map(
     tokio::spawn(async move {
         loop {
             let after = applied.load(Ordering::Acquire);
-            let u = url.clone();
+            let (u, i) = (url.clone(), instance.clone());
             let got = tokio::task::spawn_blocking(move || {
-                membership::fetch_map(&u, after, Duration::from_secs(30))
+                membership::fetch_map(&u, &i, after, Duration::from_secs(30))
             })
             .await;
             match got {
@@ -529,7 +547,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     // A cluster member learns its pool from the manager first, and registers (taking
     // its share of slots) only once it can serve them.
     let first_map = match cfg.manager.clone() {
-        Some(url) => Some(pool_map(&url, &cfg.pool).await?),
+        Some(url) => Some(pool_map(&url, &cfg.instance, &cfg.pool).await?),
         None => None,
     };
     let pool_cfg = match &first_map {
@@ -540,10 +558,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let source = cfg.manager.as_ref().map(|url| {
         Arc::new(ManagerRegions {
             url: url.clone(),
-            instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
+            instance: cfg.instance.clone(),
         }) as Arc<dyn dmc_umo::RegionSource>
     });
-    let (pool, connections) = open_pool(&pool_cfg, source)
+    let super_region = first_map
+        .as_ref()
+        .map_or(dmc_proto::cluster::DEFAULT_SUPER_REGION, |m| {
+            m.instance.super_region
+        });
+    let (pool, connections) = open_pool(&pool_cfg, super_region, source)
         .await
         .context("opening the memory pool")?;
     let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
@@ -578,6 +601,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             local_cache_bytes: cfg.local_cache_size.0 as usize,
             timeout_secs: cfg.timeout,
             cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
+            instance: cfg.instance.clone(),
         },
     );
     let router = Arc::new(Router::new(
@@ -591,14 +615,14 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let mut me = None;
     let leave = Arc::new(tokio::sync::Notify::new());
     if let Some(url) = cfg.manager.clone() {
-        let (u, listen) = (url.clone(), addr.to_string());
+        let (u, listen, i) = (url.clone(), addr.to_string(), cfg.instance.clone());
         let id = with_manager("registering with the cluster manager", move || {
-            membership::register_agent(&u, &listen)
+            membership::register_agent(&u, &listen, &i)
         })
         .await?;
-        let u = url.clone();
+        let (u, i) = (url.clone(), cfg.instance.clone());
         let map = with_manager("fetching the cluster map", move || {
-            membership::fetch_map(&u, 0, Duration::ZERO)
+            membership::fetch_map(&u, &i, 0, Duration::ZERO)
         })
         .await?;
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
@@ -610,6 +634,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let _ = tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v)).await;
         watch_map(
             url.clone(),
+            cfg.instance.clone(),
             id,
             router.clone(),
             applied.clone(),

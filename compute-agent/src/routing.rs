@@ -465,13 +465,9 @@ impl Router {
             return None;
         }
         let p = policy.clone();
+        let instance = self.map().map(|m| m.instance.name.clone())?;
         let done = tokio::task::spawn_blocking(move || {
-            dmc_process::membership::resize_instance(
-                &url,
-                dmc_proto::cluster::DEFAULT_INSTANCE,
-                maxmemory,
-                p.as_deref(),
-            )
+            dmc_process::membership::resize_instance(&url, &instance, maxmemory, p.as_deref())
         })
         .await;
         match done {

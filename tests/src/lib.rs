@@ -332,15 +332,22 @@ impl TestCluster {
 
     /// `agents scale N --json`: the report, checked to reach `n`.
     pub fn scale(&self, n: usize) -> Result<serde_json::Value> {
+        self.scale_instance("default", n)
+    }
+
+    /// `agents scale N --instance I --json`: the report, checked to reach `n`.
+    pub fn scale_instance(&self, instance: &str, n: usize) -> Result<serde_json::Value> {
         let t = std::time::Instant::now();
         let report: serde_json::Value = serde_json::from_str(&self.manager.cli(&[
             "agents",
             "scale",
             &n.to_string(),
+            "--instance",
+            instance,
             "--json",
         ])?)?;
         eprintln!(
-            "agents scale {n}: {report} ({} ms by the CLI)",
+            "agents scale {n} --instance {instance}: {report} ({} ms by the CLI)",
             t.elapsed().as_millis()
         );
         if report["after"] != n {

@@ -1,6 +1,8 @@
 //! On-demand allocation: an instance's pool grows by regions the manager grants as it
 //! fills (never past its maxmemory, copies on distinct memory nodes), and shrinking it
 //! evicts per its policy, moves what is left out of a region, and returns the region.
+//! Several instances share the memory nodes, each with its own keys, regions, agents
+//! and limit.
 
 use std::path::Path;
 use std::process::Command;
@@ -165,4 +167,137 @@ fn agents_connect_to_memory_nodes_on_demand_and_close_idle_ones() {
     );
     assert_eq!(redis_cli(&port, &["get", "k"]), "w");
     assert!(info_field(&port, "cluster", "dmc_pool_connections") <= 2);
+}
+
+/// Two instances on the same memory nodes: the same key holds each instance's own
+/// value, one instance filling past its maxmemory evicts its own keys only and never
+/// takes a region of the other, and scaling one leaves the other's slots alone.
+#[test]
+fn instances_share_memory_nodes_but_not_keys_regions_or_slots() {
+    let c = TestCluster::start(
+        &[
+            "--region-size",
+            "16mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "64",
+        ],
+        "log = \"warn\"\n",
+        2,
+        "256mb",
+    )
+    .unwrap();
+    let manager = &c.manager;
+    let created = manager
+        .cli(&[
+            "instances",
+            "create",
+            "sessions",
+            "--maxmemory",
+            "32mb",
+            "--policy",
+            "allkeys-lru",
+        ])
+        .unwrap();
+    assert!(created.contains("instance sessions created"), "{created}");
+    let dup = manager.cli(&["instances", "create", "sessions", "--maxmemory", "1mb"]);
+    assert!(dup.is_err(), "an instance name is unique: {dup:?}");
+    let owners = |instance: &str| -> std::collections::BTreeSet<u64> {
+        let rows: serde_json::Value = serde_json::from_str(
+            &manager
+                .cli(&["slots", "--instance", instance, "--json"])
+                .unwrap(),
+        )
+        .unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["primary"].as_u64().unwrap())
+            .collect()
+    };
+    let a = port_of(&c.scale(1).unwrap()["started"][0]);
+    let default_owners = owners("default");
+    assert_eq!(default_owners.len(), 1);
+    // Scaling one instance re-assigns its slots only.
+    let b = port_of(&c.scale_instance("sessions", 2).unwrap()["started"][0]);
+    assert_eq!(owners("sessions").len(), 2);
+    assert!(owners("sessions").is_disjoint(&default_owners));
+    assert_eq!(owners("default"), default_owners);
+
+    assert_eq!(redis_cli(&a, &["set", "user:1", "in-default"]), "OK");
+    assert_eq!(redis_cli(&b, &["set", "user:1", "in-sessions"]), "OK");
+    assert_eq!(redis_cli(&a, &["get", "user:1"]), "in-default");
+    assert_eq!(redis_cli(&b, &["get", "user:1"]), "in-sessions");
+    let info = redis_cli(&b, &["info", "cluster"]);
+    assert!(info.contains("dmc_instance:sessions"), "{info}");
+
+    // ~48 MB into a 32 MB instance: it evicts its own keys, in its own regions.
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &b, "-t", "set", "-n", "6000", "-r", "100000"])
+        .args(["-d", "8000", "-c", "2", "-q"])
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let status = manager.status().unwrap();
+    let evicted: u64 = status["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["instance"] == "sessions")
+        .map(|x| info_field(&port_of(&x["listen"]), "stats", "evicted_keys"))
+        .sum();
+    assert!(evicted > 0, "sessions evicted none");
+    assert_eq!(info_field(&a, "stats", "evicted_keys"), 0);
+    assert_eq!(redis_cli(&a, &["get", "user:1"]), "in-default");
+    assert_eq!(redis_cli(&a, &["dbsize"]), "1");
+    let all = regions(manager);
+    let of = |name: &str| -> Vec<u64> {
+        all.iter()
+            .filter(|r| r["instance"] == name)
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    };
+    let (ra, rb) = (of("default"), of("sessions"));
+    assert_eq!(ra, vec![1], "default kept its one region: {all:?}");
+    assert!(
+        (1..=2).contains(&rb.len()) && !rb.contains(&1),
+        "sessions holds at most 32 MB of regions of its own: {all:?}"
+    );
+    let inst = |name: &str| {
+        status["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(inst("sessions")["agents"], 2);
+    assert_eq!(inst("sessions")["allocated"], rb.len() as u64 * (16 << 20));
+    assert_eq!(inst("default")["allocated"], 16 << 20);
+
+    // Back to one agent: it owns every slot of sessions and serves its keys; the
+    // default instance's slots never moved.
+    c.scale_instance("sessions", 1).unwrap();
+    assert_eq!(owners("sessions").len(), 1);
+    assert_eq!(owners("default"), default_owners);
+    let status = manager.status().unwrap();
+    let b = status["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["instance"] == "sessions")
+        .map(|x| port_of(&x["listen"]))
+        .unwrap();
+    for i in 0..20 {
+        let k = format!("k{i}");
+        assert_eq!(redis_cli(&b, &["set", &k, "v"]), "OK");
+        assert_eq!(redis_cli(&b, &["get", &k]), "v");
+        assert_eq!(redis_cli(&a, &["exists", &k]), "0");
+    }
 }

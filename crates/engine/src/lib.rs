@@ -46,6 +46,8 @@ pub struct EngineConfig {
     pub timeout_secs: u64,
     /// Redis Cluster mode (INFO `cluster_enabled:1`).
     pub cluster_enabled: bool,
+    /// The cluster's cache instance this agent serves (INFO `dmc_instance`).
+    pub instance: String,
 }
 
 impl Default for EngineConfig {
@@ -58,6 +60,7 @@ impl Default for EngineConfig {
             local_cache_bytes: 64 << 20,
             timeout_secs: 0,
             cluster_enabled: false,
+            instance: "default".into(),
         }
     }
 }

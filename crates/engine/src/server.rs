@@ -722,6 +722,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
             "Cluster",
             vec![
                 ("cluster_enabled", enabled.into()),
+                ("dmc_instance", engine.config.instance.clone()),
                 ("dmc_agent_id", n(&st.agent_id)),
                 ("dmc_map_version", n(&st.map_version)),
                 ("dmc_owned_slots", n(&st.owned_slots)),

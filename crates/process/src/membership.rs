@@ -100,12 +100,16 @@ fn json_reply<T: serde::de::DeserializeOwned>(
         })
 }
 
-/// Registers an agent serving clients at `listen`; returns its id.
-pub fn register_agent(url: &str, listen: &str) -> Result<AgentId, ManagerCallError> {
+/// Registers an agent of `instance` serving clients at `listen`; returns its id.
+pub fn register_agent(
+    url: &str,
+    listen: &str,
+    instance: &str,
+) -> Result<AgentId, ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(5))
         .post(format!("{b}/v1/agents"))
-        .send_json(json!({ "listen": listen }));
+        .send_json(json!({ "listen": listen, "instance": instance }));
     let v: serde_json::Value = json_reply("the registration", &b, r)?;
     v["id"].as_u64().ok_or(ManagerCallError::BadReply {
         what: "the registration",
@@ -125,14 +129,20 @@ pub fn leave(url: &str, id: AgentId) -> Result<(), ManagerCallError> {
     }
 }
 
-/// The cluster map once its version passes `after`, waiting at most `wait` for one.
-pub fn fetch_map(url: &str, after: u64, wait: Duration) -> Result<ClusterMap, ManagerCallError> {
+/// `instance`'s cluster map once its version passes `after`, waiting at most `wait`
+/// for one.
+pub fn fetch_map(
+    url: &str,
+    instance: &str,
+    after: u64,
+    wait: Duration,
+) -> Result<ClusterMap, ManagerCallError> {
     let b = base(url);
     let r = http(wait + Duration::from_secs(10))
-        .get(format!(
-            "{b}/v1/map?after={after}&wait_ms={}",
-            wait.as_millis()
-        ))
+        .get(format!("{b}/v1/map"))
+        .query("instance", instance)
+        .query("after", after.to_string())
+        .query("wait_ms", wait.as_millis().to_string())
         .call();
     json_reply("the map request", &b, r)
 }

@@ -48,6 +48,10 @@ pub struct InstanceSpec {
     pub maxmemory: ByteSize,
     /// Redis's `maxmemory-policy` name.
     pub policy: String,
+    /// The pool region holding the instance's superblock (its region table and hash
+    /// table root): instances share memory nodes, never regions.
+    #[serde(default = "default_super_region")]
+    pub super_region: u16,
 }
 
 impl Default for InstanceSpec {
@@ -56,12 +60,29 @@ impl Default for InstanceSpec {
             name: DEFAULT_INSTANCE.into(),
             maxmemory: ByteSize(0),
             policy: "noeviction".into(),
+            super_region: DEFAULT_SUPER_REGION,
         }
     }
 }
 
 /// The instance a cluster starts with.
 pub const DEFAULT_INSTANCE: &str = "default";
+
+/// The default instance's superblock region.
+pub const DEFAULT_SUPER_REGION: u16 = 1;
+
+fn default_super_region() -> u16 {
+    DEFAULT_SUPER_REGION
+}
+
+/// Whether `name` can name an instance: 1 to 64 ASCII letters, digits, `-` or `_`
+/// (it appears in URLs, file names and INFO).
+pub fn valid_instance_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
 
 /// A region the manager granted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +92,8 @@ pub struct RegionGrant {
     pub backups: Vec<u32>,
 }
 
-/// The cluster as agents see it. `version` rises with every change.
+/// The cluster as one instance's agents see it: that instance's shards, agents and
+/// draining regions. `version` rises with every change of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {
     /// The cluster's identity (a manager with another state file is another cluster).
