@@ -475,7 +475,12 @@ async fn concurrent_sets_racing_splits_lose_nothing() {
             })
             .buffer_unordered(64);
         while let Some(r) = sets.next().await {
-            r.unwrap();
+            if let Err(e) = r {
+                panic!(
+                    "{backend:?}: a set failed: {e:?} (table counters {:?})",
+                    dht.stats()
+                );
+            }
         }
         let mut missing = Vec::new();
         for i in 0..n {
