@@ -2077,7 +2077,9 @@ impl Dht {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, UmoError>>,
     {
-        let give_up = std::time::Instant::now() + self.pool.config().grace * 4;
+        // Long enough for a segment emptied by eviction to pass its grace period even
+        // on a loaded host: an evicting cache should wait rather than answer OOM.
+        let give_up = std::time::Instant::now() + self.pool.config().grace * 10;
         loop {
             match attempt().await {
                 Ok(v) => return Ok(v),
@@ -2308,10 +2310,11 @@ impl Dht {
         Ok(Some(key.map(|(db, k, _)| (db, k))))
     }
 
-    /// Frees a segment for an allocation the full pool cannot serve: if no spare one is
-    /// left, evicts the keys of the sparsest segment so it empties (after the grace
-    /// period) and can serve any size class. At most one segment per two grace
-    /// periods. Returns the keys evicted.
+    /// Keeps a segment free for allocations the full pool cannot serve otherwise (the
+    /// maintenance tick calls this, and so does a write that found no room): if no
+    /// spare one is left, evicts the keys of the sparsest segment so it empties (after
+    /// the grace period) and can serve any size class. At most one segment per two
+    /// grace periods. Returns the keys evicted.
     pub async fn keep_spare_segment(&self) -> Result<usize, DhtError> {
         if !self.pool.at_limit() || !self.policy().evicts() || self.pool.spare_segments() > 0 {
             return Ok(0);
@@ -2324,7 +2327,7 @@ impl Dht {
             }
             *last = Some(std::time::Instant::now());
         }
-        match self.pool.sparsest_segment() {
+        match self.pool.drain_sparsest_segment() {
             Some((start, len)) => self.evict_range(start, len).await,
             None => Ok(0),
         }
@@ -2582,6 +2585,11 @@ impl Dht {
                 // Over maxmemory without writes (it was lowered): evict down to it.
                 if let Err(e) = dht.shrink_to_maxmemory(1024).await {
                     tracing::warn!(error = %e, "evicting down to maxmemory failed");
+                }
+                // A pool at its limit keeps a segment emptying ahead of need, so a
+                // write of a size class without free blocks rarely waits for one.
+                if let Err(e) = dht.keep_spare_segment().await {
+                    tracing::warn!(error = %e, "freeing a spare segment failed");
                 }
                 // Another agent's SWAPDB reaches this one within a tick (until the
                 // cluster manager pushes such changes).

@@ -46,6 +46,8 @@ struct ClassState {
     /// other block of it may be used until the claim is confirmed, since another
     /// client may win it.
     claiming: Option<(GlobalAddr, u64)>,
+    /// Blocks of the class waiting out the grace period.
+    limbo: u32,
 }
 
 /// What the allocator needs before it can satisfy a request.
@@ -55,6 +57,10 @@ pub enum Need {
     Region,
     /// The class's next segment is being claimed: try again in a moment.
     Claiming,
+    /// The pool cannot grow and only one segment is spare, which is kept for a class
+    /// with nothing in limbo: this class's blocks in limbo are free within the grace
+    /// period, so try again in a moment.
+    Reclaiming,
 }
 
 /// A segment this client claimed for a class; the pool persists it.
@@ -105,6 +111,14 @@ pub struct Allocator {
     free_segments: VecDeque<(RegionId, u64)>,
     limbo: VecDeque<(Instant, Block)>,
     grace: Duration,
+    /// The pool cannot grow: the last spare segment goes only to a class that has no
+    /// blocks about to come back from limbo.
+    scarce: bool,
+    /// Segments being emptied for reuse by any class (their keys are being evicted):
+    /// their free blocks wait here instead of serving their class again, since new
+    /// values would refill the segment as fast as eviction empties it. Since when, and
+    /// the free blocks held back.
+    draining: std::collections::HashMap<(RegionId, u64), (Instant, Vec<GlobalAddr>)>,
     stats: AllocStats,
 }
 
@@ -129,8 +143,15 @@ impl Allocator {
             free_segments: VecDeque::new(),
             limbo: VecDeque::new(),
             grace,
+            scarce: false,
+            draining: std::collections::HashMap::new(),
             stats: AllocStats::default(),
         }
+    }
+
+    /// Whether the pool is at its limit (it cannot grow by another region).
+    pub fn set_scarce(&mut self, scarce: bool) {
+        self.scarce = scarce;
     }
 
     /// The largest block this allocator hands out; bigger objects chain blocks.
@@ -185,6 +206,13 @@ impl Allocator {
             return Err(Need::Claiming);
         }
         if state.bump.is_none_or(|(_, left)| left == 0) {
+            // Values of one size written while others of that size are evicted would
+            // take every segment a full pool frees, starving the classes that have
+            // nothing coming back (hash-table growth, a new value size).
+            if self.scarce && state.limbo > 0 && self.released.len() + self.free_segments.len() <= 1
+            {
+                return Err(Need::Reclaiming);
+            }
             // An emptied segment of our own first; else claim a new one.
             let (region, index, fresh) = match self.released.pop_front() {
                 Some((r, i)) => (r, i, false),
@@ -295,31 +323,68 @@ impl Allocator {
         self.free_segments.len() + self.released.len()
     }
 
-    /// The carved segment with the fewest blocks out (not one a class is still
-    /// carving): its start address and length. Evicting its keys frees a segment.
-    pub fn sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+    /// Starts emptying the carved segment with the fewest blocks out (not one a class
+    /// is still carving, nor one draining already): its free blocks stop serving its
+    /// class, and it is released once its last block is freed. Returns its start
+    /// address and length, for the caller to evict the keys there. A segment that has
+    /// not emptied after `give_up` (keys of another client's hash slots stay in it)
+    /// serves its class again.
+    pub fn drain_sparsest_segment(
+        &mut self,
+        now: Instant,
+        give_up: Duration,
+    ) -> Option<(GlobalAddr, u64)> {
+        self.undrain_stale(now, give_up);
         let bumping: Vec<(RegionId, u64)> = self
             .classes
             .iter()
             .filter_map(|c| c.bump.filter(|(_, left)| *left > 0))
             .map(|(a, _)| self.segment_of(a))
             .collect();
-        self.carved
+        let (seg, class) = self
+            .carved
             .iter()
-            .filter(|(seg, _)| !bumping.contains(seg))
+            .filter(|(seg, _)| !bumping.contains(seg) && !self.draining.contains_key(*seg))
             .min_by_key(|(seg, c)| (c.out, **seg))
-            .map(|((region, index), _)| {
-                (
-                    GlobalAddr::new(*region, layout::segment_offset(*index, self.segment_size)),
-                    self.segment_size,
-                )
-            })
+            .map(|(seg, c)| (*seg, c.class))?;
+        let segment_size = self.segment_size;
+        let of = move |a: &GlobalAddr| {
+            (
+                a.region(),
+                a.offset().saturating_sub(layout::REGION_HEADER) / segment_size,
+            )
+        };
+        let free = &mut self.classes[class as usize].free;
+        let held: Vec<GlobalAddr> = free.iter().filter(|a| of(a) == seg).copied().collect();
+        free.retain(|a| of(a) != seg);
+        self.draining.insert(seg, (now, held));
+        Some((
+            GlobalAddr::new(seg.0, layout::segment_offset(seg.1, self.segment_size)),
+            self.segment_size,
+        ))
+    }
+
+    /// Segments draining for `give_up` or longer serve their class again.
+    fn undrain_stale(&mut self, now: Instant, give_up: Duration) {
+        let stale: Vec<(RegionId, u64)> = self
+            .draining
+            .iter()
+            .filter(|(_, (since, _))| now.duration_since(*since) >= give_up)
+            .map(|(seg, _)| *seg)
+            .collect();
+        for seg in stale {
+            if let (Some((_, held)), Some(c)) = (self.draining.remove(&seg), self.carved.get(&seg))
+            {
+                self.classes[c.class as usize].free.extend(held);
+            }
+        }
     }
 
     /// Takes an emptied segment back from its class: its free blocks leave the class's
     /// free list (and the class stops bumping in it), and it waits in `released`.
     fn release(&mut self, seg: (RegionId, u64), class: u8) {
         self.carved.remove(&seg);
+        self.draining.remove(&seg);
         let segment_size = self.segment_size;
         let of = move |a: GlobalAddr| {
             (
@@ -339,6 +404,7 @@ impl Allocator {
     /// Frees a block; it is reused only after the grace period.
     pub fn free(&mut self, block: Block, now: Instant) {
         self.stats.limbo_bytes += block.size() as u64;
+        self.classes[block.class as usize].limbo += 1;
         self.limbo.push_back((now, block));
     }
 
@@ -349,6 +415,8 @@ impl Allocator {
                 break;
             }
             self.limbo.pop_front();
+            let state = &mut self.classes[b.class as usize];
+            state.limbo = state.limbo.saturating_sub(1);
             // A client also frees blocks another client allocated (the previous owner
             // of a hash slot): its own counts are approximate and never go negative.
             self.stats.allocated = self.stats.allocated.saturating_sub(b.size() as u64);
@@ -357,8 +425,11 @@ impl Allocator {
             if self.retired.contains(&b.addr.region()) {
                 continue;
             }
-            self.classes[b.class as usize].free.push(b.addr);
             let seg = self.segment_of(b.addr);
+            match self.draining.get_mut(&seg) {
+                Some((_, held)) => held.push(b.addr),
+                None => self.classes[b.class as usize].free.push(b.addr),
+            }
             let bumping = self.classes[b.class as usize]
                 .bump
                 .is_some_and(|(a, left)| left > 0 && self.segment_of(a) == seg);
@@ -450,6 +521,89 @@ mod tests {
         assert_eq!(small.addr.region(), 1);
     }
 
+    /// A full pool writing values of one size while it evicts: the segment being
+    /// emptied does not take new values (which would refill it as fast as it empties),
+    /// so it is released and serves a class that had no segment; one that does not
+    /// empty in time serves its class again.
+    #[test]
+    fn a_draining_segment_is_not_refilled_and_is_released_once_empty() {
+        let t0 = Instant::now();
+        let grace = Duration::from_millis(10);
+        let mut a = Allocator::new(1, SEG, grace);
+        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
+        let mut big = Vec::new();
+        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
+            big.push(b);
+        }
+        // Free one block in each segment, and all but one of the second segment.
+        let second = a.segment_of(big.last().unwrap().addr);
+        let (in_second, in_first): (Vec<Block>, Vec<Block>) =
+            big.iter().partition(|b| a.segment_of(b.addr) == second);
+        a.free(in_first[0], t0);
+        for b in &in_second[1..] {
+            a.free(*b, t0);
+        }
+        let t1 = t0 + grace * 2;
+        a.reclaim(t1);
+        let (start, len) = a
+            .drain_sparsest_segment(t1, grace * 8)
+            .expect("a segment to drain");
+        assert_eq!(a.segment_of(start), second);
+        assert_eq!(len, SEG);
+        // New values of the class go elsewhere: only the first segment's free block.
+        let (b, _) = a.alloc_confirmed(4000, false, t1).unwrap();
+        assert_ne!(a.segment_of(b.addr), second);
+        assert_eq!(a.alloc_confirmed(4000, false, t1), Err(Need::Region));
+        // The last block of the draining segment is freed: it serves another class.
+        a.free(in_second[0], t1);
+        let t2 = t1 + grace * 2;
+        let (small, _) = a
+            .alloc_confirmed(100, false, t2)
+            .expect("the drained segment");
+        assert_eq!(a.segment_of(small.addr), second);
+
+        // A segment that never empties (another client's keys stay in it) gives its
+        // free blocks back to its class after the give-up time.
+        let mut a = Allocator::new(1, SEG, grace);
+        a.add_region(1, SEG + layout::REGION_HEADER, |_| false);
+        let mut big = Vec::new();
+        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
+            big.push(b);
+        }
+        a.free(big[0], t0);
+        a.reclaim(t1);
+        assert!(a.drain_sparsest_segment(t1, grace * 8).is_some());
+        assert_eq!(a.alloc_confirmed(4000, false, t1), Err(Need::Region));
+        let t3 = t1 + grace * 8;
+        a.undrain_stale(t3, grace * 8);
+        let (again, _) = a.alloc_confirmed(4000, false, t3).expect("its block back");
+        assert_eq!(again.addr, big[0].addr);
+    }
+
+    #[test]
+    fn a_scarce_pool_keeps_its_last_segment_for_a_class_with_nothing_in_limbo() {
+        let t0 = Instant::now();
+        let grace = Duration::from_millis(10);
+        let mut a = Allocator::new(1, SEG, grace);
+        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
+        // Fill the first segment exactly.
+        let per_segment = (SEG
+            / classes::size(classes::best_fit(4000, u32::MAX, false).unwrap()) as u64)
+            as usize;
+        let mut blocks: Vec<Block> = (0..per_segment)
+            .map(|_| a.alloc_confirmed(4000, false, t0).unwrap().0)
+            .collect();
+        assert_eq!(a.spare_segments(), 1);
+        a.set_scarce(true);
+        a.free(blocks.pop().unwrap(), t0);
+        // The class has a block in limbo: it waits rather than take the last segment...
+        assert_eq!(a.alloc_confirmed(4000, false, t0), Err(Need::Reclaiming));
+        // ...which a class with nothing in limbo gets.
+        assert!(a.alloc_confirmed(100, false, t0).is_ok());
+        // After the grace period the waiting class has its block back.
+        assert!(a.alloc_confirmed(4000, false, t0 + grace * 2).is_ok());
+    }
+
     fn alloc_with_region(
         a: &mut Allocator,
         len: u64,
@@ -464,6 +618,7 @@ mod tests {
                     *next_region += 1;
                 }
                 Err(Need::Claiming) => unreachable!("claims are confirmed at once here"),
+                Err(Need::Reclaiming) => unreachable!("the pool is never scarce here"),
             }
         }
     }
@@ -509,24 +664,28 @@ mod tests {
 
     proptest! {
         /// Against a model: live blocks never overlap, stay inside their segment, and the
-        /// allocated-bytes counter equals the sum of live block sizes.
+        /// allocated-bytes counter equals the sum of live block sizes, also while
+        /// segments are drained for reuse (and given back when they do not empty).
         #[test]
-        fn live_blocks_never_overlap(ops in proptest::collection::vec((any::<bool>(), 1u64..20_000), 1..300)) {
+        fn live_blocks_never_overlap(ops in proptest::collection::vec((0u8..5, 1u64..20_000), 1..300)) {
             let t0 = Instant::now();
             let mut a = Allocator::new(1, SEG, Duration::ZERO);
             let mut next_region = 1u16;
             let mut live: Vec<Block> = Vec::new();
-            for (is_alloc, len) in ops {
-                if is_alloc || live.is_empty() {
-                    let b = alloc_with_region(&mut a, len, t0, &mut next_region);
+            for (i, (op, len)) in ops.into_iter().enumerate() {
+                let now = t0 + Duration::from_millis(i as u64);
+                if op == 4 {
+                    a.drain_sparsest_segment(now, Duration::from_millis(5));
+                } else if op <= 1 || live.is_empty() {
+                    let b = alloc_with_region(&mut a, len, now, &mut next_region);
                     prop_assert!(b.size() as u64 >= len);
                     let seg_off = (b.addr.offset() - layout::REGION_HEADER) % SEG;
                     prop_assert!(seg_off + b.size() as u64 <= SEG, "block crosses its segment");
                     live.push(b);
                 } else {
                     let b = live.swap_remove(len as usize % live.len());
-                    a.free(b, t0);
-                    a.reclaim(t0);
+                    a.free(b, now);
+                    a.reclaim(now);
                 }
                 let total: u64 = live.iter().map(|b| b.size() as u64).sum();
                 prop_assert_eq!(a.stats().allocated, total);

@@ -697,7 +697,11 @@ impl Pool {
             return Err(UmoError::TooLarge(len));
         }
         loop {
-            let got = self.alloc.lock().alloc(len, aligned, Instant::now());
+            let got = {
+                let mut alloc = self.alloc.lock();
+                alloc.set_scarce(self.at_limit());
+                alloc.alloc(len, aligned, Instant::now())
+            };
             match got {
                 Ok((block, claim)) => {
                     if let Some(c) = claim {
@@ -726,6 +730,8 @@ impl Pool {
                 }
                 // Another task of this client is claiming the class's next segment.
                 Err(Need::Claiming) => tokio::time::sleep(Duration::from_micros(20)).await,
+                // Its blocks in limbo come back within the grace period.
+                Err(Need::Reclaiming) => tokio::time::sleep(Duration::from_millis(1)).await,
                 Err(Need::Region) => {
                     let grown = self.grow().await;
                     self.at_limit.store(
@@ -787,10 +793,14 @@ impl Pool {
         self.alloc.lock().spare_segments()
     }
 
-    /// The segment of this client with the fewest live blocks (start, length): where
-    /// evicting frees a whole segment soonest when the pool cannot grow.
-    pub fn sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
-        self.alloc.lock().sparsest_segment()
+    /// Starts emptying the segment of this client with the fewest live blocks (its
+    /// free blocks are held back from its class) and returns it (start, length):
+    /// evicting the keys there frees a whole segment, for any class, when the pool
+    /// cannot grow.
+    pub fn drain_sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+        self.alloc
+            .lock()
+            .drain_sparsest_segment(Instant::now(), self.config.grace * 8)
     }
 
     /// Whether the last attempt to grow the pool was refused (maxmemory or full nodes).
