@@ -26,9 +26,9 @@ fn regions(m: &ClusterManager) -> Vec<serde_json::Value> {
         .clone()
 }
 
-#[test]
-fn an_instance_grows_by_regions_and_shrinking_returns_one() {
-    let c = TestCluster::start(
+/// Two 256 MB memory nodes, 16 MB regions of 1 MB segments, 64 shards.
+fn small_regions_cluster() -> TestCluster {
+    TestCluster::start(
         &[
             "--region-size",
             "16mb",
@@ -41,7 +41,12 @@ fn an_instance_grows_by_regions_and_shrinking_returns_one() {
         2,
         "256mb",
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn an_instance_grows_by_regions_and_shrinking_returns_one() {
+    let c = small_regions_cluster();
     let (manager, node_dirs) = (&c.manager, &c.node_dirs);
     manager
         .cli(&[
@@ -174,20 +179,7 @@ fn agents_connect_to_memory_nodes_on_demand_and_close_idle_ones() {
 /// takes a region of the other, and scaling one leaves the other's slots alone.
 #[test]
 fn instances_share_memory_nodes_but_not_keys_regions_or_slots() {
-    let c = TestCluster::start(
-        &[
-            "--region-size",
-            "16mb",
-            "--segment-size",
-            "1mb",
-            "--shards",
-            "64",
-        ],
-        "log = \"warn\"\n",
-        2,
-        "256mb",
-    )
-    .unwrap();
+    let c = small_regions_cluster();
     let manager = &c.manager;
     let created = manager
         .cli(&[

@@ -492,17 +492,22 @@ mod tests {
         assert_eq!(a.segment_of(next.addr), a.segment_of(again.addr));
     }
 
+    /// An allocator over one region of `segments` segments, filled with 4 KiB blocks.
+    fn full_of_4k(segments: u64, grace: Duration, now: Instant) -> (Allocator, Vec<Block>) {
+        let mut a = Allocator::new(1, SEG, grace);
+        a.add_region(1, segments * SEG + layout::REGION_HEADER, |_| false);
+        let mut big = Vec::new();
+        while let Ok((b, _)) = a.alloc_confirmed(4000, false, now) {
+            big.push(b);
+        }
+        (a, big)
+    }
+
     #[test]
     fn emptied_segments_serve_other_classes() {
         let t0 = Instant::now();
         let grace = Duration::from_millis(10);
-        let mut a = Allocator::new(1, SEG, grace);
-        // One region of two segments, filled with 4 KiB blocks.
-        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
-        let mut big = Vec::new();
-        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
-            big.push(b);
-        }
+        let (mut a, big) = full_of_4k(2, grace, t0);
         assert!(big.len() >= 400, "{}", big.len());
         assert_eq!(
             a.alloc_confirmed(100, false, t0),
@@ -529,12 +534,7 @@ mod tests {
     fn a_draining_segment_is_not_refilled_and_is_released_once_empty() {
         let t0 = Instant::now();
         let grace = Duration::from_millis(10);
-        let mut a = Allocator::new(1, SEG, grace);
-        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
-        let mut big = Vec::new();
-        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
-            big.push(b);
-        }
+        let (mut a, big) = full_of_4k(2, grace, t0);
         // Free one block in each segment, and all but one of the second segment.
         let second = a.segment_of(big.last().unwrap().addr);
         let (in_second, in_first): (Vec<Block>, Vec<Block>) =
@@ -564,12 +564,7 @@ mod tests {
 
         // A segment that never empties (another client's keys stay in it) gives its
         // free blocks back to its class after the give-up time.
-        let mut a = Allocator::new(1, SEG, grace);
-        a.add_region(1, SEG + layout::REGION_HEADER, |_| false);
-        let mut big = Vec::new();
-        while let Ok((b, _)) = a.alloc_confirmed(4000, false, t0) {
-            big.push(b);
-        }
+        let (mut a, big) = full_of_4k(1, grace, t0);
         a.free(big[0], t0);
         a.reclaim(t1);
         assert!(a.drain_sparsest_segment(t1, grace * 8).is_some());
