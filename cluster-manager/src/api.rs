@@ -269,7 +269,10 @@ pub fn router(app: Arc<App>) -> Router {
                             c.policy
                         ))));
                     }
-                    let inst = app.manager.create_instance(&c.name, c.maxmemory, &c.policy)?;
+                    let inst = app
+                        .manager
+                        .create_instance(&c.name, c.maxmemory, &c.policy)
+                        .await?;
                     Ok::<_, ApiError>((StatusCode::CREATED, Json(inst)))
                 },
             ),

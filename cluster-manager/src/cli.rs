@@ -44,7 +44,7 @@ pub struct ServeConfig {
     pub listen: String,
     /// The durable state file.
     pub state: PathBuf,
-    /// Logical shards of a new cluster (ignored when the state file exists).
+    /// Logical shards of each new instance (existing instances keep theirs).
     pub shards: u32,
     /// A member missing heartbeats this long is reported dead.
     pub lease_ms: u64,
@@ -111,7 +111,7 @@ pub struct ServeArgs {
     /// The durable state file.
     #[arg(long)]
     state: Option<PathBuf>,
-    /// Logical shards of a new cluster (ignored when the state file exists).
+    /// Logical shards of each new instance (existing instances keep theirs).
     #[arg(long)]
     shards: Option<u32>,
     /// A member missing heartbeats this long is reported dead.

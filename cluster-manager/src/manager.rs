@@ -474,7 +474,7 @@ impl Manager {
     /// Creates an instance: its superblock region id is reserved now (the first agent
     /// of the instance asks for it), its agents are started separately
     /// (`agents scale N --instance NAME`).
-    pub fn create_instance(
+    pub async fn create_instance(
         &self,
         name: &str,
         maxmemory: ByteSize,
@@ -486,6 +486,8 @@ impl Manager {
             )));
         }
         let shards = self.shard_count;
+        // Not while a grant picks a region id: both would take the same lowest one.
+        let _one = self.granting.lock().await;
         self.update(|s| {
             if s.instances.contains_key(name) {
                 return Err(ManagerError::Exists(format!("instance {name}")));
@@ -901,7 +903,10 @@ impl Manager {
                     map_version: self.applied.lock().get(&a.id).copied().unwrap_or(0),
                 })
                 .collect(),
-            shards: self.shard_count as usize,
+            shards: s
+                .instances
+                .get(dmc_proto::cluster::DEFAULT_INSTANCE)
+                .map_or(self.shard_count as usize, |i| i.shards.shards.len()),
             capacity: s.nodes.values().map(|n| n.capacity.0).sum(),
             map_version: s.map_version,
             instances: self.instances(),
@@ -976,8 +981,8 @@ mod tests {
         assert!(m.remove_agent(b).is_err());
     }
 
-    #[test]
-    fn instances_have_their_own_superblock_agents_and_shards() {
+    #[tokio::test]
+    async fn instances_have_their_own_superblock_agents_and_shards() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let lease = Duration::from_secs(5);
@@ -985,7 +990,8 @@ mod tests {
         for bad in ["", "a/b", "x y", &"n".repeat(65)] {
             assert!(
                 matches!(
-                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru"),
+                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru")
+                        .await,
                     Err(ManagerError::Invalid(_))
                 ),
                 "{bad:?}"
@@ -993,15 +999,19 @@ mod tests {
         }
         let b = m
             .create_instance("b", ByteSize(1 << 30), "allkeys-lru")
+            .await
             .unwrap();
-        let c = m.create_instance("c", ByteSize(0), "noeviction").unwrap();
+        let c = m
+            .create_instance("c", ByteSize(0), "noeviction")
+            .await
+            .unwrap();
         assert_eq!(
             (b.super_region, c.super_region),
             (2, 3),
             "region 1 is default's"
         );
         assert!(matches!(
-            m.create_instance("b", ByteSize(1), "noeviction"),
+            m.create_instance("b", ByteSize(1), "noeviction").await,
             Err(ManagerError::Exists(_))
         ));
         // Agents of each instance share only their own instance's shards.

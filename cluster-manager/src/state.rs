@@ -220,7 +220,8 @@ pub fn new_cluster_id() -> String {
 }
 
 /// Upgrades a version 1 state in place: its one shard map becomes the default
-/// instance's, whose superblock is region 1.
+/// instance's, whose superblock is region 1. Other instances (recorded, never served)
+/// get empty shard maps and a superblock region chosen after parsing (0 here).
 fn upgrade(v: &mut serde_json::Value) {
     if v["version"].as_u64() != Some(1) {
         return;
@@ -231,8 +232,9 @@ fn upgrade(v: &mut serde_json::Value) {
         .unwrap_or_default();
     if let Some(instances) = v["instances"].as_object_mut() {
         for (name, inst) in instances.iter_mut() {
-            inst["super_region"] = DEFAULT_SUPER_REGION.into();
-            inst["shards"] = if name == DEFAULT_INSTANCE {
+            let default = name == DEFAULT_INSTANCE;
+            inst["super_region"] = if default { DEFAULT_SUPER_REGION } else { 0 }.into();
+            inst["shards"] = if default {
                 shards.clone()
             } else {
                 serde_json::to_value(ShardMap::new(0)).unwrap_or_default()
@@ -276,7 +278,25 @@ impl StateFile {
         };
         let mut value: serde_json::Value = serde_json::from_str(&text).map_err(corrupt)?;
         upgrade(&mut value);
-        let state: ClusterState = serde_json::from_value(value).map_err(corrupt)?;
+        let mut state: ClusterState = serde_json::from_value(value).map_err(corrupt)?;
+        // Instances an upgrade left without a superblock region get the lowest free one.
+        let unplaced: Vec<String> = state
+            .instances
+            .values()
+            .filter(|i| i.super_region == 0)
+            .map(|i| i.name.clone())
+            .collect();
+        for name in unplaced {
+            let id = (1..=dmc_umo::layout::MAX_REGIONS as u16)
+                .find(|id| !state.region_taken(*id))
+                .ok_or_else(|| StateError::Corrupt {
+                    path: self.path.clone(),
+                    message: "no free region id for an instance's superblock".into(),
+                })?;
+            if let Some(i) = state.instances.get_mut(&name) {
+                i.super_region = id;
+            }
+        }
         if state.version != STATE_VERSION {
             return Err(StateError::Corrupt {
                 path: self.path.clone(),
@@ -391,7 +411,11 @@ mod upgrade_tests {
             "nodes": {},
             "agents": {"3": {"id": 3, "listen": "127.0.0.1:6380"}},
             "next_agent": 4,
-            "instances": {"default": {"name": "default", "maxmemory": 1024, "policy": "allkeys-lru"}},
+            "instances": {
+                "default": {"name": "default", "maxmemory": 1024, "policy": "allkeys-lru"},
+                "old": {"name": "old", "maxmemory": 1024, "policy": "noeviction"},
+            },
+            "regions": {"2": {"id": 2, "instance": "default", "primary": 1, "backups": [], "size": 1024}},
             "shards": shards,
             "map_version": 9,
         });
@@ -401,6 +425,10 @@ mod upgrade_tests {
         let d = &s.instances[DEFAULT_INSTANCE];
         assert_eq!((d.super_region, &d.shards), (DEFAULT_SUPER_REGION, &shards));
         assert_eq!(s.agents[&3].instance, DEFAULT_INSTANCE);
+        assert_eq!(
+            s.instances["old"].super_region, 3,
+            "regions 1 and 2 are taken"
+        );
         assert_eq!(s.map_version, 9);
     }
 }

@@ -172,7 +172,8 @@ impl Router {
                 epoch: now.epoch,
             });
             if let Some(l) = lease {
-                // Fence first: from here the previous owner's commits are refused.
+                // Fence first: from here the previous owner cannot start a commit (one
+                // it prepared before may still finish; its locks make this agent wait).
                 if let Err(e) = self.engine.dht.pool().fence(l.shard, l.epoch).await {
                     tracing::warn!(shard, epoch = l.epoch, error = %e, "fencing a gained shard failed");
                 }

@@ -1453,7 +1453,7 @@ impl Dht {
         // Errors before the commit leave nothing reachable (`false`); a failed commit
         // is in doubt (`true`).
         let early = |e: DhtError| (e, false);
-        'retry: for _ in 0..MAX_RETRIES {
+        'retry: for attempt in 0..MAX_RETRIES {
             let (abs, now) = self.now();
             let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * pairs.len());
             let mut taken: Vec<GlobalAddr> = Vec::new();
@@ -1522,7 +1522,7 @@ impl Dht {
                     }
                     return Ok(true);
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
                 TxOutcome::StaleEpoch { .. } => {
                     return Err(early(DhtError::NotOwner(locs[0].slot)));
                 }
@@ -1541,7 +1541,7 @@ impl Dht {
         opts: SetOptions,
     ) -> Result<SetOutcome, DhtError> {
         let new_word = SlotWord::new(loc.fp, obj);
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(loc, key, opts.get).await?;
             let Some(probe) = probe else {
                 self.create_partition(loc.slot, lease).await?;
@@ -1603,7 +1603,7 @@ impl Dht {
                     self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
@@ -1639,10 +1639,18 @@ impl Dht {
         })
     }
 
-    /// Counts an optimistic retry and lets the competing writer finish first.
-    async fn backoff(&self) {
+    /// Counts an optimistic retry and lets the competing writer finish first: a yield
+    /// for the first few, then sleeps growing to 1 ms, so a word locked by a commit in
+    /// flight (the previous owner's, across a rescale) is waited for, about 200 ms at
+    /// most over all retries, rather than reported as contention.
+    async fn backoff(&self, attempt: usize) {
         self.counters.retries.fetch_add(1, Ordering::Relaxed);
-        tokio::task::yield_now().await;
+        if attempt < 8 {
+            tokio::task::yield_now().await;
+        } else {
+            let micros = (50u64 << ((attempt - 8) / 8).min(5)).min(1000);
+            tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
+        }
     }
 
     /// Clears a found slot (delete, eviction, expiry) and frees its object.
@@ -1714,7 +1722,7 @@ impl Dht {
     pub async fn delete(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
         let loc = Self::loc(db, key);
         self.lease(loc.slot)?;
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {
                 return Ok(false);
@@ -1735,7 +1743,7 @@ impl Dht {
                 }
                 return Ok(live);
             }
-            self.backoff().await;
+            self.backoff(attempt).await;
         }
         Err(DhtError::Contention(loc.slot))
     }
@@ -1748,7 +1756,7 @@ impl Dht {
         // Only the metadata word changes, which a split copies without validating: hold
         // the hash slot's split lock so a split cannot carry the old metadata over.
         let _split_guard = self.locks[loc.slot as usize].lock().await;
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {
                 return Ok(false);
@@ -1788,7 +1796,7 @@ impl Dht {
                     self.count_key(db, 0, Some(f.meta), Some(meta));
                     return Ok(true);
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff().await,
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }

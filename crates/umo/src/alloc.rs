@@ -119,6 +119,12 @@ pub struct Allocator {
     /// values would refill the segment as fast as eviction empties it. Since when, and
     /// the free blocks held back.
     draining: std::collections::HashMap<(RegionId, u64), (Instant, Vec<GlobalAddr>)>,
+    /// How long a segment may drain before it serves its class again (it did not
+    /// empty: keys of another client's hash slots, or chunks of chained values, stay
+    /// in it); it is not drained again for four times as long.
+    drain_give_up: Duration,
+    /// Segments that did not empty, and when they were given back.
+    gave_up: std::collections::HashMap<(RegionId, u64), Instant>,
     stats: AllocStats,
 }
 
@@ -145,13 +151,19 @@ impl Allocator {
             grace,
             scarce: false,
             draining: std::collections::HashMap::new(),
+            drain_give_up: (grace * 8).max(Duration::from_millis(50)),
+            gave_up: std::collections::HashMap::new(),
             stats: AllocStats::default(),
         }
     }
 
-    /// Whether the pool is at its limit (it cannot grow by another region).
+    /// Whether the pool is at its limit (it cannot grow by another region). A pool
+    /// that can grow again needs no segment emptied: draining ones serve their class.
     pub fn set_scarce(&mut self, scarce: bool) {
         self.scarce = scarce;
+        if !scarce && !self.draining.is_empty() {
+            self.undrain_stale(None);
+        }
     }
 
     /// The largest block this allocator hands out; bigger objects chain blocks.
@@ -324,27 +336,31 @@ impl Allocator {
     }
 
     /// Starts emptying the carved segment with the fewest blocks out (not one a class
-    /// is still carving, nor one draining already): its free blocks stop serving its
-    /// class, and it is released once its last block is freed. Returns its start
-    /// address and length, for the caller to evict the keys there. A segment that has
-    /// not emptied after `give_up` (keys of another client's hash slots stay in it)
-    /// serves its class again.
-    pub fn drain_sparsest_segment(
-        &mut self,
-        now: Instant,
-        give_up: Duration,
-    ) -> Option<(GlobalAddr, u64)> {
-        self.undrain_stale(now, give_up);
-        let bumping: Vec<(RegionId, u64)> = self
+    /// is still carving or claiming, nor one draining already or given up on lately):
+    /// its free blocks stop serving its class, and it is released once its last block
+    /// is freed. Returns its start address and length, for the caller to evict the
+    /// keys there.
+    pub fn drain_sparsest_segment(&mut self, now: Instant) -> Option<(GlobalAddr, u64)> {
+        self.undrain_stale(Some(now));
+        let retry_after = self.drain_give_up * 4;
+        self.gave_up
+            .retain(|_, at| now.saturating_duration_since(*at) < retry_after);
+        let carving: Vec<(RegionId, u64)> = self
             .classes
             .iter()
-            .filter_map(|c| c.bump.filter(|(_, left)| *left > 0))
+            .flat_map(|c| [c.bump, c.claiming])
+            .flatten()
+            .filter(|(_, left)| *left > 0)
             .map(|(a, _)| self.segment_of(a))
             .collect();
         let (seg, class) = self
             .carved
             .iter()
-            .filter(|(seg, _)| !bumping.contains(seg) && !self.draining.contains_key(*seg))
+            .filter(|(seg, _)| {
+                !carving.contains(seg)
+                    && !self.draining.contains_key(*seg)
+                    && !self.gave_up.contains_key(*seg)
+            })
             .min_by_key(|(seg, c)| (c.out, **seg))
             .map(|(seg, c)| (*seg, c.class))?;
         let segment_size = self.segment_size;
@@ -364,18 +380,25 @@ impl Allocator {
         ))
     }
 
-    /// Segments draining for `give_up` or longer serve their class again.
-    fn undrain_stale(&mut self, now: Instant, give_up: Duration) {
+    /// Segments draining for the give-up time or longer (all of them with `None`)
+    /// serve their class again.
+    fn undrain_stale(&mut self, now: Option<Instant>) {
+        let give_up = self.drain_give_up;
         let stale: Vec<(RegionId, u64)> = self
             .draining
             .iter()
-            .filter(|(_, (since, _))| now.duration_since(*since) >= give_up)
+            .filter(|(_, (since, _))| {
+                now.is_none_or(|n| n.saturating_duration_since(*since) >= give_up)
+            })
             .map(|(seg, _)| *seg)
             .collect();
         for seg in stale {
             if let (Some((_, held)), Some(c)) = (self.draining.remove(&seg), self.carved.get(&seg))
             {
                 self.classes[c.class as usize].free.extend(held);
+            }
+            if let Some(n) = now {
+                self.gave_up.insert(seg, n);
             }
         }
     }
@@ -410,6 +433,9 @@ impl Allocator {
 
     /// Returns blocks whose grace period has passed to their free lists.
     pub fn reclaim(&mut self, now: Instant) {
+        if !self.draining.is_empty() {
+            self.undrain_stale(Some(now));
+        }
         while let Some((at, b)) = self.limbo.front().copied() {
             if now.duration_since(at) < self.grace {
                 break;
@@ -545,9 +571,7 @@ mod tests {
         }
         let t1 = t0 + grace * 2;
         a.reclaim(t1);
-        let (start, len) = a
-            .drain_sparsest_segment(t1, grace * 8)
-            .expect("a segment to drain");
+        let (start, len) = a.drain_sparsest_segment(t1).expect("a segment to drain");
         assert_eq!(a.segment_of(start), second);
         assert_eq!(len, SEG);
         // New values of the class go elsewhere: only the first segment's free block.
@@ -567,12 +591,16 @@ mod tests {
         let (mut a, big) = full_of_4k(1, grace, t0);
         a.free(big[0], t0);
         a.reclaim(t1);
-        assert!(a.drain_sparsest_segment(t1, grace * 8).is_some());
+        assert!(a.drain_sparsest_segment(t1).is_some());
         assert_eq!(a.alloc_confirmed(4000, false, t1), Err(Need::Region));
-        let t3 = t1 + grace * 8;
-        a.undrain_stale(t3, grace * 8);
+        let t3 = t1 + a.drain_give_up;
         let (again, _) = a.alloc_confirmed(4000, false, t3).expect("its block back");
         assert_eq!(again.addr, big[0].addr);
+        // It is not drained again at once (it would not empty now either).
+        a.free(again, t3);
+        a.reclaim(t3);
+        assert_eq!(a.drain_sparsest_segment(t3), None);
+        assert!(a.drain_sparsest_segment(t3 + a.drain_give_up * 4).is_some());
     }
 
     #[test]
@@ -670,7 +698,7 @@ mod tests {
             for (i, (op, len)) in ops.into_iter().enumerate() {
                 let now = t0 + Duration::from_millis(i as u64);
                 if op == 4 {
-                    a.drain_sparsest_segment(now, Duration::from_millis(5));
+                    a.drain_sparsest_segment(now);
                 } else if op <= 1 || live.is_empty() {
                     let b = alloc_with_region(&mut a, len, now, &mut next_region);
                     prop_assert!(b.size() as u64 >= len);

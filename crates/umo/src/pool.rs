@@ -696,6 +696,7 @@ impl Pool {
         if len > self.max_block() as u64 {
             return Err(UmoError::TooLarge(len));
         }
+        let mut reclaiming_since: Option<Instant> = None;
         loop {
             let got = {
                 let mut alloc = self.alloc.lock();
@@ -730,8 +731,17 @@ impl Pool {
                 }
                 // Another task of this client is claiming the class's next segment.
                 Err(Need::Claiming) => tokio::time::sleep(Duration::from_micros(20)).await,
-                // Its blocks in limbo come back within the grace period.
-                Err(Need::Reclaiming) => tokio::time::sleep(Duration::from_millis(1)).await,
+                // Its blocks in limbo come back within the grace period (unless they
+                // land in a segment being emptied): the caller evicts and retries.
+                Err(Need::Reclaiming) => {
+                    let since = *reclaiming_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.config.grace {
+                        return Err(UmoError::OutOfMemory(
+                            "no free block of the class after a grace period".into(),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 Err(Need::Region) => {
                     let grown = self.grow().await;
                     self.at_limit.store(
@@ -798,9 +808,7 @@ impl Pool {
     /// evicting the keys there frees a whole segment, for any class, when the pool
     /// cannot grow.
     pub fn drain_sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
-        self.alloc
-            .lock()
-            .drain_sparsest_segment(Instant::now(), self.config.grace * 8)
+        self.alloc.lock().drain_sparsest_segment(Instant::now())
     }
 
     /// Whether the last attempt to grow the pool was refused (maxmemory or full nodes).
