@@ -1522,7 +1522,8 @@ impl Dht {
                     }
                     return Ok(true);
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
+                TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
+                TxOutcome::Locked => self.backoff(attempt, true).await,
                 TxOutcome::StaleEpoch { .. } => {
                     return Err(early(DhtError::NotOwner(locs[0].slot)));
                 }
@@ -1603,7 +1604,8 @@ impl Dht {
                     self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
+                TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
+                TxOutcome::Locked => self.backoff(attempt, true).await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
@@ -1639,16 +1641,19 @@ impl Dht {
         })
     }
 
-    /// Counts an optimistic retry and lets the competing writer finish first: a yield
-    /// for the first few, then sleeps growing to 1 ms, so a word locked by a commit in
-    /// flight (the previous owner's, across a rescale) is waited for, about 200 ms at
-    /// most over all retries, rather than reported as contention.
-    async fn backoff(&self, attempt: usize) {
+    /// Counts an optimistic retry and lets the competing writer finish first. A
+    /// conflict (the word changed) is retried at once; a word still `locked` by a
+    /// commit in flight is retried at once a few dozen times, then after sleeps
+    /// growing to 1 ms, so a long-held lock (the previous owner's commit across a
+    /// rescale) is waited for, about 200 ms at most, rather than reported as
+    /// contention.
+    async fn backoff(&self, attempt: usize, locked: bool) {
         self.counters.retries.fetch_add(1, Ordering::Relaxed);
-        if attempt < 8 {
+        const SPIN: usize = 32;
+        if !locked || attempt < SPIN {
             tokio::task::yield_now().await;
         } else {
-            let micros = (50u64 << ((attempt - 8) / 8).min(5)).min(1000);
+            let micros = (50u64 << ((attempt - SPIN) / 8).min(5)).min(1000);
             tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
         }
     }
@@ -1743,7 +1748,7 @@ impl Dht {
                 }
                 return Ok(live);
             }
-            self.backoff(attempt).await;
+            self.backoff(attempt, false).await;
         }
         Err(DhtError::Contention(loc.slot))
     }
@@ -1796,7 +1801,8 @@ impl Dht {
                     self.count_key(db, 0, Some(f.meta), Some(meta));
                     return Ok(true);
                 }
-                TxOutcome::Conflict { .. } | TxOutcome::Locked => self.backoff(attempt).await,
+                TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
+                TxOutcome::Locked => self.backoff(attempt, true).await,
                 TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
