@@ -230,6 +230,7 @@ fn upgrade(v: &mut serde_json::Value) {
         .as_object_mut()
         .and_then(|o| o.remove("shards"))
         .unwrap_or_default();
+    let count = shards["shards"].as_array().map_or(1, |s| s.len().max(1)) as u32;
     if let Some(instances) = v["instances"].as_object_mut() {
         for (name, inst) in instances.iter_mut() {
             let default = name == DEFAULT_INSTANCE;
@@ -237,7 +238,7 @@ fn upgrade(v: &mut serde_json::Value) {
             inst["shards"] = if default {
                 shards.clone()
             } else {
-                serde_json::to_value(ShardMap::new(0)).unwrap_or_default()
+                serde_json::to_value(ShardMap::new(count)).unwrap_or_default()
             };
         }
     }
@@ -429,6 +430,7 @@ mod upgrade_tests {
             s.instances["old"].super_region, 3,
             "regions 1 and 2 are taken"
         );
+        assert_eq!(s.instances["old"].shards.shards.len(), 8, "as many shards");
         assert_eq!(s.map_version, 9);
     }
 }

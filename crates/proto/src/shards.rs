@@ -59,13 +59,17 @@ impl ShardMap {
     /// The slots of `shard`.
     pub fn slots(&self, shard: u32) -> Range<u16> {
         let n = self.shards.len() as u32;
+        if n == 0 {
+            return 0..0;
+        }
         let first = |s: u32| (s * u32::from(HASH_SLOTS)).div_ceil(n) as u16;
         first(shard)..first(shard + 1).max(first(shard))
     }
 
-    /// The agent that writes `slot`.
+    /// The agent that writes `slot` (none in a map without shards, as a malformed
+    /// one from a peer may be).
     pub fn owner(&self, slot: u16) -> Option<AgentId> {
-        self.shards[self.shard_of(slot) as usize].primary
+        self.shards.get(self.shard_of(slot) as usize)?.primary
     }
 
     /// Shards per agent, for status and tests.
@@ -175,6 +179,14 @@ mod tests {
             }
             assert_eq!(next, u32::from(HASH_SLOTS));
         }
+    }
+
+    #[test]
+    fn a_map_without_shards_from_a_peer_owns_nothing_and_does_not_panic() {
+        let m: ShardMap = serde_json::from_str(r#"{"shards": []}"#).unwrap();
+        assert_eq!(m.owner(0), None);
+        assert_eq!(m.owner(16383), None);
+        assert_eq!(m.slots(0), 0..0);
     }
 
     #[test]
