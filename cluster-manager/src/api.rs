@@ -31,8 +31,6 @@ use axum::{Json, Router};
 use dmc_proto::ByteSize;
 use serde::{Deserialize, Serialize};
 
-use dmc_proto::cluster::DEFAULT_INSTANCE;
-
 use crate::launcher::Launcher;
 use crate::manager::{Manager, ManagerError, Member};
 use crate::scale::{ScaleTimes, scale};
@@ -49,18 +47,14 @@ pub struct App {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScaleRequest {
     pub count: usize,
-    #[serde(default = "default_instance")]
+    #[serde(default = "crate::state::default_instance")]
     pub instance: String,
-}
-
-fn default_instance() -> String {
-    DEFAULT_INSTANCE.into()
 }
 
 /// `?instance=NAME`, the default instance when absent.
 #[derive(Debug, Clone, Deserialize)]
 pub struct InstanceQuery {
-    #[serde(default = "default_instance")]
+    #[serde(default = "crate::state::default_instance")]
     pub instance: String,
 }
 
@@ -108,7 +102,7 @@ pub struct ResizeInstance {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct MapQuery {
-    #[serde(default = "default_instance")]
+    #[serde(default = "crate::state::default_instance")]
     pub instance: String,
     #[serde(default)]
     pub after: u64,
@@ -129,7 +123,7 @@ pub struct AddNode {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RegisterAgent {
     pub listen: String,
-    #[serde(default = "default_instance")]
+    #[serde(default = "crate::state::default_instance")]
     pub instance: String,
 }
 

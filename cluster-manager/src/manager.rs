@@ -12,7 +12,7 @@ use dmc_proto::ByteSize;
 use dmc_proto::cluster::{
     AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionGrant,
 };
-use dmc_proto::shards::{AgentId, ShardMap};
+use dmc_proto::shards::AgentId;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +20,6 @@ use crate::state::{
     AgentRecord, ClusterState, Instance, LaunchRecord, NodeRecord, RegionRecord, StateError,
     StateFile,
 };
-
-/// The highest region id a pool's superblock can describe.
-const MAX_REGION_ID: u16 = dmc_umo::layout::MAX_REGIONS as u16;
 
 /// The memory pool every agent of the cluster opens (from the manager's config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,10 +231,12 @@ impl Manager {
         next.map_version = current.map_version + 1;
         self.file.save(&next)?;
         let version = next.map_version;
-        let shards = |s: &ClusterState| -> Vec<ShardMap> {
-            s.instances.values().map(|i| i.shards.clone()).collect()
-        };
-        if shards(&next) != shards(&current) {
+        if next
+            .instances
+            .values()
+            .map(|i| &i.shards)
+            .ne(current.instances.values().map(|i| &i.shards))
+        {
             *self.shards_changed.lock() = version;
         }
         *current = next;
@@ -249,10 +248,7 @@ impl Manager {
     /// The cluster as `instance`'s agents see it.
     pub fn map(&self, instance: &str) -> Result<ClusterMap, ManagerError> {
         let s = self.state.lock();
-        let inst = s
-            .instances
-            .get(instance)
-            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?;
+        let inst = instance_in(&s, instance)?;
         Ok(ClusterMap {
             cluster_id: s.cluster_id.clone(),
             version: s.map_version,
@@ -327,10 +323,7 @@ impl Manager {
     ) -> Result<RegionGrant, ManagerError> {
         let _one = self.granting.lock().await;
         let s = self.snapshot();
-        let inst = s
-            .instances
-            .get(instance)
-            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?;
+        let inst = instance_in(&s, instance)?;
         let size = self.pool.region_size.0;
         if let Some(id) = want {
             if s.regions.contains_key(&id) {
@@ -372,8 +365,7 @@ impl Manager {
             chosen.swap(0, best);
         }
         let free_id = |from: u16| {
-            (from..=MAX_REGION_ID)
-                .find(|i| !s.region_taken(*i))
+            s.free_region_id(from)
                 .ok_or_else(|| ManagerError::Full("no free region id".into()))
         };
         let mut id = match want {
@@ -492,8 +484,8 @@ impl Manager {
             if s.instances.contains_key(name) {
                 return Err(ManagerError::Exists(format!("instance {name}")));
             }
-            let super_region = (1..=MAX_REGION_ID)
-                .find(|i| !s.region_taken(*i))
+            let super_region = s
+                .free_region_id(1)
                 .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
             let inst = Instance::new(name, maxmemory, policy, super_region, shards);
             s.instances.insert(name.to_string(), inst.clone());
@@ -918,11 +910,7 @@ impl Manager {
     /// `instance`'s shards: slot ranges, primaries, epochs.
     pub fn slots(&self, instance: &str) -> Result<Vec<ShardRow>, ManagerError> {
         let s = self.snapshot();
-        let shards = &s
-            .instances
-            .get(instance)
-            .ok_or_else(|| ManagerError::NotFound(format!("instance {instance}")))?
-            .shards;
+        let shards = &instance_in(&s, instance)?.shards;
         Ok(shards
             .shards
             .iter()
@@ -938,6 +926,16 @@ impl Manager {
             })
             .collect())
     }
+}
+
+/// Instance `name` of `s`, or NotFound.
+pub(crate) fn instance_in<'a>(
+    s: &'a ClusterState,
+    name: &str,
+) -> Result<&'a Instance, ManagerError> {
+    s.instances
+        .get(name)
+        .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))
 }
 
 #[cfg(test)]

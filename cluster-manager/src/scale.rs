@@ -47,9 +47,7 @@ pub async fn scale(
 ) -> Result<ScaleReport, ManagerError> {
     let t0 = Instant::now();
     let snapshot = m.snapshot();
-    if !snapshot.instances.contains_key(instance) {
-        return Err(ManagerError::NotFound(format!("instance {instance}")));
-    }
+    crate::manager::instance_in(&snapshot, instance)?;
     let before = snapshot.agents_of(instance).count();
     let mut report = ScaleReport {
         before,

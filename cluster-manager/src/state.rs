@@ -48,7 +48,8 @@ pub struct AgentRecord {
     pub instance: String,
 }
 
-fn default_instance() -> String {
+/// The instance a record without one belongs to (serde default).
+pub(crate) fn default_instance() -> String {
     DEFAULT_INSTANCE.into()
 }
 
@@ -167,6 +168,12 @@ impl ClusterState {
     /// Whether region id `id` is taken: granted, or some instance's superblock region.
     pub fn region_taken(&self, id: u16) -> bool {
         self.regions.contains_key(&id) || self.instances.values().any(|i| i.super_region == id)
+    }
+
+    /// The lowest region id from `from` up that nothing holds and a pool's superblock
+    /// can describe.
+    pub fn free_region_id(&self, from: u16) -> Option<u16> {
+        (from..=dmc_umo::layout::MAX_REGIONS as u16).find(|id| !self.region_taken(*id))
     }
 
     /// Bytes of regions granted to `instance` (one copy each).
@@ -288,12 +295,10 @@ impl StateFile {
             .map(|i| i.name.clone())
             .collect();
         for name in unplaced {
-            let id = (1..=dmc_umo::layout::MAX_REGIONS as u16)
-                .find(|id| !state.region_taken(*id))
-                .ok_or_else(|| StateError::Corrupt {
-                    path: self.path.clone(),
-                    message: "no free region id for an instance's superblock".into(),
-                })?;
+            let id = state.free_region_id(1).ok_or_else(|| StateError::Corrupt {
+                path: self.path.clone(),
+                message: "no free region id for an instance's superblock".into(),
+            })?;
             if let Some(i) = state.instances.get_mut(&name) {
                 i.super_region = id;
             }
@@ -394,11 +399,6 @@ mod tests {
         let err = StateFile::new(&path).load().unwrap_err().to_string();
         assert!(err.contains("format version 99"), "{err}");
     }
-}
-
-#[cfg(test)]
-mod upgrade_tests {
-    use super::*;
 
     #[test]
     fn a_version_1_state_becomes_the_default_instance() {

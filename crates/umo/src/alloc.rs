@@ -289,8 +289,7 @@ impl Allocator {
 
     /// The segment (region, index) holding `addr`.
     fn segment_of(&self, addr: GlobalAddr) -> (RegionId, u64) {
-        let index = addr.offset().saturating_sub(layout::REGION_HEADER) / self.segment_size;
-        (addr.region(), index)
+        segment_key(addr, self.segment_size)
     }
 
     /// Stops allocating in `region` (it is being returned): its unused segments, free
@@ -363,16 +362,14 @@ impl Allocator {
             })
             .min_by_key(|(seg, c)| (c.out, **seg))
             .map(|(seg, c)| (*seg, c.class))?;
-        let segment_size = self.segment_size;
-        let of = move |a: &GlobalAddr| {
-            (
-                a.region(),
-                a.offset().saturating_sub(layout::REGION_HEADER) / segment_size,
-            )
-        };
+        let size = self.segment_size;
         let free = &mut self.classes[class as usize].free;
-        let held: Vec<GlobalAddr> = free.iter().filter(|a| of(a) == seg).copied().collect();
-        free.retain(|a| of(a) != seg);
+        let held: Vec<GlobalAddr> = free
+            .iter()
+            .filter(|a| segment_key(**a, size) == seg)
+            .copied()
+            .collect();
+        free.retain(|a| segment_key(*a, size) != seg);
         self.draining.insert(seg, (now, held));
         Some((
             GlobalAddr::new(seg.0, layout::segment_offset(seg.1, self.segment_size)),
@@ -408,16 +405,10 @@ impl Allocator {
     fn release(&mut self, seg: (RegionId, u64), class: u8) {
         self.carved.remove(&seg);
         self.draining.remove(&seg);
-        let segment_size = self.segment_size;
-        let of = move |a: GlobalAddr| {
-            (
-                a.region(),
-                a.offset().saturating_sub(layout::REGION_HEADER) / segment_size,
-            )
-        };
+        let size = self.segment_size;
         let state = &mut self.classes[class as usize];
-        state.free.retain(|a| of(*a) != seg);
-        if state.bump.is_some_and(|(a, _)| of(a) == seg) {
+        state.free.retain(|a| segment_key(*a, size) != seg);
+        if state.bump.is_some_and(|(a, _)| segment_key(a, size) == seg) {
             state.bump = None;
         }
         self.stats.segments = self.stats.segments.saturating_sub(1);
@@ -472,6 +463,12 @@ impl Allocator {
             }
         }
     }
+}
+
+/// The segment holding `addr`: its region and index there.
+fn segment_key(addr: GlobalAddr, segment_size: u64) -> (RegionId, u64) {
+    let index = addr.offset().saturating_sub(layout::REGION_HEADER) / segment_size;
+    (addr.region(), index)
 }
 
 #[cfg(test)]

@@ -698,11 +698,7 @@ impl Pool {
         }
         let mut reclaiming_since: Option<Instant> = None;
         loop {
-            let got = {
-                let mut alloc = self.alloc.lock();
-                alloc.set_scarce(self.at_limit());
-                alloc.alloc(len, aligned, Instant::now())
-            };
+            let got = self.alloc.lock().alloc(len, aligned, Instant::now());
             match got {
                 Ok((block, claim)) => {
                     if let Some(c) = claim {
@@ -744,10 +740,9 @@ impl Pool {
                 }
                 Err(Need::Region) => {
                     let grown = self.grow().await;
-                    self.at_limit.store(
-                        matches!(grown, Err(UmoError::OutOfMemory(_))),
-                        Ordering::Relaxed,
-                    );
+                    let at_limit = matches!(grown, Err(UmoError::OutOfMemory(_)));
+                    self.at_limit.store(at_limit, Ordering::Relaxed);
+                    self.alloc.lock().set_scarce(at_limit);
                     grown?
                 }
             }

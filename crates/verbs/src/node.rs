@@ -309,9 +309,9 @@ impl NodeCore {
         }
         if p.epoch > current {
             // A newer owner is here: older epochs' transactions left hanging go.
-            Self::drop_older(tx, p.shard, p.epoch, self.fenced_grace, &self.counters);
+            tx.epochs.insert(p.shard, p.epoch);
+            self.drop_hanging(tx, p.shard);
         }
-        tx.epochs.insert(p.shard, p.epoch);
         let key = (session, p.txid);
         if tx.pending.contains_key(&key) {
             return TxVote::Failed(VerbsError::Malformed(format!(
@@ -331,10 +331,10 @@ impl NodeCore {
             };
             if let Some(holder) = tx.locks.get(&(w.region, w.offset)).copied() {
                 // A lock of a fenced epoch's transaction left hanging is released.
-                let hanging = tx.pending.get(&holder).is_some_and(|h| {
-                    h.epoch < tx.epochs.get(&h.shard).copied().unwrap_or(0)
-                        && h.prepared_at.elapsed() >= self.fenced_grace
-                });
+                let hanging = tx
+                    .pending
+                    .get(&holder)
+                    .is_some_and(|h| self.hanging(&tx.epochs, h));
                 if !hanging {
                     self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
                     return TxVote::Locked { index: i as u32 };
@@ -434,29 +434,27 @@ impl NodeCore {
         let mut tx = self.tx.lock();
         let current = tx.epochs.entry(shard).or_insert(0);
         *current = (*current).max(epoch);
-        Self::drop_older(&mut tx, shard, epoch, self.fenced_grace, &self.counters);
+        self.drop_hanging(&mut tx, shard);
     }
 
-    /// Drops `shard`'s transactions of epochs before `epoch` prepared at least `grace`
-    /// ago.
-    fn drop_older(
-        tx: &mut TxState,
-        shard: u32,
-        epoch: u64,
-        grace: std::time::Duration,
-        counters: &Counters,
-    ) {
+    /// Whether `p` was prepared under an epoch since fenced, longer ago than the grace
+    /// a live coordinator needs to commit it.
+    fn hanging(&self, epochs: &HashMap<u32, u64>, p: &PendingTx) -> bool {
+        p.epoch < epochs.get(&p.shard).copied().unwrap_or(0)
+            && p.prepared_at.elapsed() >= self.fenced_grace
+    }
+
+    /// Drops `shard`'s transactions left hanging.
+    fn drop_hanging(&self, tx: &mut TxState, shard: u32) {
         let victims: Vec<TxKey> = tx
             .pending
             .iter()
-            .filter(|(_, p)| {
-                p.shard == shard && p.epoch < epoch && p.prepared_at.elapsed() >= grace
-            })
+            .filter(|(_, p)| p.shard == shard && self.hanging(&tx.epochs, p))
             .map(|(k, _)| *k)
             .collect();
         for key in victims {
             Self::release(tx, key);
-            counters.aborted.fetch_add(1, Ordering::Relaxed);
+            self.counters.aborted.fetch_add(1, Ordering::Relaxed);
         }
     }
 
