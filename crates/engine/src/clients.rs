@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::commands::TABLE;
+use crate::table::TABLE;
 
 /// One connection as other connections see it.
 #[derive(Debug)]

@@ -1,10 +1,10 @@
-//! `COMMAND DOCS`: each command's summary, group, first Redis version and complexity,
+//! `COMMAND INFO` rows and `COMMAND DOCS`: each command's summary, group, first Redis version and complexity,
 //! as Redis 7 reports them (redis-cli builds its interactive help from this). The match
 //! is exhaustive, so a new command does not compile without its documentation.
 
 use dmc_resp::Reply;
 
-use crate::commands::{Cmd, Spec};
+use crate::table::{Cmd, Spec};
 
 /// (summary, group, since, complexity)
 pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str) {
@@ -65,6 +65,36 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "server",
             "4.0.0",
             "Depends on subcommand.",
+        ),
+        Cluster => (
+            "A container for Redis Cluster commands.",
+            "cluster",
+            "3.0.0",
+            "Depends on subcommand.",
+        ),
+        ReadOnly => (
+            "Enables read-only queries for a connection to a Redis Cluster replica node.",
+            "cluster",
+            "3.0.0",
+            O1,
+        ),
+        ReadWrite => (
+            "Enables read-write queries for a connection to a Reids Cluster replica node.",
+            "cluster",
+            "3.0.0",
+            O1,
+        ),
+        Asking => (
+            "Signals that a cluster client is following an -ASK redirect.",
+            "cluster",
+            "3.0.0",
+            O1,
+        ),
+        DmcPeer => (
+            "Marks a connection as another DMC agent forwarding writes (internal).",
+            "connection",
+            "0.1.0",
+            O1,
         ),
         Object => (
             "A container for object introspection commands.",
@@ -342,4 +372,20 @@ pub fn entry(spec: &Spec) -> (Reply, Reply) {
             (Reply::bulk("complexity"), Reply::bulk(complexity)),
         ]),
     )
+}
+
+/// `COMMAND INFO` row of a spec.
+pub fn info_row(spec: &Spec) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(spec.name),
+        Reply::Int(spec.arity as i64),
+        Reply::Set(spec.flags.iter().map(|f| Reply::Simple(f)).collect()),
+        Reply::Int(spec.first_key as i64),
+        Reply::Int(spec.last_key as i64),
+        Reply::Int(spec.step as i64),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
 }

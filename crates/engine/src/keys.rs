@@ -4,8 +4,8 @@ use bytes::Bytes;
 use dmc_dht::Ttl;
 use dmc_resp::Reply;
 
-use crate::commands::Cmd;
-use crate::server::glob;
+use crate::glob::glob;
+use crate::table::Cmd;
 use dmc_dht::layout::HASH_SLOTS as SLOTS;
 use dmc_dht::{SetCond, SetExpiry, SetOptions};
 

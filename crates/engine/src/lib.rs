@@ -3,7 +3,9 @@
 //! | module | owns |
 //! |---|---|
 //! | [`cache`] | the local DRAM cache: inclusive, write-through, hotness-aware admission |
-//! | [`commands`] | the command table: name, arity, flags, key positions; dispatch |
+//! | [`table`] | the command table: name, arity, flags, key positions, family, routing |
+//! | [`dispatch`] | arity and auth checks, then the family that runs a command |
+//! | [`pipeline`] | pipelined runs of GET or SET executed as one batch |
 //! | [`strings`] | GET, SET and the string family |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
 //! | [`server`] | connection and server commands: PING, HELLO, SELECT, INFO, CONFIG, COMMAND |
@@ -14,13 +16,16 @@
 
 pub mod cache;
 pub mod clients;
-pub mod commands;
+pub mod dispatch;
 pub mod docs;
+pub mod glob;
 pub mod introspect;
 pub mod keys;
+pub mod pipeline;
 pub mod server;
 pub mod stats;
 pub mod strings;
+pub mod table;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -288,97 +293,6 @@ impl Engine {
         Ok(out)
     }
 
-    /// How many of the leading `commands` are plain `GET key` that
-    /// [`get_batch`](Self::get_batch) may run together (at most `max`). Consecutive
-    /// reads of one connection see no write of its own between them, so reading them
-    /// as one batch answers exactly what running them one by one would.
-    pub fn leading_gets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
-        if !session.authenticated {
-            return 0;
-        }
-        commands
-            .iter()
-            .take(max)
-            .take_while(|a| a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
-            .count()
-    }
-
-    /// Runs pipelined `GET`s together (see [`leading_gets`](Self::leading_gets)).
-    pub async fn get_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
-        self.stats
-            .commands
-            .fetch_add(commands.len() as u64, Ordering::Relaxed);
-        if let Some(get) = commands::lookup_index(b"get") {
-            session
-                .client
-                .touch(&self.clients, get, session.db, session.proto);
-        }
-        let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
-        let db = self.physical_db(session.db);
-        match self.read_many(db, &keys).await {
-            Ok(values) => values
-                .into_iter()
-                .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
-                .collect(),
-            // The batch failed: read key by key, so only the keys that fail get errors.
-            Err(_) => {
-                let mut replies = Vec::with_capacity(keys.len());
-                for k in keys {
-                    replies.push(match self.read(db, k).await {
-                        Ok(v) => v.map(Reply::Bulk).unwrap_or(Reply::Null),
-                        Err(e) => {
-                            self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
-                            error_reply(e)
-                        }
-                    });
-                }
-                replies
-            }
-        }
-    }
-
-    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
-    /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
-    /// keys commute, so their replies are what running them in order would give, and
-    /// their commits can share the group committer's round trips.
-    pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
-        if !session.authenticated {
-            return 0;
-        }
-        let mut keys: Vec<&[u8]> = Vec::new();
-        for a in commands.iter().take(max) {
-            if a.len() < 3 || !a[0].eq_ignore_ascii_case(b"set") || keys.contains(&&a[1][..]) {
-                break;
-            }
-            keys.push(&a[1]);
-        }
-        keys.len()
-    }
-
-    /// Runs pipelined SETs of distinct keys together (see
-    /// [`leading_sets`](Self::leading_sets)); replies in command order.
-    pub async fn set_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
-        self.stats
-            .commands
-            .fetch_add(commands.len() as u64, Ordering::Relaxed);
-        if let Some(set) = commands::lookup_index(b"set") {
-            session
-                .client
-                .touch(&self.clients, set, session.db, session.proto);
-        }
-        let db = self.physical_db(session.db);
-        let replies =
-            futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
-        let errors = replies
-            .iter()
-            .filter(|r| matches!(r, Reply::Error(_)))
-            .count();
-        self.stats
-            .error_replies
-            .fetch_add(errors as u64, Ordering::Relaxed);
-        replies
-    }
-
     /// Tells the cache about a write the pool committed: the new value and expiry, or
     /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
     pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {
@@ -401,7 +315,7 @@ impl Engine {
     /// Executes one command.
     pub async fn execute(&self, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
         self.stats.commands.fetch_add(1, Ordering::Relaxed);
-        let (reply, flow) = commands::dispatch(self, session, args).await;
+        let (reply, flow) = dispatch::dispatch(self, session, args).await;
         if matches!(reply, Reply::Error(_)) {
             self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
         }

@@ -10,7 +10,9 @@ use dmc_proto::ByteSize;
 use dmc_resp::Reply;
 
 use crate::clients::KillFilter;
-use crate::commands::{self, Cmd, TABLE};
+use crate::docs;
+use crate::glob::glob;
+use crate::table::{self, Cmd, TABLE};
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64, stats};
 
 /// The Redis version reported to clients (they switch features on it).
@@ -19,59 +21,6 @@ pub const DMC_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn upper(a: &[u8]) -> String {
     String::from_utf8_lossy(a).to_ascii_uppercase()
-}
-
-/// Redis's `stringmatchlen` glob: `*`, `?`, `[...]` (ranges, `^`), `\` escapes.
-pub fn glob(pattern: &[u8], text: &[u8], nocase: bool) -> bool {
-    let eq = |a: u8, b: u8| {
-        if nocase {
-            a.eq_ignore_ascii_case(&b)
-        } else {
-            a == b
-        }
-    };
-    match (pattern.first(), text.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob(&pattern[1..], text, nocase)
-                || (!text.is_empty() && glob(pattern, &text[1..], nocase))
-        }
-        (Some(b'?'), Some(_)) => glob(&pattern[1..], &text[1..], nocase),
-        (Some(b'['), Some(&c)) => {
-            let Some(close) = pattern
-                .iter()
-                .skip(1)
-                .position(|&b| b == b']')
-                .map(|p| p + 1)
-            else {
-                return false;
-            };
-            let class = &pattern[1..close];
-            let (neg, class) = match class.first() {
-                Some(b'^') => (true, &class[1..]),
-                _ => (false, class),
-            };
-            let mut hit = false;
-            let mut i = 0;
-            while i < class.len() {
-                if i + 2 < class.len() && class[i + 1] == b'-' {
-                    let (lo, hi) = (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
-                    let c = if nocase { c.to_ascii_lowercase() } else { c };
-                    hit |= (lo..=hi).contains(&c);
-                    i += 3;
-                } else {
-                    hit |= eq(class[i], c);
-                    i += 1;
-                }
-            }
-            hit != neg && glob(&pattern[close + 1..], &text[1..], nocase)
-        }
-        (Some(b'\\'), Some(&c)) if pattern.len() > 1 => {
-            eq(pattern[1], c) && glob(&pattern[2..], &text[1..], nocase)
-        }
-        (Some(&p), Some(&c)) => eq(p, c) && glob(&pattern[1..], &text[1..], nocase),
-        _ => false,
-    }
 }
 
 fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
@@ -499,28 +448,26 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
 fn command(args: &[Bytes]) -> Reply {
     let sub = args.get(1).map(|a| upper(a));
     match sub.as_deref() {
-        None => Reply::Array(TABLE.iter().map(commands::info).collect()),
+        None => Reply::Array(TABLE.iter().map(docs::info_row).collect()),
         Some("COUNT") => Reply::Int(TABLE.len() as i64),
         Some("INFO") => Reply::Array(
             args[2..]
                 .iter()
                 .map(|n| {
-                    commands::lookup(n)
-                        .map(commands::info)
+                    table::lookup(n)
+                        .map(docs::info_row)
                         .unwrap_or(Reply::NullArray)
                 })
                 .collect(),
         ),
         Some("LIST") => Reply::Array(TABLE.iter().map(|s| Reply::bulk(s.name)).collect()),
         // Every command, or the named ones that exist.
-        Some("DOCS") if args.len() == 2 => {
-            Reply::Map(TABLE.iter().map(crate::docs::entry).collect())
-        }
+        Some("DOCS") if args.len() == 2 => Reply::Map(TABLE.iter().map(docs::entry).collect()),
         Some("DOCS") => Reply::Map(
             args[2..]
                 .iter()
-                .filter_map(|n| commands::lookup(n))
-                .map(crate::docs::entry)
+                .filter_map(|n| table::lookup(n))
+                .map(docs::entry)
                 .collect(),
         ),
         Some(other) => Reply::Error(format!(
@@ -768,25 +715,4 @@ fn os_name() -> String {
         release.trim(),
         std::env::consts::ARCH
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob;
-
-    #[test]
-    fn globs() {
-        assert!(glob(b"*", b"maxmemory", true));
-        assert!(glob(b"maxmemory*", b"maxmemory-policy", true));
-        assert!(glob(b"MAXMEMORY", b"maxmemory", true));
-        assert!(
-            !glob(b"MAXMEMORY", b"maxmemory", false),
-            "KEYS patterns are case-sensitive"
-        );
-        assert!(glob(b"m?xmemory", b"maxmemory", true));
-        assert!(glob(b"[ab]ppendonly", b"appendonly", false));
-        assert!(glob(b"key:[0-9]*", b"key:42", false));
-        assert!(!glob(b"save?", b"save", false));
-        assert!(glob(b"a\\*b", b"a*b", false));
-    }
 }

@@ -4,7 +4,7 @@ use bytes::{Bytes, BytesMut};
 use dmc_dht::{SetCond, SetExpiry, SetOptions};
 use dmc_resp::Reply;
 
-use crate::commands::Cmd;
+use crate::table::Cmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, parse_i64};
 
 /// Redis's `proto-max-bulk-len`: the longest string a command may build.

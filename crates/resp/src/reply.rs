@@ -6,6 +6,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub enum Reply {
     /// `+OK`
     Simple(&'static str),
+    /// A status line known only at run time (`+FOO` relayed from a peer).
+    Status(String),
     /// `-ERR ...` (the text includes its prefix, e.g. `ERR` or `WRONGTYPE`).
     Error(String),
     Int(i64),
@@ -57,6 +59,14 @@ impl Reply {
             Reply::Simple(s) => {
                 out.put_u8(b'+');
                 out.put_slice(s.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Status(s) => {
+                out.put_u8(b'+');
+                // A status line cannot hold a newline.
+                for b in s.bytes() {
+                    out.put_u8(if b == b'\r' || b == b'\n' { b' ' } else { b });
+                }
                 out.put_slice(b"\r\n");
             }
             Reply::Error(e) => {

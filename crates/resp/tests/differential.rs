@@ -1,10 +1,10 @@
 //! Differential tests against the `redis-protocol` crate, an independent RESP
 //! implementation: requests it encodes, split at random points and pipelined, parse to
 //! the same arguments here; replies encoded here, in RESP2 and RESP3, decode there to
-//! the frames Redis's reply rules call for.
+//! the frames Redis's reply rules call for, and parse back here to the same reply.
 
 use bytes::BytesMut;
-use dmc_resp::{Limits, Reply, format_double, parse_command};
+use dmc_resp::{Limits, Reply, format_double, parse_command, parse_reply};
 use proptest::prelude::*;
 use redis_protocol::resp2::decode::decode as decode2;
 use redis_protocol::resp2::encode::encode as encode2;
@@ -28,6 +28,7 @@ fn encode_request(args: &[Vec<u8>]) -> Vec<u8> {
 fn as_resp2(r: &Reply) -> F2 {
     match r {
         Reply::Simple(s) => F2::SimpleString(s.as_bytes().to_vec()),
+        Reply::Status(s) => F2::SimpleString(s.as_bytes().to_vec()),
         Reply::Error(e) => F2::Error(e.clone()),
         Reply::Int(i) => F2::Integer(*i),
         Reply::Bool(b) => F2::Integer(*b as i64),
@@ -50,6 +51,10 @@ fn as_resp2(r: &Reply) -> F2 {
 fn as_resp3(r: &Reply) -> F3 {
     match r {
         Reply::Simple(s) => F3::SimpleString {
+            data: s.as_bytes().to_vec(),
+            attributes: None,
+        },
+        Reply::Status(s) => F3::SimpleString {
             data: s.as_bytes().to_vec(),
             attributes: None,
         },
@@ -105,6 +110,7 @@ fn as_resp3(r: &Reply) -> F3 {
 fn leaf() -> impl Strategy<Value = Reply> {
     prop_oneof![
         Just(Reply::Simple("OK")),
+        "[A-Za-z0-9]{1,12}".prop_map(Reply::Status),
         "[A-Za-z0-9 ]{0,20}".prop_map(|e| Reply::Error(format!("ERR {e}"))),
         any::<i64>().prop_map(Reply::Int),
         any::<bool>().prop_map(Reply::Bool),
@@ -185,5 +191,51 @@ proptest! {
         let (frame, used) = decode3(&out).unwrap().expect("a complete RESP3 frame");
         prop_assert_eq!(frame, as_resp3(&r));
         prop_assert_eq!(used, out.len());
+    }
+
+    /// Every reply encoded here parses back here to itself in RESP3 (RESP2 loses
+    /// types, so it is checked through `as_resp2`), consuming exactly its bytes, and
+    /// in pieces of any size.
+    #[test]
+    fn replies_parse_back(r in reply(), cut in any::<prop::sample::Index>()) {
+        let mut out = BytesMut::new();
+        r.encode(3, &mut out);
+        let wire = out.clone();
+        let got = parse_reply(&mut out, &Limits::default()).unwrap();
+        prop_assert_eq!(got.as_ref(), Some(&resp3_roundtrip(&r)));
+        prop_assert!(out.is_empty());
+
+        let at = cut.index(wire.len());
+        let mut part = BytesMut::from(&wire[..at]);
+        prop_assert_eq!(parse_reply(&mut part, &Limits::default()).unwrap(), None);
+        prop_assert_eq!(part.len(), at);
+
+        let mut out = BytesMut::new();
+        r.encode(2, &mut out);
+        let got = parse_reply(&mut out, &Limits::default()).unwrap().expect("complete");
+        let mut again = BytesMut::new();
+        got.encode(2, &mut again);
+        let (frame, _) = decode2(&again).unwrap().expect("a complete RESP2 frame");
+        prop_assert_eq!(frame, as_resp2(&r));
+    }
+}
+
+/// What a reply reads back as after a RESP3 round trip: the statuses Redis sends
+/// most are kept as static strings, and both nulls are one `_`.
+fn resp3_roundtrip(r: &Reply) -> Reply {
+    match r {
+        Reply::Status(s) if s == "OK" => Reply::ok(),
+        Reply::Status(s) if s == "PONG" => Reply::Simple("PONG"),
+        Reply::Status(s) if s == "QUEUED" => Reply::Simple("QUEUED"),
+        Reply::NullArray => Reply::Null,
+        Reply::Array(v) => Reply::Array(v.iter().map(resp3_roundtrip).collect()),
+        Reply::Set(v) => Reply::Set(v.iter().map(resp3_roundtrip).collect()),
+        Reply::Push(v) => Reply::Push(v.iter().map(resp3_roundtrip).collect()),
+        Reply::Map(kv) => Reply::Map(
+            kv.iter()
+                .map(|(k, v)| (resp3_roundtrip(k), resp3_roundtrip(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }

@@ -1,0 +1,282 @@
+//! The agent's configuration: the TOML file's typed sections, the flags that override
+//! them, and their validation. `main.rs` resolves [`Args`] into a [`Config`]; nothing
+//! else reads flags or files. It must never open a connection or a pool.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Parser;
+use dmc_dht::RedisPolicy;
+use dmc_proto::ByteSize;
+use dmc_verbs::Endpoint;
+use serde::{Deserialize, Serialize};
+
+use crate::routing::RoutingMode;
+
+/// Where the agent's memory pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolBackend {
+    /// An in-process pool (standalone, nothing else to run).
+    Embedded,
+    /// Memory nodes on this host, regions mapped into the agent.
+    Shm,
+    /// Memory nodes reached over TCP.
+    Tcp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct PoolSection {
+    pub backend: PoolBackend,
+    /// Memory node endpoints (`host:port` or `unix:/path`) for `shm` and `tcp`.
+    pub nodes: Vec<String>,
+    /// Copies of every region (`r`).
+    pub replicas: usize,
+    /// Size of the embedded pool.
+    pub capacity: ByteSize,
+    pub region_size: ByteSize,
+    pub segment_size: ByteSize,
+    /// File holding the cluster secret memory nodes expect.
+    pub secret_file: Option<PathBuf>,
+    /// The ids of `nodes`, in order (a cluster member gets them from the manager).
+    /// With them the agent connects to a node only when it first needs it.
+    pub node_ids: Vec<u32>,
+    /// Seconds after which an unused memory-node connection is closed (with
+    /// `node_ids`; 0: never).
+    pub idle_connection_timeout: u64,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            backend: PoolBackend::Embedded,
+            nodes: Vec::new(),
+            replicas: 2,
+            capacity: ByteSize(4 << 30),
+            region_size: ByteSize(256 << 20),
+            segment_size: ByteSize(16 << 20),
+            secret_file: None,
+            node_ids: Vec::new(),
+            idle_connection_timeout: 60,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct Config {
+    pub bind: String,
+    /// 0 picks a free port.
+    pub port: u16,
+    /// Pool bytes this instance may use (0: as much as the pool holds).
+    pub maxmemory: ByteSize,
+    pub maxmemory_policy: String,
+    pub maxmemory_samples: usize,
+    pub requirepass: String,
+    pub maxclients: u64,
+    /// Close clients idle this many seconds (0: never), Redis's `timeout`.
+    pub timeout: u64,
+    pub databases: u8,
+    /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
+    pub client_query_buffer_limit: ByteSize,
+    /// The agent's local DRAM cache of hot keys (0: none).
+    pub local_cache_size: ByteSize,
+    pub log: String,
+    /// Where to serve Prometheus metrics (`host:port`); none if unset.
+    pub metrics_listen: Option<String>,
+    /// The cluster manager's admin API (`http://host:port`) to join; standalone if
+    /// unset. The manager then names the pool (unless `pool.backend` is set here).
+    pub manager: Option<String>,
+    /// The cluster's cache instance this agent serves (with `manager`).
+    pub instance: String,
+    /// How writes to hash slots other agents own are handled: `proxy` forwards them,
+    /// `cluster` answers `-MOVED` (Redis Cluster clients).
+    pub routing: RoutingMode,
+    /// On shutdown, how long client connections may take to finish.
+    pub drain_timeout: u64,
+    pub pool: PoolSection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1".into(),
+            port: 6379,
+            maxmemory: ByteSize(0),
+            maxmemory_policy: "noeviction".into(),
+            maxmemory_samples: 5,
+            requirepass: String::new(),
+            maxclients: 10_000,
+            timeout: 0,
+            databases: 16,
+            client_query_buffer_limit: ByteSize(1 << 30),
+            local_cache_size: ByteSize(64 << 20),
+            log: "info".into(),
+            metrics_listen: None,
+            manager: None,
+            instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
+            routing: RoutingMode::Proxy,
+            drain_timeout: 10,
+            pool: PoolSection::default(),
+        }
+    }
+}
+
+/// DMC compute agent: a Redis-compatible server over the shared memory pool.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Args {
+    /// TOML config file; flags override it.
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Port to listen on (0 picks a free port).
+    #[arg(long, short = 'p')]
+    pub port: Option<u16>,
+    /// e.g. 4gb.
+    #[arg(long)]
+    pub maxmemory: Option<ByteSize>,
+    /// noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu,
+    /// volatile-random, volatile-ttl.
+    #[arg(long)]
+    pub maxmemory_policy: Option<String>,
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    #[arg(long)]
+    pub maxclients: Option<u64>,
+    /// Close clients idle this many seconds (0: never).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Local DRAM cache size, e.g. 64mb (0 disables it).
+    #[arg(long)]
+    pub local_cache_size: Option<ByteSize>,
+    /// embedded, shm or tcp.
+    #[arg(long, value_enum)]
+    pub pool_backend: Option<PoolBackend>,
+    /// A memory node endpoint (repeat for each node).
+    #[arg(long = "pool-node")]
+    pub pool_nodes: Vec<String>,
+    /// Copies of every region.
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    #[arg(long)]
+    pub log: Option<String>,
+    /// Serve Prometheus metrics on host:port.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Join the cluster managed at this URL (http://host:port).
+    #[arg(long)]
+    pub manager: Option<String>,
+    /// The cluster's cache instance to serve (default: `default`).
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// proxy (forward writes to their owner) or cluster (answer -MOVED).
+    #[arg(long, value_enum)]
+    pub routing: Option<RoutingMode>,
+    /// Seconds client connections may take to finish on shutdown.
+    #[arg(long)]
+    pub drain_timeout: Option<u64>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl Args {
+    pub fn resolve(&self) -> Result<Config> {
+        let mut cfg: Config = dmc_process::load_config(self.config.as_deref())?;
+        if let Some(v) = &self.bind {
+            cfg.bind = v.clone();
+        }
+        if let Some(v) = self.port {
+            cfg.port = v;
+        }
+        if let Some(v) = self.maxmemory {
+            cfg.maxmemory = v;
+        }
+        if let Some(v) = &self.maxmemory_policy {
+            cfg.maxmemory_policy = v.clone();
+        }
+        if let Some(v) = &self.requirepass {
+            cfg.requirepass = v.clone();
+        }
+        if let Some(v) = self.maxclients {
+            cfg.maxclients = v;
+        }
+        if let Some(v) = self.timeout {
+            cfg.timeout = v;
+        }
+        if let Some(v) = self.local_cache_size {
+            cfg.local_cache_size = v;
+        }
+        if let Some(v) = self.pool_backend {
+            cfg.pool.backend = v;
+        }
+        if !self.pool_nodes.is_empty() {
+            cfg.pool.nodes = self.pool_nodes.clone();
+        }
+        if let Some(v) = self.replicas {
+            cfg.pool.replicas = v;
+        }
+        if let Some(v) = &self.log {
+            cfg.log = v.clone();
+        }
+        if let Some(v) = &self.metrics_listen {
+            cfg.metrics_listen = Some(v.clone());
+        }
+        if let Some(v) = &self.manager {
+            cfg.manager = Some(v.clone());
+        }
+        if let Some(v) = &self.instance {
+            cfg.instance = v.clone();
+        }
+        if let Some(v) = self.routing {
+            cfg.routing = v;
+        }
+        if let Some(v) = self.drain_timeout {
+            cfg.drain_timeout = v;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            RedisPolicy::parse(&self.maxmemory_policy).is_some(),
+            "maxmemory-policy {:?} is not one of Redis's policies",
+            self.maxmemory_policy
+        );
+        anyhow::ensure!(
+            (1..=64).contains(&self.maxmemory_samples),
+            "maxmemory-samples must be 1..=64"
+        );
+        anyhow::ensure!(
+            (1..=255).contains(&self.databases),
+            "databases must be 1..=255"
+        );
+        anyhow::ensure!(self.maxclients > 0, "maxclients must be positive");
+        anyhow::ensure!(
+            dmc_proto::cluster::valid_instance_name(&self.instance),
+            "instance {:?}: use 1 to 64 letters, digits, '-' or '_'",
+            self.instance
+        );
+        if self.pool.backend != PoolBackend::Embedded {
+            anyhow::ensure!(
+                !self.pool.nodes.is_empty(),
+                "the {:?} pool backend needs memory nodes (pool.nodes)",
+                self.pool.backend
+            );
+            for n in &self.pool.nodes {
+                n.parse::<Endpoint>()
+                    .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}

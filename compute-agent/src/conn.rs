@@ -1,0 +1,214 @@
+//! One client connection: read, parse every complete request, run them in order (runs
+//! of pipelined GETs, SETs or writes for one other owner as one batch), and write all
+//! their replies with one write. Spawned per accepted socket by [`crate::run`]; it
+//! never decides where a command runs (that is [`crate::routing`]) and never touches
+//! the pool.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use dmc_engine::{Engine, Flow};
+use dmc_resp::{Limits, Reply, parse_command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use dmc_engine::table::{self, Family};
+
+use crate::routing::Router;
+
+/// Pipelined GETs read from the pool together, at most this many at a time.
+const GET_BATCH: usize = 32;
+/// Pipelined SETs of distinct keys run concurrently, at most this many at a time.
+const SET_BATCH: usize = 32;
+/// Pipelined writes to one other agent are forwarded together, at most this many.
+const FORWARD_BATCH: usize = 64;
+
+/// Serves one client: parse every complete request in the buffer, run them in order
+/// (runs of plain GETs as one batch), write all their replies together (pipelining).
+pub(crate) async fn serve_conn(
+    router: &Router,
+    stream: tokio::net::TcpStream,
+    limits: &Limits,
+    qbuf_limit: usize,
+    drain: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let engine = router.engine();
+    use std::os::fd::AsRawFd;
+    let show =
+        |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let mut session = engine.new_session(
+        show(stream.peer_addr()),
+        show(stream.local_addr()),
+        i64::from(stream.as_raw_fd()),
+    );
+    // Unregisters the client however the session ends (error, kill, or a panic).
+    struct Registered<'a>(&'a Engine, u64);
+    impl Drop for Registered<'_> {
+        fn drop(&mut self) {
+            self.0.clients.unregister(self.1);
+        }
+    }
+    let _registered = Registered(engine, session.id);
+    serve_session(router, stream, &mut session, limits, qbuf_limit, drain).await
+}
+
+/// Writes replies to the client, counted for INFO. A client that stops reading blocks
+/// this write; CLIENT KILL still ends it.
+async fn send(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    out: &[u8],
+    engine: &Engine,
+    client: &dmc_engine::clients::Client,
+) -> std::io::Result<()> {
+    let stats = &engine.stats;
+    stats
+        .net_output_bytes
+        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    stats.writes_processed.fetch_add(1, Ordering::Relaxed);
+    tokio::select! {
+        r = wr.write_all(out) => r,
+        _ = client.killed() => Err(std::io::Error::other("killed by CLIENT KILL")),
+    }
+}
+
+async fn serve_session(
+    router: &Router,
+    stream: tokio::net::TcpStream,
+    session: &mut dmc_engine::Session,
+    limits: &Limits,
+    qbuf_limit: usize,
+    mut drain: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let engine = router.engine();
+    // Another agent forwarding writes to this one (see `routing`).
+    let mut peer = false;
+    let (mut rd, mut wr) = stream.into_split();
+    let client = session.client.clone();
+    let mut buf = BytesMut::new();
+    let mut out = BytesMut::new();
+    loop {
+        buf.reserve(4096);
+        // Redis's `timeout`: an idle client is closed (read at every wait, so CONFIG SET
+        // applies to open connections too).
+        let idle = match engine.timeout_secs.load(Ordering::Relaxed) {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        };
+        let idle_timer = async {
+            match idle {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = idle_timer => return Ok(()),
+            read = rd.read_buf(&mut buf) => match read? {
+                0 => return Ok(()),
+                n => {
+                    engine.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    engine.stats.reads_processed.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            // CLIENT KILL from another connection.
+            _ = client.killed() => return Ok(()),
+            // Shutting down: every command this client sent was answered.
+            _ = drain.wait_for(|d| *d) => return Ok(()),
+        }
+        // Parse every complete request first, so runs of pipelined GETs can be read
+        // from the pool as one batch.
+        let mut commands: Vec<Vec<Bytes>> = Vec::new();
+        let mut bad = None;
+        loop {
+            match parse_command(&mut buf, limits) {
+                Ok(Some(args)) if args.is_empty() => continue,
+                Ok(Some(args)) => commands.push(args),
+                Ok(None) => break,
+                Err(e) => {
+                    bad = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < commands.len() {
+            let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
+            let sets = match gets {
+                0 => engine.leading_sets(session, &commands[i..], SET_BATCH),
+                _ => 0,
+            };
+            let forwards = match (gets, sets) {
+                (0 | 1, 0 | 1) => {
+                    router.leading_forwards(session, &commands[i..], FORWARD_BATCH, peer)
+                }
+                _ => None,
+            };
+            if let Some((owner, forwards)) = forwards {
+                for reply in router
+                    .forward_run(session, &owner, &commands[i..i + forwards])
+                    .await
+                {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
+                }
+                i += forwards;
+            } else if gets >= 2 {
+                for reply in engine.get_batch(session, &commands[i..i + gets]).await {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
+                }
+                i += gets;
+            } else if sets >= 2 {
+                for reply in router.set_run(session, &commands[i..i + sets], peer).await {
+                    if session.should_reply() {
+                        reply.encode(session.proto, &mut out);
+                    }
+                }
+                i += sets;
+            } else {
+                let args = std::mem::take(&mut commands[i]);
+                i += 1;
+                if table::lookup(&args[0]).is_some_and(|s| s.family() == Family::Internal) {
+                    peer = true;
+                    Reply::ok().encode(session.proto, &mut out);
+                    continue;
+                }
+                let (reply, flow) = router.execute(session, args, peer).await;
+                if session.should_reply() {
+                    reply.encode(session.proto, &mut out);
+                }
+                if flow == Flow::Close || client.is_killed() {
+                    send(&mut wr, &out, engine, &client).await?;
+                    return Ok(());
+                }
+            }
+            if out.len() >= 64 << 10 {
+                send(&mut wr, &out, engine, &client).await?;
+                out.clear();
+            }
+        }
+        if let Some(e) = bad {
+            Reply::Error(e.to_string()).encode(session.proto, &mut out);
+            send(&mut wr, &out, engine, &client).await?;
+            return Ok(());
+        }
+        if !out.is_empty() {
+            send(&mut wr, &out, engine, &client).await?;
+            out.clear();
+            if out.capacity() > 1 << 20 {
+                out = BytesMut::new();
+            }
+        }
+        if buf.len() > qbuf_limit {
+            tracing::warn!(
+                bytes = buf.len(),
+                "closing a client over client-query-buffer-limit"
+            );
+            return Ok(());
+        }
+        if buf.is_empty() && buf.capacity() > 1 << 20 {
+            buf = BytesMut::new();
+        }
+    }
+}

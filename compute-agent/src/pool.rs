@@ -1,0 +1,143 @@
+//! Opening the memory pool the agent runs on: the embedded in-process pool of a
+//! standalone agent, or a cluster's memory nodes (over `shm` or `tcp`, connected on
+//! first use), growing only by regions the cluster manager grants. Called once by
+//! [`crate::run`]; it never touches the hash table or serves a client.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use dmc_proto::cluster::{ClusterMap, PoolTransport};
+use dmc_umo::{Pool, PoolConfig};
+use dmc_verbs::{BackendKind, Endpoint, RpcOptions};
+
+use crate::config::{PoolBackend, PoolSection};
+
+/// Regions granted by the cluster manager: the pool of a cluster member grows only
+/// through it (on-demand allocation within the instance's maxmemory).
+pub(crate) struct ManagerRegions {
+    pub(crate) url: String,
+    pub(crate) instance: String,
+}
+
+type Granted = Result<(u16, dmc_umo::RegionRecord), dmc_umo::UmoError>;
+
+impl dmc_umo::RegionSource for ManagerRegions {
+    fn grant(
+        &self,
+        want: Option<u16>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Granted> + Send + '_>> {
+        use dmc_process::membership::{self, ManagerCallError};
+        use dmc_umo::UmoError;
+        let (url, instance) = (self.url.clone(), self.instance.clone());
+        Box::pin(async move {
+            let got = tokio::task::spawn_blocking(move || {
+                membership::grant_region(&url, &instance, want)
+            })
+            .await
+            .map_err(|e| UmoError::Config(e.to_string()))?;
+            match got {
+                Ok(g) => Ok((
+                    g.region,
+                    dmc_umo::RegionRecord {
+                        primary: g.primary,
+                        backups: g.backups,
+                    },
+                )),
+                Err(ManagerCallError::Refused { status: 409, .. }) => Err(UmoError::Node {
+                    node: 0,
+                    source: dmc_verbs::VerbsError::RegionExists(want.unwrap_or(0)),
+                }),
+                Err(ManagerCallError::Refused {
+                    status: 507,
+                    message,
+                    ..
+                }) => Err(UmoError::OutOfMemory(message)),
+                Err(e) => Err(UmoError::Config(e.to_string())),
+            }
+        })
+    }
+}
+
+/// The pool, and its memory-node connections that open on demand (empty when the
+/// node ids are unknown and every node was connected up front).
+/// `super_region` is the region of the instance's superblock (a cluster map names it).
+pub(crate) async fn open_pool(
+    cfg: &PoolSection,
+    super_region: u16,
+    source: Option<Arc<dyn dmc_umo::RegionSource>>,
+) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
+    let mut lazy = Vec::new();
+    let mut pc = PoolConfig {
+        replicas: cfg.replicas,
+        region_size: cfg.region_size.0,
+        segment_size: cfg.segment_size.0,
+        super_region,
+        ..PoolConfig::default()
+    };
+    let pool = match cfg.backend {
+        PoolBackend::Embedded => {
+            // One process holds every copy: replicating in-process buys nothing.
+            pc.replicas = 1;
+            Pool::embedded(cfg.capacity.0, pc).await?
+        }
+        PoolBackend::Shm | PoolBackend::Tcp => {
+            let kind = if cfg.backend == PoolBackend::Shm {
+                BackendKind::Shm
+            } else {
+                BackendKind::Tcp
+            };
+            let secret = match &cfg.secret_file {
+                Some(p) => Bytes::from(std::fs::read_to_string(p)?.trim().to_string()),
+                None => Bytes::new(),
+            };
+            let mut nodes: Vec<Arc<dyn dmc_verbs::Transport>> = Vec::new();
+            let on_demand = cfg.node_ids.len() == cfg.nodes.len();
+            for (i, n) in cfg.nodes.iter().enumerate() {
+                let ep: Endpoint = n
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
+                let options = RpcOptions {
+                    secret: secret.clone(),
+                    ..RpcOptions::default()
+                };
+                if on_demand {
+                    let t = Arc::new(dmc_verbs::LazyTransport::new(
+                        cfg.node_ids[i],
+                        kind,
+                        ep,
+                        options,
+                    ));
+                    lazy.push(t.clone());
+                    nodes.push(t);
+                    continue;
+                }
+                let t = dmc_verbs::backend::connect(kind, ep, options)
+                    .await
+                    .with_context(|| format!("connecting to memory node {n}"))?;
+                nodes.push(t);
+            }
+            Pool::open_with(pc, nodes, source).await?
+        }
+    };
+    Ok((pool, lazy))
+}
+
+/// The pool settings a cluster map names, unless the agent's own config names a pool.
+pub(crate) fn pool_from_map(own: &PoolSection, map: &ClusterMap) -> PoolSection {
+    if own.backend != PoolBackend::Embedded {
+        return own.clone();
+    }
+    PoolSection {
+        backend: match map.pool.transport {
+            PoolTransport::Shm => PoolBackend::Shm,
+            PoolTransport::Tcp => PoolBackend::Tcp,
+        },
+        nodes: map.pool.nodes.clone(),
+        node_ids: map.pool.node_ids.clone(),
+        replicas: map.pool.replicas,
+        region_size: map.pool.region_size,
+        segment_size: map.pool.segment_size,
+        ..own.clone()
+    }
+}

@@ -1,0 +1,362 @@
+//! Which agent runs a command, and getting it there (DESIGN.md §5, routing).
+//!
+//! Every agent reads every key from the pool, so reads always run here. A write runs
+//! here only if this agent owns the key's hash slot in the cluster map the manager
+//! pushed; otherwise:
+//!
+//! * **proxy mode** (default): the write is forwarded to the owner over a pooled
+//!   internal connection and its reply relayed, so a client that knows nothing of the
+//!   cluster can use any agent. Multi-key writes whose keys have several owners
+//!   (`MSET`, `DEL`, `UNLINK`, `TOUCH`) are split per owner; other such writes get
+//!   `-CROSSSLOT`.
+//! * **cluster mode**: the client is redirected with `-MOVED slot host:port`, as a
+//!   Redis Cluster does, and `CLUSTER SLOTS/SHARDS/NODES/...` describe the agents.
+//!
+//! While the map changes (a rescale) an agent may briefly disagree with its peers. A
+//! write refused for that reason (fenced at the memory nodes, or answered `-MOVED` by
+//! the peer it was forwarded to) was not applied, so it is routed again once the map
+//! moved on; the client sees no error. Forwarded commands are never forwarded again,
+//! so disagreeing maps cannot bounce a command between agents.
+//!
+//! [`Router::apply`] installs a new map: slots this agent gains are fenced at the
+//! memory nodes under their new epoch before it writes them, and cached keys of every
+//! slot that changed hands are dropped from the local cache.
+//!
+//! Which commands write, where their keys are, how a multi-key write splits and which
+//! commands belong to the cluster all come from the engine's command table
+//! ([`dmc_engine::table`]); this module never lists command names.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | the router, the route of one command, running it where it belongs |
+//! | `apply.rs` | installing a new cluster map; draining regions |
+//! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
+//! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
+//! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
+
+mod apply;
+mod cluster_cmds;
+mod config_set;
+mod peers;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dmc_dht::hash::key_slot;
+use dmc_engine::table::{self, Family};
+use dmc_engine::{Engine, Flow, NOT_OWNER, Session};
+use dmc_proto::cluster::ClusterMap;
+use dmc_resp::Reply;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use peers::PeerConn;
+
+/// How clients are routed to the owner of a hash slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingMode {
+    /// Any agent accepts any command and forwards writes to their owner.
+    Proxy,
+    /// Writes to slots owned elsewhere get `-MOVED` (Redis Cluster clients).
+    Cluster,
+}
+
+/// The command a connection sends first to mark itself as another agent's forwarding
+/// connection: commands on it are never forwarded again.
+pub const PEER_HELLO: &[u8] = b"DMC.PEER";
+
+/// Attempts at running a command while the cluster map changes under it.
+const ATTEMPTS: usize = 12;
+
+/// Where a command runs.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Local,
+    /// On the agent listening at this address.
+    Forward(String),
+    Moved {
+        slot: u16,
+        addr: String,
+    },
+    /// Parts of a multi-key write, each for one owner (`None`: here).
+    Split(Vec<(Option<String>, Vec<Bytes>)>),
+    CrossSlot,
+}
+
+pub struct Router {
+    engine: Arc<Engine>,
+    mode: RoutingMode,
+    /// This agent's id (0: standalone, owning everything).
+    me: AtomicU64,
+    map: RwLock<Option<Arc<ClusterMap>>>,
+    /// The version of the map applied, for commands waiting for a newer one.
+    version: tokio::sync::watch::Sender<u64>,
+    peers: Mutex<HashMap<String, Vec<PeerConn>>>,
+    password: Option<Bytes>,
+    /// The cluster manager's URL (cluster members only).
+    manager: Option<String>,
+    /// Draining regions of the last map applied (a region that leaves the list was
+    /// returned to the memory nodes, and is forgotten).
+    draining: Mutex<Vec<u16>>,
+    /// One vacating pass at a time.
+    vacating: tokio::sync::Mutex<()>,
+}
+
+impl Router {
+    pub fn new(
+        engine: Arc<Engine>,
+        mode: RoutingMode,
+        password: Option<Bytes>,
+        manager: Option<String>,
+    ) -> Router {
+        Router {
+            manager,
+            draining: Mutex::new(Vec::new()),
+            vacating: tokio::sync::Mutex::new(()),
+            engine,
+            mode,
+            me: AtomicU64::new(0),
+            map: RwLock::new(None),
+            version: tokio::sync::watch::Sender::new(0),
+            peers: Mutex::new(HashMap::new()),
+            password,
+        }
+    }
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn mode(&self) -> RoutingMode {
+        self.mode
+    }
+
+    pub fn map(&self) -> Option<Arc<ClusterMap>> {
+        self.map.read().clone()
+    }
+
+    fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
+    /// Waits (at most `wait`) for a map newer than `seen`.
+    async fn newer_map(&self, seen: u64, wait: Duration) {
+        let mut rx = self.version.subscribe();
+        let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > seen)).await;
+    }
+
+    /// Where `args` runs, from the command table: reads, commands without keys and
+    /// commands of the wrong arity run here (the engine answers the arity error); a
+    /// write runs at the owner of its keys' slots.
+    fn route(&self, args: &[Bytes]) -> Route {
+        let guard = self.map.read();
+        let Some(map) = guard.as_ref() else {
+            return Route::Local;
+        };
+        let Some(spec) = args.first().and_then(|name| table::lookup(name)) else {
+            return Route::Local;
+        };
+        if !spec.is_write() || !spec.arity_ok(args.len()) {
+            return Route::Local;
+        }
+        let keys = spec.key_positions(args.len());
+        let Some(&first_key) = keys.first() else {
+            return Route::Local;
+        };
+        let me = self.me.load(Ordering::Acquire);
+        // Owner address per key (`None`: this agent, or a slot with no owner yet,
+        // which the engine refuses on its own).
+        let owner = |i: usize| {
+            let slot = key_slot(&args[i]);
+            let o = map.owner(slot).filter(|a| a.id != me);
+            (slot, o.map(|a| a.listen.clone()))
+        };
+        let (slot0, first) = owner(first_key);
+        if keys[1..].iter().all(|&i| owner(i).1 == first) {
+            return match (first, self.mode) {
+                (None, _) => Route::Local,
+                (Some(addr), RoutingMode::Proxy) => Route::Forward(addr),
+                (Some(addr), RoutingMode::Cluster) => Route::Moved { slot: slot0, addr },
+            };
+        }
+        if self.mode == RoutingMode::Cluster {
+            return Route::CrossSlot;
+        }
+        // Proxy mode: commands that are a sum of per-key commands are split by owner.
+        let Some(width) = spec.split_width() else {
+            return Route::CrossSlot;
+        };
+        let mut parts: Vec<(Option<String>, Vec<Bytes>)> = Vec::new();
+        for &i in &keys {
+            // A key group cut short (MSET with an odd number of arguments): the engine
+            // answers the arity error here, nothing is split.
+            let Some(group) = args.get(i..i + width) else {
+                return Route::Local;
+            };
+            let addr = owner(i).1;
+            match parts.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, part)) => part.extend(group.iter().cloned()),
+                None => {
+                    let mut part = vec![args[0].clone()];
+                    part.extend(group.iter().cloned());
+                    parts.push((addr, part));
+                }
+            }
+        }
+        Route::Split(parts)
+    }
+
+    /// Runs one command wherever it belongs. `peer`: the connection is another agent
+    /// forwarding to this one.
+    pub async fn execute(
+        &self,
+        session: &mut Session,
+        args: Vec<Bytes>,
+        peer: bool,
+    ) -> (Reply, Flow) {
+        if self.map.read().is_none() || !session.authenticated {
+            return self.engine.execute(session, args).await;
+        }
+        let spec = args.first().and_then(|name| table::lookup(name));
+        if let Some(spec) = spec.filter(|s| s.family() == Family::Cluster && s.arity_ok(args.len()))
+        {
+            return (
+                self.cluster_command(session, spec.cmd, &args).await,
+                Flow::Continue,
+            );
+        }
+        if let Some(done) = self.config_set(session, &args).await {
+            return done;
+        }
+        for attempt in 0..ATTEMPTS {
+            let last = attempt + 1 == ATTEMPTS;
+            let seen = self.version();
+            match self.route(&args) {
+                Route::Local => {
+                    let (reply, flow) = self.engine.execute(session, args.clone()).await;
+                    if !last && not_owner(&reply) {
+                        // Fenced: a newer map moved the slot. Nothing was written.
+                        self.newer_map(seen, Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    return (reply, flow);
+                }
+                Route::Forward(addr) if peer => {
+                    // The forwarder thinks this agent owns the slot: one of the two
+                    // maps is behind. Wait for ours, then tell it where the slot is.
+                    if !last {
+                        self.newer_map(seen, Duration::from_millis(250)).await;
+                        if self.version() != seen {
+                            continue;
+                        }
+                    }
+                    let slot = key_slot(&args[first_key(&args)]);
+                    return (moved(slot, &addr), Flow::Continue);
+                }
+                Route::Forward(addr) => {
+                    self.engine.stats.commands.fetch_add(1, Ordering::Relaxed);
+                    match self.forward(&addr, session, &args).await {
+                        Ok(reply) if !redirected(&reply) => {
+                            self.engine
+                                .stats
+                                .forwarded_commands
+                                .fetch_add(1, Ordering::Relaxed);
+                            return (reply, Flow::Continue);
+                        }
+                        Ok(reply) if last => return (reply, Flow::Continue),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(%addr, error = %e, "forwarding failed; re-routing");
+                        }
+                    }
+                    self.newer_map(seen, Duration::from_millis(250)).await;
+                }
+                Route::Moved { slot, addr } => {
+                    self.engine
+                        .stats
+                        .moved_replies
+                        .fetch_add(1, Ordering::Relaxed);
+                    return (moved(slot, &addr), Flow::Continue);
+                }
+                Route::CrossSlot => {
+                    return (
+                        Reply::err("CROSSSLOT Keys in request don't hash to the same slot"),
+                        Flow::Continue,
+                    );
+                }
+                Route::Split(parts) => return (self.split(session, parts).await, Flow::Continue),
+            }
+        }
+        (
+            Reply::err("TRYAGAIN the cluster map is changing, try again"),
+            Flow::Continue,
+        )
+    }
+
+    /// Runs the per-owner parts of a split write and combines their replies: `OK` for
+    /// MSET, the sum for DEL/UNLINK/TOUCH, the first error if any part failed.
+    async fn split(
+        &self,
+        session: &mut Session,
+        parts: Vec<(Option<String>, Vec<Bytes>)>,
+    ) -> Reply {
+        let mut sum = 0i64;
+        let mut ok = false;
+        for (addr, args) in parts {
+            let reply = match addr {
+                None => Box::pin(self.execute(session, args, false)).await.0,
+                Some(addr) => match self.forward(&addr, session, &args).await {
+                    Ok(r) if !redirected(&r) => r,
+                    // The owner changed meanwhile: route that part again.
+                    _ => Box::pin(self.execute(session, args, false)).await.0,
+                },
+            };
+            match reply {
+                Reply::Int(n) => sum += n,
+                Reply::Simple(_) => ok = true,
+                e @ Reply::Error(_) => return e,
+                other => return other,
+            }
+        }
+        if ok { Reply::ok() } else { Reply::Int(sum) }
+    }
+}
+
+/// The position of the first key of a routed command (a routed command has one).
+fn first_key(args: &[Bytes]) -> usize {
+    args.first()
+        .and_then(|name| table::lookup(name))
+        .and_then(|spec| spec.key_positions(args.len()).first().copied())
+        .unwrap_or(0)
+}
+
+/// A write refused because this agent does not own the slot (anymore).
+pub fn not_owner(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e.starts_with(NOT_OWNER))
+}
+
+/// A reply saying the peer does not own the slot (its map or ours is behind).
+fn redirected(reply: &Reply) -> bool {
+    not_owner(reply) || matches!(reply, Reply::Error(e) if e.starts_with("MOVED "))
+}
+
+fn moved(slot: u16, addr: &str) -> Reply {
+    Reply::err(format!("MOVED {slot} {addr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirections_are_recognised() {
+        assert!(redirected(&Reply::err("MOVED 1 x:1")));
+        assert!(redirected(&Reply::err(format!(
+            "{NOT_OWNER} 5 is owned by another agent"
+        ))));
+        assert!(!redirected(&Reply::err("ERR syntax error")));
+    }
+}

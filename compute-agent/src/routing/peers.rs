@@ -1,0 +1,320 @@
+//! Connections to other agents and forwarding over them: a pool of idle connections
+//! per peer (opened with `AUTH` and `DMC.PEER`), single forwarded commands, pipelined
+//! runs for one owner, and the mixed local/remote runs of pipelined SETs. Replies are
+//! read with [`dmc_resp::parse_reply`]. Called by the router and the connection loop;
+//! it never decides who owns a key (that is [`Router::route`](super::Router)).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use dmc_engine::{Engine, Session};
+use dmc_resp::{Limits, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{PEER_HELLO, Route, Router, RoutingMode, not_owner, redirected};
+
+/// The longest a forwarded command may take before its connection is dropped.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle forwarding connections kept per peer.
+const IDLE_PER_PEER: usize = 16;
+
+/// An internal connection to another agent.
+pub(super) struct PeerConn {
+    stream: TcpStream,
+    buf: BytesMut,
+    /// The database the connection has selected.
+    db: u8,
+    engine: Arc<Engine>,
+}
+
+impl Drop for PeerConn {
+    fn drop(&mut self) {
+        self.engine
+            .stats
+            .peer_connections
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Router {
+    /// Sends `args` to the agent at `addr` on a pooled connection and reads its reply.
+    pub(super) async fn forward(
+        &self,
+        addr: &str,
+        session: &Session,
+        args: &[Bytes],
+    ) -> std::io::Result<Reply> {
+        let mut replies = self.forward_many(addr, session, &[args]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| std::io::Error::other("no reply from the owner"))
+    }
+
+    /// Sends commands to the agent at `addr` pipelined on one pooled connection and
+    /// reads their replies, in order.
+    async fn forward_many(
+        &self,
+        addr: &str,
+        session: &Session,
+        commands: &[&[Bytes]],
+    ) -> std::io::Result<Vec<Reply>> {
+        let pooled = self.peers.lock().get_mut(addr).and_then(|v| v.pop());
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.connect(addr).await?,
+        };
+        let mut out = BytesMut::new();
+        let select = conn.db != session.db;
+        if select {
+            encode_command(
+                &[
+                    Bytes::from_static(b"SELECT"),
+                    Bytes::from(session.db.to_string()),
+                ],
+                &mut out,
+            );
+        }
+        for args in commands {
+            encode_command(args, &mut out);
+        }
+        let replies = tokio::time::timeout(FORWARD_TIMEOUT, async {
+            conn.stream.write_all(&out).await?;
+            if select {
+                match conn.read_reply().await? {
+                    Reply::Error(e) => {
+                        return Err(std::io::Error::other(format!(
+                            "the owner refused SELECT: {e}"
+                        )));
+                    }
+                    _ => conn.db = session.db,
+                }
+            }
+            let mut replies = Vec::with_capacity(commands.len());
+            for _ in commands {
+                replies.push(conn.read_reply().await?);
+            }
+            Ok(replies)
+        })
+        .await
+        .map_err(|_| std::io::Error::other("the owner did not answer in time"))??;
+        // Pooled only while the peer is in the map (it may have left meanwhile).
+        let member = self
+            .map()
+            .is_some_and(|m| m.agents.iter().any(|a| a.listen == addr));
+        let mut peers = self.peers.lock();
+        let idle = peers.entry(addr.to_string()).or_default();
+        if member && idle.len() < IDLE_PER_PEER {
+            idle.push(conn);
+        }
+        Ok(replies)
+    }
+
+    /// Runs pipelined SETs of distinct keys (see `Engine::leading_sets`) where they
+    /// belong: the ones this agent owns as one concurrent batch, the ones other agents
+    /// own forwarded pipelined, one round trip per owner, all at once (writes of
+    /// distinct keys commute); the rest (redirections in cluster mode, a slot that moved
+    /// meanwhile) one at a time. Replies in command order.
+    pub async fn set_run(
+        &self,
+        session: &mut Session,
+        commands: &[Vec<Bytes>],
+        peer: bool,
+    ) -> Vec<Reply> {
+        let engine = &self.engine;
+        if self.map.read().is_none() {
+            return engine.set_batch(session, commands).await;
+        }
+        let mut local = Vec::new();
+        let mut remote: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            match self.route(c) {
+                Route::Local => local.push(i),
+                Route::Forward(addr) if !peer => {
+                    match remote.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, v)) => v.push(i),
+                        None => remote.push((addr, vec![i])),
+                    }
+                }
+                // Redirections and the like: one at a time below.
+                _ => {}
+            }
+        }
+        let mut replies: Vec<Option<Reply>> = vec![None; commands.len()];
+        {
+            let shared: &Session = session;
+            let local_cmds: Vec<Vec<Bytes>> = local.iter().map(|&i| commands[i].clone()).collect();
+            let local_run = async {
+                if local_cmds.is_empty() {
+                    Vec::new()
+                } else {
+                    engine.set_batch(shared, &local_cmds).await
+                }
+            };
+            let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {
+                let refs: Vec<&[Bytes]> = idx.iter().map(|&i| &commands[i][..]).collect();
+                async move { self.forward_many(addr, shared, &refs).await }
+            }));
+            let (local_replies, remote_replies) = tokio::join!(local_run, remote_runs);
+            for (&i, r) in local.iter().zip(local_replies) {
+                // Fenced meanwhile (the slot moved): nothing was written; route it again.
+                if !not_owner(&r) {
+                    replies[i] = Some(r);
+                }
+            }
+            for ((_, idx), got) in remote.iter().zip(remote_replies) {
+                let Ok(got) = got else { continue };
+                engine
+                    .stats
+                    .commands
+                    .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                for (&i, r) in idx.iter().zip(got) {
+                    if !redirected(&r) {
+                        engine
+                            .stats
+                            .forwarded_commands
+                            .fetch_add(1, Ordering::Relaxed);
+                        replies[i] = Some(r);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(commands.len());
+        for (i, r) in replies.into_iter().enumerate() {
+            out.push(match r {
+                Some(r) => r,
+                None => {
+                    Box::pin(self.execute(session, commands[i].clone(), peer))
+                        .await
+                        .0
+                }
+            });
+        }
+        out
+    }
+
+    /// The owner and length of the leading run of pipelined `commands` (at most `max`,
+    /// at least two) that are writes this agent forwards to one and the same agent, so
+    /// that [`forward_run`](Self::forward_run) sends them in one round trip. Proxy mode
+    /// only, never on a connection of another agent.
+    pub fn leading_forwards(
+        &self,
+        session: &Session,
+        commands: &[Vec<Bytes>],
+        max: usize,
+        peer: bool,
+    ) -> Option<(String, usize)> {
+        if commands.len() < 2 || peer || !session.authenticated || self.mode != RoutingMode::Proxy {
+            return None;
+        }
+        let owner = |args: &Vec<Bytes>| match args.is_empty() {
+            true => None,
+            false => match self.route(args) {
+                Route::Forward(addr) => Some(addr),
+                _ => None,
+            },
+        };
+        let first = owner(&commands[0])?;
+        let n = commands
+            .iter()
+            .take(max)
+            .take_while(|c| owner(c).as_deref() == Some(first.as_str()))
+            .count();
+        (n >= 2).then_some((first, n))
+    }
+
+    /// Forwards a run found by [`leading_forwards`](Self::leading_forwards) to `addr` in
+    /// one round trip. A reply saying the owner changed meanwhile (nothing was written)
+    /// sends that command down the one-at-a-time path, which routes it again; so does a
+    /// run whose connection failed.
+    pub async fn forward_run(
+        &self,
+        session: &mut Session,
+        addr: &str,
+        commands: &[Vec<Bytes>],
+    ) -> Vec<Reply> {
+        let stats = &self.engine.stats;
+        stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
+        let mut replies = Vec::with_capacity(commands.len());
+        match self.forward_many(addr, session, &refs).await {
+            Ok(got) => {
+                for (args, reply) in commands.iter().zip(got) {
+                    if redirected(&reply) {
+                        replies.push(Box::pin(self.execute(session, args.clone(), false)).await.0);
+                    } else {
+                        stats.forwarded_commands.fetch_add(1, Ordering::Relaxed);
+                        replies.push(reply);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "forwarding a run failed; one at a time");
+                for args in commands {
+                    replies.push(Box::pin(self.execute(session, args.clone(), false)).await.0);
+                }
+            }
+        }
+        replies
+    }
+
+    async fn connect(&self, addr: &str) -> std::io::Result<PeerConn> {
+        let stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+            .await
+            .map_err(|_| std::io::Error::other("connecting timed out"))??;
+        stream.set_nodelay(true)?;
+        self.engine
+            .stats
+            .peer_connections
+            .fetch_add(1, Ordering::Relaxed);
+        let mut conn = PeerConn {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            db: 0,
+            engine: self.engine.clone(),
+        };
+        let mut out = BytesMut::new();
+        if let Some(pw) = &self.password {
+            encode_command(&[Bytes::from_static(b"AUTH"), pw.clone()], &mut out);
+        }
+        encode_command(&[Bytes::from_static(PEER_HELLO)], &mut out);
+        conn.stream.write_all(&out).await?;
+        if self.password.is_some()
+            && let Reply::Error(e) = conn.read_reply().await?
+        {
+            return Err(std::io::Error::other(format!("peer refused AUTH: {e}")));
+        }
+        conn.read_reply().await?;
+        tracing::debug!(%addr, "opened a forwarding connection");
+        Ok(conn)
+    }
+}
+
+impl PeerConn {
+    async fn read_reply(&mut self) -> std::io::Result<Reply> {
+        loop {
+            match dmc_resp::parse_reply(&mut self.buf, &Limits::default()) {
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) => {}
+                Err(e) => return Err(std::io::Error::other(format!("bad reply from a peer: {e}"))),
+            }
+            self.buf.reserve(4096);
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(std::io::Error::other("the peer closed the connection"));
+            }
+        }
+    }
+}
+
+fn encode_command(args: &[Bytes], out: &mut BytesMut) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}

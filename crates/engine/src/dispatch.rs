@@ -1,0 +1,65 @@
+//! Dispatch: one parsed command to the family that runs it.
+//!
+//! Looks the command up in [`crate::table`], counts it for the client registry, checks
+//! arity and authentication before any handler runs, and hands it to the module its
+//! [`Family`] names. Called by [`Engine::execute`](crate::Engine::execute); it never
+//! parses wire bytes and never lets a family see a command of the wrong arity.
+
+use bytes::Bytes;
+use dmc_resp::Reply;
+
+use crate::table::{Cmd, Family, TABLE, lookup_index};
+use crate::{Engine, Flow, Session, introspect, keys, server, strings};
+
+/// Redis's text for an unknown command, quoting up to 20 of its arguments.
+fn unknown(args: &[Bytes]) -> Reply {
+    let name = args
+        .first()
+        .map(|n| String::from_utf8_lossy(n))
+        .unwrap_or_default();
+    let mut text = format!("ERR unknown command '{name}', with args beginning with: ");
+    for a in args.iter().skip(1).take(20) {
+        text.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
+    }
+    Reply::Error(text)
+}
+
+pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
+    let Some(index) = args.first().and_then(|name| lookup_index(name)) else {
+        return (unknown(&args), Flow::Continue);
+    };
+    let spec = &TABLE[index];
+    session
+        .client
+        .touch(&engine.clients, index, session.db, session.proto);
+    if !spec.arity_ok(args.len()) {
+        return (
+            Reply::Error(format!(
+                "ERR wrong number of arguments for '{}' command",
+                spec.name
+            )),
+            Flow::Continue,
+        );
+    }
+    if !session.authenticated && !spec.has_flag("no-auth") {
+        return (
+            Reply::err("NOAUTH Authentication required."),
+            Flow::Continue,
+        );
+    }
+    let reply = match spec.family() {
+        Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
+        Family::Server => server::run(engine, session, spec.cmd, &args).await,
+        Family::Strings => strings::run(engine, session, spec.cmd, &args).await,
+        Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
+        Family::Introspect if spec.cmd == Cmd::Object => {
+            introspect::object(engine, session, &args).await
+        }
+        Family::Introspect => introspect::memory(engine, session, &args).await,
+        // A cluster member's router answers these before they reach the engine.
+        Family::Cluster => Reply::err("ERR This instance has cluster support disabled"),
+        // Only the agent's connection loop speaks to peers.
+        Family::Internal => unknown(&args),
+    };
+    (reply, Flow::Continue)
+}

@@ -1,0 +1,115 @@
+//! Pipelined fast paths: a run of `GET key` read from the pool as one batch, and a run
+//! of SETs of distinct keys committed together.
+//!
+//! The connection loop asks how long a run is ([`Engine::leading_gets`],
+//! [`Engine::leading_sets`]) and runs it here instead of through [`crate::dispatch`];
+//! which commands qualify is the command table's [`FastPath`] of each entry. A run must
+//! answer exactly what running its commands one by one would.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use dmc_resp::Reply;
+
+use crate::table::{self, FastPath};
+use crate::{Engine, Session, error_reply, strings};
+
+/// The fast path the table gives a command's name.
+fn fast_path(args: &[Bytes]) -> FastPath {
+    args.first()
+        .and_then(|name| table::lookup(name))
+        .map_or(FastPath::None, |spec| spec.fast_path())
+}
+
+impl Engine {
+    /// How many of the leading `commands` are plain `GET key` that
+    /// [`get_batch`](Self::get_batch) may run together (at most `max`). Consecutive
+    /// reads of one connection see no write of its own between them, so reading them
+    /// as one batch answers exactly what running them one by one would.
+    pub fn leading_gets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
+        if !session.authenticated {
+            return 0;
+        }
+        commands
+            .iter()
+            .take(max)
+            .take_while(|a| a.len() == 2 && fast_path(a) == FastPath::Get)
+            .count()
+    }
+
+    /// Runs pipelined `GET`s together (see [`leading_gets`](Self::leading_gets)).
+    pub async fn get_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+        self.stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        if let Some(get) = table::lookup_index(b"get") {
+            session
+                .client
+                .touch(&self.clients, get, session.db, session.proto);
+        }
+        let keys: Vec<&[u8]> = commands.iter().map(|a| &a[1][..]).collect();
+        let db = self.physical_db(session.db);
+        match self.read_many(db, &keys).await {
+            Ok(values) => values
+                .into_iter()
+                .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
+                .collect(),
+            // The batch failed: read key by key, so only the keys that fail get errors.
+            Err(_) => {
+                let mut replies = Vec::with_capacity(keys.len());
+                for k in keys {
+                    replies.push(match self.read(db, k).await {
+                        Ok(v) => v.map(Reply::Bulk).unwrap_or(Reply::Null),
+                        Err(e) => {
+                            self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
+                            error_reply(e)
+                        }
+                    });
+                }
+                replies
+            }
+        }
+    }
+
+    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
+    /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
+    /// keys commute, so their replies are what running them in order would give, and
+    /// their commits can share the group committer's round trips.
+    pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
+        if !session.authenticated {
+            return 0;
+        }
+        let mut keys: Vec<&[u8]> = Vec::new();
+        for a in commands.iter().take(max) {
+            if a.len() < 3 || fast_path(a) != FastPath::Set || keys.contains(&&a[1][..]) {
+                break;
+            }
+            keys.push(&a[1]);
+        }
+        keys.len()
+    }
+
+    /// Runs pipelined SETs of distinct keys together (see
+    /// [`leading_sets`](Self::leading_sets)); replies in command order.
+    pub async fn set_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+        self.stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        if let Some(set) = table::lookup_index(b"set") {
+            session
+                .client
+                .touch(&self.clients, set, session.db, session.proto);
+        }
+        let db = self.physical_db(session.db);
+        let replies =
+            futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
+        let errors = replies
+            .iter()
+            .filter(|r| matches!(r, Reply::Error(_)))
+            .count();
+        self.stats
+            .error_replies
+            .fetch_add(errors as u64, Ordering::Relaxed);
+        replies
+    }
+}

@@ -1,0 +1,447 @@
+//! The command table: every command DMC answers, with its name, arity, flags and key
+//! positions, the family that runs it, how proxy routing may split it, and whether the
+//! pipelined fast paths may take it.
+//!
+//! It is the single source for dispatch ([`crate::dispatch`]), `COMMAND` and
+//! `COMMAND DOCS`, the client registry's per-command counts, and the agent's routing
+//! (which commands write, where their keys are, which belong to the cluster). It is a
+//! leaf: every command family imports its types from here, and it imports no family.
+
+use std::sync::OnceLock;
+
+/// Which handler runs a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmd {
+    Ping,
+    Echo,
+    Hello,
+    Auth,
+    Select,
+    Quit,
+    Reset,
+    Client,
+    Info,
+    Config,
+    Command,
+    Time,
+    Dbsize,
+    Get,
+    Set,
+    SetNx,
+    SetEx,
+    PSetEx,
+    GetDel,
+    GetEx,
+    GetSet,
+    MGet,
+    MSet,
+    MSetNx,
+    Incr,
+    Decr,
+    IncrBy,
+    DecrBy,
+    IncrByFloat,
+    Append,
+    Strlen,
+    GetRange,
+    SetRange,
+    Del,
+    Unlink,
+    Exists,
+    Type,
+    Expire,
+    PExpire,
+    ExpireAt,
+    PExpireAt,
+    Ttl,
+    PTtl,
+    ExpireTime,
+    PExpireTime,
+    Persist,
+    Touch,
+    Scan,
+    Keys,
+    RandomKey,
+    FlushDb,
+    FlushAll,
+    Rename,
+    RenameNx,
+    Copy,
+    Move,
+    SwapDb,
+    Lcs,
+    Object,
+    Memory,
+    /// `CLUSTER ...`, answered by the agent from the cluster map.
+    Cluster,
+    ReadOnly,
+    ReadWrite,
+    Asking,
+    /// `DMC.PEER`: the first command of another agent's forwarding connection.
+    DmcPeer,
+}
+
+/// The module that runs a command: the families never import each other, and
+/// [`crate::dispatch`] chooses one by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Connection and server commands ([`crate::server`]).
+    Server,
+    /// Strings ([`crate::strings`]).
+    Strings,
+    /// The keyspace ([`crate::keys`]).
+    Keys,
+    /// OBJECT and MEMORY ([`crate::introspect`]).
+    Introspect,
+    /// Cluster commands: a cluster member's router answers them from its map; the
+    /// engine alone (standalone) says cluster support is disabled, as Redis does.
+    Cluster,
+    /// Commands between DMC processes, handled by the agent's connection loop.
+    Internal,
+}
+
+/// A pipelined run the connection loop may execute as one batch (see
+/// [`Engine::leading_gets`](crate::Engine::leading_gets)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastPath {
+    None,
+    /// `GET key`: a run is read from the pool as one batch.
+    Get,
+    /// `SET key value ...`: a run of distinct keys commits together.
+    Set,
+}
+
+impl Cmd {
+    /// The family that runs this command; exhaustive, so a new command does not
+    /// compile without one.
+    pub const fn family(self) -> Family {
+        use Cmd::*;
+        match self {
+            Ping | Echo | Hello | Auth | Select | Quit | Reset | Client | Info | Config
+            | Command | Time | Dbsize => Family::Server,
+            Get | Set | SetNx | SetEx | PSetEx | GetDel | GetEx | GetSet | MGet | MSet | MSetNx
+            | Incr | Decr | IncrBy | DecrBy | IncrByFloat | Append | Strlen | GetRange
+            | SetRange | Lcs => Family::Strings,
+            Del | Unlink | Exists | Type | Expire | PExpire | ExpireAt | PExpireAt | Ttl | PTtl
+            | ExpireTime | PExpireTime | Persist | Touch | Scan | Keys | RandomKey | FlushDb
+            | FlushAll | Rename | RenameNx | Copy | Move | SwapDb => Family::Keys,
+            Object | Memory => Family::Introspect,
+            Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
+            DmcPeer => Family::Internal,
+        }
+    }
+}
+
+/// One row of the command table (the fields `COMMAND INFO` reports).
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub name: &'static str,
+    /// Redis arity: positive = exact, negative = at least.
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub cmd: Cmd,
+}
+
+impl Spec {
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.contains(&flag)
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.has_flag("write")
+    }
+
+    pub fn family(&self) -> Family {
+        self.cmd.family()
+    }
+
+    /// Whether `argc` arguments (the name included) fit the command's arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let n = i64::try_from(argc).unwrap_or(i64::MAX);
+        let arity = i64::from(self.arity);
+        if arity >= 0 { n == arity } else { n >= -arity }
+    }
+
+    /// Argument positions of the command's keys for `argc` arguments (Redis's first
+    /// key, last key, step; a negative last key counts from the end). Call it only on
+    /// an arity-checked command: a key group cut short is left out, never indexed.
+    pub fn key_positions(&self, argc: usize) -> Vec<usize> {
+        let (first, step) = (self.first_key, self.step);
+        let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+        if first <= 0 || step <= 0 || i64::from(first) >= argc {
+            return Vec::new();
+        }
+        let last = if self.last_key < 0 {
+            argc + i64::from(self.last_key)
+        } else {
+            i64::from(self.last_key).min(argc - 1)
+        };
+        (i64::from(first)..=last)
+            .step_by(step as usize)
+            .filter_map(|i| usize::try_from(i).ok())
+            .collect()
+    }
+
+    /// How many arguments make one key's part of the command, when a multi-key write
+    /// whose keys have several owners is the sum of per-key commands (MSET: key and
+    /// value; DEL, UNLINK, TOUCH: the key); `None` when it cannot be split.
+    pub fn split_width(&self) -> Option<usize> {
+        match self.cmd {
+            Cmd::MSet => Some(2),
+            Cmd::Del | Cmd::Unlink | Cmd::Touch => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Which pipelined fast path may run this command.
+    pub fn fast_path(&self) -> FastPath {
+        match self.cmd {
+            Cmd::Get => FastPath::Get,
+            Cmd::Set => FastPath::Set,
+            _ => FastPath::None,
+        }
+    }
+}
+
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "fast"];
+const R: &[&str] = &["readonly", "fast"];
+const C: &[&str] = &["fast", "stale", "loading"];
+
+macro_rules! spec {
+    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $cmd:ident) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            cmd: Cmd::$cmd,
+        }
+    };
+}
+
+pub const TABLE: &[Spec] = &[
+    spec!("ping", -1, C, 0, 0, 0, Ping),
+    spec!("echo", 2, C, 0, 0, 0, Echo),
+    spec!(
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no-auth"],
+        0,
+        0,
+        0,
+        Hello
+    ),
+    spec!(
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast", "no-auth"],
+        0,
+        0,
+        0,
+        Auth
+    ),
+    spec!("select", 2, C, 0, 0, 0, Select),
+    spec!(
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast", "no-auth"],
+        0,
+        0,
+        0,
+        Quit
+    ),
+    spec!(
+        "reset",
+        1,
+        &["noscript", "loading", "stale", "fast", "no-auth"],
+        0,
+        0,
+        0,
+        Reset
+    ),
+    spec!(
+        "client",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        Client
+    ),
+    spec!("info", -1, &["loading", "stale"], 0, 0, 0, Info),
+    spec!(
+        "config",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        Config
+    ),
+    spec!("command", -1, &["loading", "stale"], 0, 0, 0, Command),
+    spec!("time", 1, &["loading", "stale", "fast"], 0, 0, 0, Time),
+    spec!("dbsize", 1, R, 0, 0, 0, Dbsize),
+    spec!("get", 2, R, 1, 1, 1, Get),
+    spec!("set", -3, W, 1, 1, 1, Set),
+    spec!("setnx", 3, &["write", "denyoom", "fast"], 1, 1, 1, SetNx),
+    spec!("setex", 4, W, 1, 1, 1, SetEx),
+    spec!("psetex", 4, W, 1, 1, 1, PSetEx),
+    spec!("getdel", 2, WF, 1, 1, 1, GetDel),
+    spec!("getex", -2, WF, 1, 1, 1, GetEx),
+    spec!("getset", 3, &["write", "denyoom", "fast"], 1, 1, 1, GetSet),
+    spec!("mget", -2, R, 1, -1, 1, MGet),
+    spec!("mset", -3, W, 1, -1, 2, MSet),
+    spec!("msetnx", -3, W, 1, -1, 2, MSetNx),
+    spec!("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1, Incr),
+    spec!("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1, Decr),
+    spec!("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1, IncrBy),
+    spec!("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1, DecrBy),
+    spec!(
+        "incrbyfloat",
+        3,
+        &["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        IncrByFloat
+    ),
+    spec!("append", 3, &["write", "denyoom", "fast"], 1, 1, 1, Append),
+    spec!("strlen", 2, R, 1, 1, 1, Strlen),
+    spec!("getrange", 4, &["readonly"], 1, 1, 1, GetRange),
+    spec!("setrange", 4, W, 1, 1, 1, SetRange),
+    spec!("del", -2, &["write"], 1, -1, 1, Del),
+    spec!("unlink", -2, &["write", "fast"], 1, -1, 1, Unlink),
+    spec!("exists", -2, R, 1, -1, 1, Exists),
+    spec!("type", 2, R, 1, 1, 1, Type),
+    spec!("expire", -3, WF, 1, 1, 1, Expire),
+    spec!("pexpire", -3, WF, 1, 1, 1, PExpire),
+    spec!("expireat", -3, WF, 1, 1, 1, ExpireAt),
+    spec!("pexpireat", -3, WF, 1, 1, 1, PExpireAt),
+    spec!("ttl", 2, R, 1, 1, 1, Ttl),
+    spec!("pttl", 2, R, 1, 1, 1, PTtl),
+    spec!("expiretime", 2, R, 1, 1, 1, ExpireTime),
+    spec!("pexpiretime", 2, R, 1, 1, 1, PExpireTime),
+    spec!("persist", 2, WF, 1, 1, 1, Persist),
+    spec!("touch", -2, R, 1, -1, 1, Touch),
+    spec!("scan", -2, &["readonly"], 0, 0, 0, Scan),
+    spec!("keys", 2, &["readonly"], 0, 0, 0, Keys),
+    spec!("randomkey", 1, &["readonly"], 0, 0, 0, RandomKey),
+    spec!("flushdb", -1, &["write"], 0, 0, 0, FlushDb),
+    spec!("flushall", -1, &["write"], 0, 0, 0, FlushAll),
+    spec!("rename", 3, &["write"], 1, 2, 1, Rename),
+    spec!("renamenx", 3, &["write", "fast"], 1, 2, 1, RenameNx),
+    spec!("copy", -3, &["write", "denyoom"], 1, 2, 1, Copy),
+    spec!("move", 3, &["write", "fast"], 1, 1, 1, Move),
+    spec!("swapdb", 3, &["write", "fast"], 0, 0, 0, SwapDb),
+    spec!("lcs", -3, &["readonly"], 1, 2, 1, Lcs),
+    spec!("object", -2, &["readonly"], 2, 2, 1, Object),
+    spec!("memory", -2, &["readonly"], 0, 0, 0, Memory),
+    spec!("cluster", -2, &[], 0, 0, 0, Cluster),
+    spec!(
+        "readonly",
+        1,
+        &["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        ReadOnly
+    ),
+    spec!(
+        "readwrite",
+        1,
+        &["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        ReadWrite
+    ),
+    spec!("asking", 1, &["fast"], 0, 0, 0, Asking),
+    spec!(
+        "dmc.peer",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcPeer
+    ),
+];
+
+/// Row numbers by lowercase name. hashbrown's default hasher (foldhash) is several
+/// times faster than SipHash on these short names, and every command is looked up.
+fn index() -> &'static hashbrown::HashMap<&'static [u8], usize> {
+    static INDEX: OnceLock<hashbrown::HashMap<&'static [u8], usize>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        TABLE
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_bytes(), i))
+            .collect()
+    })
+}
+
+/// Looks a command up by name, case-insensitively.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    lookup_index(name).map(|i| &TABLE[i])
+}
+
+/// The command's row number in [`TABLE`], looked up case-insensitively.
+pub fn lookup_index(name: &[u8]) -> Option<usize> {
+    let mut lower = [0u8; 32];
+    let lower = lower.get_mut(..name.len())?;
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    index().get(&*lower).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let mut names = std::collections::HashSet::new();
+        for s in TABLE {
+            assert!(names.insert(s.name), "{} twice", s.name);
+            assert_eq!(s.name, s.name.to_lowercase());
+            assert!(lookup(s.name.to_uppercase().as_bytes()).is_some());
+        }
+        assert!(lookup(b"nosuch").is_none());
+        let spec = |n: &str| lookup(n.as_bytes()).expect(n);
+        assert!(spec("get").arity_ok(2) && !spec("get").arity_ok(3));
+        assert!(spec("set").arity_ok(5));
+    }
+
+    #[test]
+    fn key_positions_follow_the_command_table() {
+        let keys =
+            |name: &str, argc: usize| lookup(name.as_bytes()).expect(name).key_positions(argc);
+        assert_eq!(keys("set", 3), vec![1]);
+        assert_eq!(keys("mset", 5), vec![1, 3]);
+        assert_eq!(keys("del", 4), vec![1, 2, 3]);
+        assert_eq!(keys("rename", 3), vec![1, 2]);
+        assert!(keys("set", 1).is_empty());
+        assert!(keys("ping", 2).is_empty());
+        // An MSET cut short (arity not checked yet) names only the keys it has.
+        assert_eq!(keys("mset", 4), vec![1, 3]);
+    }
+
+    #[test]
+    fn routing_properties_come_from_the_table() {
+        let spec = |n: &str| lookup(n.as_bytes()).expect(n);
+        assert_eq!(spec("get").fast_path(), FastPath::Get);
+        assert_eq!(spec("SET").fast_path(), FastPath::Set);
+        assert_eq!(spec("mset").split_width(), Some(2));
+        assert_eq!(spec("rename").split_width(), None);
+        assert_eq!(spec("cluster").family(), Family::Cluster);
+        assert_eq!(spec("dmc.peer").family(), Family::Internal);
+        assert!(spec("set").is_write() && !spec("get").is_write());
+    }
+}
