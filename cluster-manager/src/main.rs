@@ -1,4 +1,4 @@
-//! `cluster-manager`: the daemon (`serve`) and the operator CLI (see `cli.rs`).
+//! `cluster-manager`: the daemon (`serve`) and the operator CLI (see `cli/`).
 
 use clap::Parser;
 

@@ -1,0 +1,356 @@
+//! The operator commands other than `serve`: each asks the manager's admin API over
+//! HTTP and prints the reply as a table (or as JSON with `--json`). Called by
+//! [`super::run`]; it holds no state and never reads the state file, so what it shows
+//! is only what the manager answers.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use super::{AgentsCmd, Cmd, InstancesCmd, NodesCmd, RegionsCmd};
+use crate::api::{AddNode, CreateInstance, ResizeInstance, ScaleRequest};
+use crate::manager::{InstanceStatus, ShardRow, Status};
+use crate::scale::ScaleReport;
+use crate::state::RegionRecord;
+
+pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
+    // Error statuses are read, not raised, so the manager's own message is shown.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        // `agents scale` waits for agents to start or drain.
+        .timeout_global(Some(Duration::from_secs(180)))
+        .build()
+        .into();
+    let url = |path: &str| format!("{}{path}", base.trim_end_matches('/'));
+    let fail = |e: ureq::Error| unreachable_manager(base, e);
+    match cmd {
+        Cmd::Status
+        | Cmd::Nodes {
+            cmd: NodesCmd::List,
+        }
+        | Cmd::Agents {
+            cmd: AgentsCmd::List,
+        } => {
+            let status: Status = ok(agent.get(url("/v1/status")).call().map_err(fail)?)?
+                .body_mut()
+                .read_json()
+                .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+                return Ok(());
+            }
+            let show_nodes = !matches!(cmd, Cmd::Agents { .. });
+            let show_agents = !matches!(cmd, Cmd::Nodes { .. });
+            if matches!(cmd, Cmd::Status) {
+                println!(
+                    "pool capacity {}  memory nodes {}  agents {}  shards {}",
+                    human(status.capacity),
+                    status.nodes.len(),
+                    status.agents.len(),
+                    status.shards
+                );
+            }
+            if show_nodes {
+                println!(
+                    "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  STATE",
+                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USED", "USE%"
+                );
+                for n in &status.nodes {
+                    println!(
+                        "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  {}",
+                        n.id,
+                        n.endpoint,
+                        human(n.capacity),
+                        human(n.allocated),
+                        human(n.used),
+                        percent(n.used, n.allocated),
+                        if n.alive { "alive" } else { "dead" }
+                    );
+                }
+            }
+            if matches!(cmd, Cmd::Status) {
+                print_instances(&status.instances);
+            }
+            if show_agents {
+                println!(
+                    "{:>6}  {:<24} {:<12} {:>7}  STATE",
+                    "AGENT", "LISTEN", "INSTANCE", "SHARDS"
+                );
+                for a in &status.agents {
+                    println!(
+                        "{:>6}  {:<24} {:<12} {:>7}  {}",
+                        a.id,
+                        a.listen,
+                        a.instance,
+                        a.shards,
+                        if a.alive { "alive" } else { "dead" }
+                    );
+                }
+            }
+        }
+        Cmd::Nodes {
+            cmd:
+                NodesCmd::Add {
+                    id,
+                    endpoint,
+                    capacity,
+                },
+        } => {
+            ok(agent
+                .post(url("/v1/nodes"))
+                .send_json(AddNode {
+                    id,
+                    endpoint,
+                    capacity,
+                })
+                .map_err(fail)?)?;
+            println!("node {id} added");
+        }
+        Cmd::Nodes {
+            cmd: NodesCmd::Remove { id },
+        } => {
+            ok(agent
+                .delete(url(&format!("/v1/nodes/{id}")))
+                .call()
+                .map_err(fail)?)?;
+            println!("node {id} removed");
+        }
+        Cmd::Agents {
+            cmd: AgentsCmd::Remove { id },
+        } => {
+            ok(agent
+                .delete(url(&format!("/v1/agents/{id}")))
+                .call()
+                .map_err(fail)?)?;
+            println!("agent {id} removed; its shards were reassigned");
+        }
+        Cmd::Agents {
+            cmd: AgentsCmd::Scale { count, instance },
+        } => scale_to(&agent, &url, json, &instance, Some(count))?,
+        Cmd::Agents {
+            cmd: AgentsCmd::Add { instance },
+        } => scale_to(&agent, &url, json, &instance, None)?,
+        Cmd::Slots { instance } => {
+            let rows: Vec<ShardRow> = ok(agent
+                .get(url("/v1/slots"))
+                .query("instance", &instance)
+                .call()
+                .map_err(fail)?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            // Consecutive shards with one owner print as one slot range.
+            println!("{:<13}  {:>6}", "SLOTS", "AGENT");
+            let mut i = 0;
+            while i < rows.len() {
+                let mut j = i;
+                while j + 1 < rows.len() && rows[j + 1].primary == rows[i].primary {
+                    j += 1;
+                }
+                let owner = rows[i].primary.map_or("-".to_string(), |a| a.to_string());
+                println!(
+                    "{:<13}  {:>6}",
+                    format!("{}-{}", rows[i].first_slot, rows[j].last_slot),
+                    owner
+                );
+                i = j + 1;
+            }
+        }
+        Cmd::Instances {
+            cmd: InstancesCmd::List,
+        } => {
+            let list: Vec<InstanceStatus> =
+                ok(agent.get(url("/v1/instances")).call().map_err(fail)?)?
+                    .body_mut()
+                    .read_json()
+                    .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                print_instances(&list);
+            }
+        }
+        Cmd::Instances {
+            cmd:
+                InstancesCmd::Create {
+                    name,
+                    maxmemory,
+                    policy,
+                },
+        } => {
+            ok(agent
+                .post(url("/v1/instances"))
+                .send_json(CreateInstance {
+                    name: name.clone(),
+                    maxmemory,
+                    policy,
+                })
+                .map_err(fail)?)?;
+            println!(
+                "instance {name} created; start its agents with `agents scale N --instance {name}`"
+            );
+        }
+        Cmd::Instances {
+            cmd:
+                InstancesCmd::Resize {
+                    name,
+                    maxmemory,
+                    policy,
+                },
+        } => {
+            ok(agent
+                .put(url(&format!("/v1/instances/{name}")))
+                .send_json(ResizeInstance { maxmemory, policy })
+                .map_err(fail)?)?;
+            println!("instance {name} changed; its agents follow within a round trip");
+        }
+        Cmd::Regions {
+            cmd: RegionsCmd::List,
+        } => {
+            let list: Vec<RegionRecord> =
+                ok(agent.get(url("/v1/regions")).call().map_err(fail)?)?
+                    .body_mut()
+                    .read_json()
+                    .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(());
+            }
+            println!(
+                "{:>6}  {:<12} {:>10}  {:>7}  {:<10} STATE",
+                "REGION", "INSTANCE", "SIZE", "PRIMARY", "BACKUPS"
+            );
+            for r in &list {
+                let backups: Vec<String> = r.backups.iter().map(|b| b.to_string()).collect();
+                println!(
+                    "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {}",
+                    r.id,
+                    r.instance,
+                    human(r.size.0),
+                    r.primary,
+                    backups.join(","),
+                    if r.draining { "draining" } else { "active" }
+                );
+            }
+        }
+        Cmd::Serve { .. } => bail!("serve is not a client command"),
+    }
+    Ok(())
+}
+
+type HttpResponse = ureq::http::Response<ureq::Body>;
+
+fn unreachable_manager(base: &str, e: ureq::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot reach the manager at {base}: {e}")
+}
+
+/// The response if it succeeded, else the manager's own error message.
+fn ok(mut r: HttpResponse) -> Result<HttpResponse> {
+    if r.status().is_success() {
+        return Ok(r);
+    }
+    let body: serde_json::Value = r.body_mut().read_json().unwrap_or_default();
+    let msg = body["error"].as_str().unwrap_or("no details").to_string();
+    bail!("{} ({})", msg, r.status())
+}
+
+/// `agents scale COUNT`, or with `None` one agent more than now (`agents add`), of
+/// `instance`.
+fn scale_to(
+    agent: &ureq::Agent,
+    url: &dyn Fn(&str) -> String,
+    json: bool,
+    instance: &str,
+    count: Option<usize>,
+) -> Result<()> {
+    let base = url("");
+    let count = match count {
+        Some(c) => c,
+        None => {
+            let status: Status = ok(agent
+                .get(url("/v1/status"))
+                .call()
+                .map_err(|e| unreachable_manager(&base, e))?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            status
+                .agents
+                .iter()
+                .filter(|a| a.instance == instance)
+                .count()
+                + 1
+        }
+    };
+    let report: ScaleReport = ok(agent
+        .post(url("/v1/agents/scale"))
+        .send_json(ScaleRequest {
+            count,
+            instance: instance.to_string(),
+        })
+        .map_err(|e| unreachable_manager(&base, e))?)?
+    .body_mut()
+    .read_json()
+    .context("reading the manager's reply")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "agents of {instance} {} -> {} in {} ms",
+        report.before, report.after, report.millis
+    );
+    for l in &report.started {
+        println!("  started {l}");
+    }
+    for l in &report.stopped {
+        println!("  stopped {l} (drained)");
+    }
+    Ok(())
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", part as f64 * 100.0 / whole as f64)
+}
+
+fn print_instances(list: &[InstanceStatus]) {
+    println!(
+        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  POLICY",
+        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS", "AGENTS"
+    );
+    for i in list {
+        let max = if i.maxmemory == 0 {
+            "pool".to_string()
+        } else {
+            human(i.maxmemory)
+        };
+        println!(
+            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  {}",
+            i.name,
+            max,
+            human(i.allocated),
+            human(i.used),
+            percent(i.used, i.allocated),
+            i.regions,
+            i.agents,
+            i.policy
+        );
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (bytes as f64, 0);
+    while v >= 1024.0 && u + 1 < U.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", U[u])
+}

@@ -1,0 +1,145 @@
+//! `cluster-manager serve` and the operator commands that talk to it over HTTP:
+//! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`,
+//! `instances list|create|resize`, `regions list`. Tables for people, `--json` for
+//! scripts.
+//! `main` calls [`run`]; `serve` lives in `serve.rs`, the HTTP client commands in
+//! `client.rs`. This file only defines the command line and dispatches: it never talks
+//! to the manager itself.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use dmc_proto::ByteSize;
+use dmc_proto::cluster::DEFAULT_INSTANCE;
+
+mod client;
+mod serve;
+
+use client::client;
+use serve::serve;
+pub use serve::{LauncherConfig, ServeArgs, ServeConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "DMC cluster manager: the control plane and its operator CLI"
+)]
+pub struct Cli {
+    /// The manager's admin API.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:7100")]
+    pub manager: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run the manager daemon.
+    Serve(Box<ServeArgs>),
+    /// Pool capacity, memory nodes and agents, with liveness.
+    Status,
+    /// Memory nodes.
+    Nodes {
+        #[command(subcommand)]
+        cmd: NodesCmd,
+    },
+    /// Compute agents.
+    Agents {
+        #[command(subcommand)]
+        cmd: AgentsCmd,
+    },
+    /// Which agent owns which hash slots of an instance.
+    Slots {
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
+    },
+    /// Cache instances: their maxmemory, policy, and pool bytes allocated and used.
+    Instances {
+        #[command(subcommand)]
+        cmd: InstancesCmd,
+    },
+    /// Pool regions and where their copies are.
+    Regions {
+        #[command(subcommand)]
+        cmd: RegionsCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InstancesCmd {
+    List,
+    /// A new instance on the same memory nodes, with its own keys, regions and
+    /// agents (start them with `agents scale N --instance NAME`).
+    Create {
+        name: String,
+        #[arg(long)]
+        maxmemory: ByteSize,
+        #[arg(long, default_value = "noeviction")]
+        policy: String,
+    },
+    /// Change maxmemory (growing is immediate; shrinking evicts, then returns regions)
+    /// or the eviction policy.
+    Resize {
+        name: String,
+        #[arg(long)]
+        maxmemory: Option<ByteSize>,
+        #[arg(long)]
+        policy: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegionsCmd {
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodesCmd {
+    List,
+    Add {
+        #[arg(long)]
+        id: u32,
+        /// Its RPC endpoint (`host:port` or `unix:/path`).
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long, default_value = "4gb")]
+        capacity: ByteSize,
+    },
+    Remove {
+        id: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCmd {
+    List,
+    Remove {
+        id: u64,
+    },
+    /// Start or stop an instance's agents (through the launcher) until COUNT run.
+    Scale {
+        count: usize,
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
+    },
+    /// Start one more agent of an instance.
+    Add {
+        #[arg(long, default_value = DEFAULT_INSTANCE)]
+        instance: String,
+    },
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Serve(args) => {
+            let config = args.resolve()?;
+            if args.print_config {
+                print!("{}", toml::to_string(&config)?);
+                return Ok(());
+            }
+            serve(config)
+        }
+        cmd => client(&cli.manager, cli.json, cmd),
+    }
+}

@@ -1,0 +1,249 @@
+//! `cluster-manager serve`: its flags and TOML config (flags over the file), and the
+//! daemon itself: the manager, the agent launcher, the loop returning vacated regions,
+//! and the HTTP API. Called by [`super::run`]. Its stdout carries only the
+//! `cluster-manager ready listen=ADDR` line scripts and tests wait for; logs go to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use dmc_proto::ByteSize;
+use dmc_proto::cluster::PoolTransport;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{App, router};
+use crate::launcher::{LocalLauncher, LocalSettings};
+use crate::manager::{Manager, PoolSettings};
+use crate::scale::ScaleTimes;
+use crate::state::StateFile;
+
+/// `serve`'s configuration: a TOML file (`--config`) with flags over it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct ServeConfig {
+    pub listen: String,
+    /// The durable state file.
+    pub state: PathBuf,
+    /// Logical shards of each new instance (existing instances keep theirs).
+    pub shards: u32,
+    /// A member missing heartbeats this long is reported dead.
+    pub lease_ms: u64,
+    pub log: String,
+    /// The memory pool agents open.
+    pub pool: PoolSettings,
+    pub launcher: LauncherConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct LauncherConfig {
+    /// The `compute-agent` binary (default: the one next to this binary).
+    pub agent_binary: Option<PathBuf>,
+    /// A TOML config every launched agent gets.
+    pub agent_config: Option<PathBuf>,
+    /// Where launched agents log (default: `agents/` beside the state file).
+    pub log_dir: Option<PathBuf>,
+    /// Address launched agents listen on.
+    pub bind: String,
+    /// Agents get the first free port from here (0: any free port).
+    pub port_base: u16,
+    /// How long a stopping agent may drain its clients before it is killed.
+    pub drain_ms: u64,
+    /// How long `agents scale` waits for started agents to serve.
+    pub ready_ms: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: "127.0.0.1:7100".into(),
+            state: PathBuf::from("dmc-cluster.json"),
+            shards: 1024,
+            lease_ms: 5000,
+            log: "info".into(),
+            pool: PoolSettings::default(),
+            launcher: LauncherConfig::default(),
+        }
+    }
+}
+
+impl Default for LauncherConfig {
+    fn default() -> Self {
+        LauncherConfig {
+            agent_binary: None,
+            agent_config: None,
+            log_dir: None,
+            bind: "127.0.0.1".into(),
+            port_base: 0,
+            drain_ms: 10_000,
+            ready_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// TOML config file; flags override it.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    listen: Option<String>,
+    /// The durable state file.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Logical shards of each new instance (existing instances keep theirs).
+    #[arg(long)]
+    shards: Option<u32>,
+    /// A member missing heartbeats this long is reported dead.
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    #[arg(long)]
+    log: Option<String>,
+    /// shm or tcp: how agents reach the memory nodes.
+    #[arg(long, value_parser = parse_transport)]
+    pool_transport: Option<PoolTransport>,
+    /// Copies of every region.
+    #[arg(long)]
+    replicas: Option<usize>,
+    #[arg(long)]
+    region_size: Option<ByteSize>,
+    #[arg(long)]
+    segment_size: Option<ByteSize>,
+    /// The compute-agent binary the launcher starts.
+    #[arg(long)]
+    agent_binary: Option<PathBuf>,
+    /// A TOML config every launched agent gets.
+    #[arg(long)]
+    agent_config: Option<PathBuf>,
+    /// Where launched agents log.
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// How long a stopping agent may drain its clients.
+    #[arg(long)]
+    drain_ms: Option<u64>,
+    /// Launched agents get the first free port from here (0: any).
+    #[arg(long)]
+    agent_port_base: Option<u16>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub(super) print_config: bool,
+}
+
+fn parse_transport(s: &str) -> Result<PoolTransport, String> {
+    match s {
+        "shm" => Ok(PoolTransport::Shm),
+        "tcp" => Ok(PoolTransport::Tcp),
+        _ => Err(format!("{s}: expected shm or tcp")),
+    }
+}
+
+impl ServeArgs {
+    pub fn resolve(&self) -> Result<ServeConfig> {
+        let mut c: ServeConfig = dmc_process::load_config(self.config.as_deref())?;
+        macro_rules! over {
+            ($($field:ident => $($path:ident).+),* $(,)?) => {
+                $(if let Some(v) = &self.$field { c.$($path).+ = v.clone().into(); })*
+            };
+        }
+        over!(listen => listen, state => state, shards => shards, lease_ms => lease_ms,
+            log => log, pool_transport => pool.transport, replicas => pool.replicas,
+            region_size => pool.region_size, segment_size => pool.segment_size,
+            drain_ms => launcher.drain_ms, agent_port_base => launcher.port_base);
+        if let Some(v) = &self.agent_binary {
+            c.launcher.agent_binary = Some(v.clone());
+        }
+        if let Some(v) = &self.agent_config {
+            c.launcher.agent_config = Some(v.clone());
+        }
+        if let Some(v) = &self.log_dir {
+            c.launcher.log_dir = Some(v.clone());
+        }
+        Ok(c)
+    }
+}
+pub(super) fn serve(config: ServeConfig) -> Result<()> {
+    dmc_process::init_logging(&config.log);
+    let state = config.state.clone();
+    let manager = Arc::new(
+        Manager::open(
+            StateFile::new(&state),
+            config.shards,
+            Duration::from_millis(config.lease_ms),
+            config.pool.clone(),
+        )
+        .with_context(|| format!("opening state {}", state.display()))?,
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listen = &config.listen;
+        let l = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        let addr = l.local_addr()?;
+        let l_cfg = &config.launcher;
+        let log_dir = l_cfg.log_dir.clone().unwrap_or_else(|| {
+            state
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("agents"), |p| p.join("agents"))
+        });
+        let launcher = LocalLauncher::new(LocalSettings {
+            binary: l_cfg
+                .agent_binary
+                .clone()
+                .unwrap_or_else(LocalLauncher::sibling_binary),
+            config: l_cfg.agent_config.clone(),
+            log_dir,
+            bind: l_cfg.bind.clone(),
+            manager_url: format!("http://{addr}"),
+            port_base: l_cfg.port_base,
+        });
+        let app = Arc::new(App {
+            manager,
+            launcher: Arc::new(launcher),
+            times: ScaleTimes {
+                ready: Duration::from_millis(l_cfg.ready_ms),
+                drain: Duration::from_millis(l_cfg.drain_ms),
+            },
+            scaling: tokio::sync::Mutex::new(()),
+        });
+        // Returns draining regions once every agent vacated them (after a grace
+        // period for reads still in flight).
+        {
+            let manager = app.manager.clone();
+            tokio::spawn(async move {
+                let mut ready_since: std::collections::HashMap<u16, std::time::Instant> =
+                    std::collections::HashMap::new();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let done = manager.vacated_regions();
+                    ready_since.retain(|r, _| done.contains(r));
+                    for r in done {
+                        let since = *ready_since.entry(r).or_insert_with(std::time::Instant::now);
+                        if since.elapsed() < Duration::from_secs(1) {
+                            continue;
+                        }
+                        if let Err(e) = manager.return_region(r).await {
+                            tracing::warn!(region = r, error = %e, "returning a region failed; retrying");
+                        }
+                    }
+                }
+            });
+        }
+        tracing::info!(%addr, state = %state.display(), "cluster manager serving");
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "cluster-manager ready listen={addr}")?;
+            out.flush()?;
+        }
+        axum::serve(l, router(app))
+            .with_graceful_shutdown(dmc_process::shutdown_signal())
+            .await?;
+        Ok(())
+    })
+}

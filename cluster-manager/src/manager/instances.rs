@@ -1,0 +1,180 @@
+//! Cache instances: creating one (reserving its superblock region id) and changing its
+//! maxmemory or policy (marking regions past the new limit draining). Called by the
+//! API's instance handlers; regions are never dropped here, only marked, because agents
+//! must vacate them first (see `regions`).
+
+use dmc_proto::ByteSize;
+
+use super::{Manager, ManagerError};
+use crate::state::Instance;
+
+impl Manager {
+    /// Creates an instance: its superblock region id is reserved now (the first agent
+    /// of the instance asks for it), its agents are started separately
+    /// (`agents scale N --instance NAME`).
+    pub async fn create_instance(
+        &self,
+        name: &str,
+        maxmemory: ByteSize,
+        policy: &str,
+    ) -> Result<Instance, ManagerError> {
+        if !dmc_proto::cluster::valid_instance_name(name) {
+            return Err(ManagerError::Invalid(format!(
+                "{name:?} cannot name an instance: use 1 to 64 letters, digits, '-' or '_'"
+            )));
+        }
+        let shards = self.shard_count;
+        // Not while a grant picks a region id: both would take the same lowest one.
+        let _one = self.granting.lock().await;
+        self.update(|s| {
+            if s.instances.contains_key(name) {
+                return Err(ManagerError::Exists(format!("instance {name}")));
+            }
+            let super_region = s
+                .free_region_id(1)
+                .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
+            let inst = Instance::new(name, maxmemory, policy, super_region, shards);
+            s.instances.insert(name.to_string(), inst.clone());
+            tracing::info!(
+                instance = name,
+                super_region,
+                maxmemory = maxmemory.0,
+                policy,
+                "created an instance"
+            );
+            Ok(inst)
+        })
+    }
+
+    /// Changes an instance's maxmemory and/or policy; agents follow the pushed map
+    /// (growing is immediate, shrinking evicts down to the new limit).
+    pub fn resize_instance(
+        &self,
+        name: &str,
+        maxmemory: Option<ByteSize>,
+        policy: Option<String>,
+    ) -> Result<Instance, ManagerError> {
+        let size = self.pool.region_size.0;
+        self.update(|s| {
+            let inst = s
+                .instances
+                .get_mut(name)
+                .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
+            if let Some(m) = maxmemory {
+                inst.maxmemory = m;
+            }
+            if let Some(p) = policy {
+                inst.policy = p;
+            }
+            let inst = inst.clone();
+            // Regions past the new maxmemory are vacated by the agents, then returned.
+            if inst.maxmemory.0 > 0 {
+                let allowed = (inst.maxmemory.0 / size).max(1) as usize;
+                let mut active: Vec<u16> = s
+                    .regions
+                    .values()
+                    .filter(|r| r.instance == name && !r.draining)
+                    .map(|r| r.id)
+                    .collect();
+                active.sort_unstable();
+                while active.len() > allowed {
+                    // Never the superblock's region: it holds the table root.
+                    let Some(pos) = active.iter().rposition(|id| *id != inst.super_region) else {
+                        break;
+                    };
+                    let id = active.remove(pos);
+                    if let Some(r) = s.regions.get_mut(&id) {
+                        r.draining = true;
+                        tracing::info!(
+                            region = id,
+                            instance = name,
+                            "draining a region to return it"
+                        );
+                    }
+                }
+            }
+            Ok(inst)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dmc_proto::ByteSize;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
+
+    use crate::manager::{Manager, ManagerError, PoolSettings};
+    use crate::state::StateFile;
+
+    #[tokio::test]
+    async fn instances_have_their_own_superblock_agents_and_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_secs(5);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        for bad in ["", "a/b", "x y", &"n".repeat(65)] {
+            assert!(
+                matches!(
+                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru")
+                        .await,
+                    Err(ManagerError::Invalid(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let b = m
+            .create_instance("b", ByteSize(1 << 30), "allkeys-lru")
+            .await
+            .unwrap();
+        let c = m
+            .create_instance("c", ByteSize(0), "noeviction")
+            .await
+            .unwrap();
+        assert_eq!(
+            (b.super_region, c.super_region),
+            (2, 3),
+            "region 1 is default's"
+        );
+        assert!(matches!(
+            m.create_instance("b", ByteSize(1), "noeviction").await,
+            Err(ManagerError::Exists(_))
+        ));
+        // Agents of each instance share only their own instance's shards.
+        let d1 = m.register_agent("127.0.0.1:1".into(), D).unwrap();
+        let b1 = m.register_agent("127.0.0.1:2".into(), "b").unwrap();
+        let b2 = m.register_agent("127.0.0.1:3".into(), "b").unwrap();
+        assert!(m.register_agent("127.0.0.1:4".into(), "nope").is_err());
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(d1)));
+        let owners: Vec<_> = m.slots("b").unwrap().iter().map(|r| r.primary).collect();
+        assert_eq!(owners.iter().filter(|o| **o == Some(b1)).count(), 4);
+        assert_eq!(owners.iter().filter(|o| **o == Some(b2)).count(), 4);
+        assert!(m.slots("c").unwrap().iter().all(|r| r.primary.is_none()));
+        // Each instance's map names its own agents and superblock.
+        let map = m.map("b").unwrap();
+        assert_eq!(map.instance.super_region, 2);
+        assert_eq!(map.instance.policy, "allkeys-lru");
+        let ids: Vec<_> = map.agents.iter().map(|a| a.id).collect();
+        assert_eq!(ids, vec![b1, b2]);
+        assert_eq!(m.map(D).unwrap().agents.len(), 1);
+        assert!(m.map("nope").is_err());
+        // Removing an agent re-balances its instance only.
+        m.remove_agent(b1).unwrap();
+        assert!(m.slots("b").unwrap().iter().all(|r| r.primary == Some(b2)));
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(d1)));
+        let st = m.status();
+        let inst: Vec<_> = st
+            .instances
+            .iter()
+            .map(|i| (i.name.as_str(), i.agents))
+            .collect();
+        assert_eq!(inst, vec![("b", 1), ("c", 0), ("default", 1)]);
+        // All of it survives a restart.
+        let before = m.snapshot();
+        drop(m);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        assert_eq!(m.snapshot(), before);
+        assert_eq!(m.instance_of(b2).as_deref(), Some("b"));
+    }
+}

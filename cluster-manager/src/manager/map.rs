@@ -1,0 +1,96 @@
+//! The cluster map an instance's agents follow: building it from the state, the long
+//! poll for a newer version, and which version each agent reports having applied (so a
+//! rescale knows when all follow). Called by the API's map and heartbeat handlers and by
+//! `scale`; it never changes the persisted state (applied versions are in memory only).
+
+use std::time::Duration;
+
+use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec};
+use dmc_proto::shards::AgentId;
+
+use super::{Manager, ManagerError, Member, instance_in};
+
+impl Manager {
+    /// The cluster as `instance`'s agents see it.
+    pub fn map(&self, instance: &str) -> Result<ClusterMap, ManagerError> {
+        let s = self.state.lock();
+        let inst = instance_in(&s, instance)?;
+        Ok(ClusterMap {
+            cluster_id: s.cluster_id.clone(),
+            version: s.map_version,
+            shards: inst.shards.clone(),
+            agents: s
+                .agents
+                .values()
+                .filter(|a| a.instance == instance)
+                .map(|a| AgentInfo {
+                    id: a.id,
+                    listen: a.listen.clone(),
+                })
+                .collect(),
+            pool: PoolSpec {
+                transport: self.pool.transport,
+                nodes: s.nodes.values().map(|n| n.endpoint.clone()).collect(),
+                node_ids: s.nodes.keys().copied().collect(),
+                replicas: self.pool.replicas,
+                region_size: self.pool.region_size,
+                segment_size: self.pool.segment_size,
+            },
+            draining: s
+                .regions
+                .values()
+                .filter(|r| r.draining && r.instance == instance)
+                .map(|r| r.id)
+                .collect(),
+            instance: InstanceSpec {
+                name: inst.name.clone(),
+                maxmemory: inst.maxmemory,
+                policy: inst.policy.clone(),
+                super_region: inst.super_region,
+            },
+        })
+    }
+
+    /// `instance`'s map once its version passes `after`, or the current one after
+    /// `wait`.
+    pub async fn wait_map(
+        &self,
+        instance: &str,
+        after: u64,
+        wait: Duration,
+    ) -> Result<ClusterMap, ManagerError> {
+        self.map(instance)?;
+        let mut rx = self.version.subscribe();
+        let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > after)).await;
+        self.map(instance)
+    }
+
+    pub fn map_version(&self) -> u64 {
+        self.state.lock().map_version
+    }
+
+    /// Whether every live agent of `instance` (other than `except`) has applied map
+    /// `version`.
+    pub fn applied_by_all(&self, instance: &str, version: u64, except: &[AgentId]) -> bool {
+        let agents: Vec<AgentId> = self.state.lock().agents_of(instance).collect();
+        let applied = self.applied.lock();
+        agents
+            .iter()
+            .filter(|a| !except.contains(a) && self.alive(Member::Agent(**a)))
+            .all(|a| applied.get(a).is_some_and(|v| *v >= version))
+    }
+
+    /// The map version agent `id` last reported applying (0: none yet).
+    pub fn applied_version(&self, id: AgentId) -> u64 {
+        self.applied.lock().get(&id).copied().unwrap_or(0)
+    }
+
+    /// Records that agent `id` applied map `version` (also renews its lease).
+    pub fn applied(&self, id: AgentId, version: u64) -> Result<(), ManagerError> {
+        self.heartbeat(Member::Agent(id))?;
+        let mut applied = self.applied.lock();
+        let v = applied.entry(id).or_default();
+        *v = (*v).max(version);
+        Ok(())
+    }
+}

@@ -1,0 +1,216 @@
+//! Membership: memory nodes and agents joining and leaving, their leases (renewed by
+//! heartbeats, never persisted) and the record of agents this manager's launcher
+//! started. Called by the API's node/agent handlers and by `scale`; shards move here
+//! only through `ClusterState::rebalance`, never by hand.
+
+use std::time::Instant;
+
+use dmc_proto::ByteSize;
+use dmc_proto::shards::AgentId;
+
+use super::{Manager, ManagerError, Member};
+use crate::state::{AgentRecord, LaunchRecord, NodeRecord};
+
+impl Manager {
+    pub fn record_launch(&self, rec: LaunchRecord) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.launched.insert(rec.listen.clone(), rec);
+            Ok(())
+        })
+    }
+
+    pub fn forget_launch(&self, listen: &str) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.launched.remove(listen);
+            Ok(())
+        })
+    }
+
+    pub fn alive(&self, m: Member) -> bool {
+        self.seen
+            .lock()
+            .get(&m)
+            .is_some_and(|t| t.elapsed() < self.lease)
+    }
+
+    pub fn heartbeat(&self, m: Member) -> Result<(), ManagerError> {
+        let known = {
+            let s = self.state.lock();
+            match m {
+                Member::Node(id) => s.nodes.contains_key(&id),
+                Member::Agent(id) => s.agents.contains_key(&id),
+            }
+        };
+        if !known {
+            return Err(ManagerError::NotFound(format!("{m:?}")));
+        }
+        self.seen.lock().insert(m, Instant::now());
+        Ok(())
+    }
+
+    pub fn add_node(
+        &self,
+        id: u32,
+        endpoint: String,
+        capacity: ByteSize,
+    ) -> Result<(), ManagerError> {
+        if endpoint.is_empty() {
+            return Err(ManagerError::Invalid("a node needs an endpoint".into()));
+        }
+        self.update(|s| {
+            if s.nodes
+                .values()
+                .any(|n| n.endpoint == endpoint && n.id != id)
+            {
+                return Err(ManagerError::Invalid(format!(
+                    "{endpoint} is already a node"
+                )));
+            }
+            s.nodes.insert(
+                id,
+                NodeRecord {
+                    id,
+                    endpoint,
+                    capacity,
+                },
+            );
+            Ok(())
+        })?;
+        self.seen.lock().insert(Member::Node(id), Instant::now());
+        Ok(())
+    }
+
+    pub fn remove_node(&self, id: u32) -> Result<(), ManagerError> {
+        self.update(|s| {
+            s.nodes
+                .remove(&id)
+                .map(|_| ())
+                .ok_or_else(|| ManagerError::NotFound(format!("node {id}")))
+        })?;
+        self.seen.lock().remove(&Member::Node(id));
+        Ok(())
+    }
+
+    /// Registers an agent of `instance` serving clients at `listen`, gives it its
+    /// share of the instance's shards, and returns its id.
+    pub fn register_agent(&self, listen: String, instance: &str) -> Result<AgentId, ManagerError> {
+        if listen.is_empty() {
+            return Err(ManagerError::Invalid(
+                "an agent needs a listen address".into(),
+            ));
+        }
+        let id = self.update(|s| {
+            if !s.instances.contains_key(instance) {
+                return Err(ManagerError::NotFound(format!("instance {instance}")));
+            }
+            let id = s.next_agent;
+            s.next_agent += 1;
+            s.agents.insert(
+                id,
+                AgentRecord {
+                    id,
+                    listen,
+                    instance: instance.to_string(),
+                },
+            );
+            s.rebalance(instance);
+            Ok(id)
+        })?;
+        self.seen.lock().insert(Member::Agent(id), Instant::now());
+        Ok(id)
+    }
+
+    /// Removes an agent; its shards go to the others (no key moves).
+    pub fn remove_agent(&self, id: AgentId) -> Result<(), ManagerError> {
+        self.remove_agents(&[id])
+    }
+
+    /// Removes agents in one change, so their instances' shards are re-balanced once.
+    pub fn remove_agents(&self, ids: &[AgentId]) -> Result<(), ManagerError> {
+        self.update(|s| {
+            let mut instances = std::collections::BTreeSet::new();
+            for id in ids {
+                let a = s
+                    .agents
+                    .remove(id)
+                    .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+                instances.insert(a.instance);
+            }
+            for i in instances {
+                s.rebalance(&i);
+            }
+            Ok(())
+        })?;
+        for id in ids {
+            self.seen.lock().remove(&Member::Agent(*id));
+            self.applied.lock().remove(id);
+        }
+        Ok(())
+    }
+
+    /// The agent registered at `listen`.
+    pub fn agent_at(&self, listen: &str) -> Option<AgentId> {
+        self.state
+            .lock()
+            .agents
+            .values()
+            .find(|a| a.listen == listen)
+            .map(|a| a.id)
+    }
+
+    /// The instance agent `id` serves.
+    pub fn instance_of(&self, id: AgentId) -> Option<String> {
+        self.state
+            .lock()
+            .agents
+            .get(&id)
+            .map(|a| a.instance.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dmc_proto::ByteSize;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
+
+    use crate::manager::{Manager, Member, PoolSettings};
+    use crate::state::StateFile;
+
+    #[test]
+    fn membership_and_shards_persist_and_leases_lapse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_millis(200);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        m.add_node(1, "127.0.0.1:7000".into(), ByteSize(1 << 30))
+            .unwrap();
+        assert!(
+            m.add_node(2, "127.0.0.1:7000".into(), ByteSize(1)).is_err(),
+            "duplicate endpoint"
+        );
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let st = m.status();
+        assert_eq!(st.agents.iter().map(|x| x.shards).sum::<usize>(), 8);
+        assert!(st.agents.iter().all(|x| x.shards == 4 && x.alive));
+        // Leases lapse without heartbeats, and come back with one.
+        std::thread::sleep(Duration::from_millis(300));
+        m.heartbeat(Member::Agent(a)).unwrap();
+        let st = m.status();
+        let alive: Vec<bool> = st.agents.iter().map(|x| x.alive).collect();
+        assert_eq!(alive, vec![true, false]);
+        assert!(!st.nodes[0].alive);
+        assert!(m.heartbeat(Member::Agent(99)).is_err());
+        // A restarted manager has the same members and map.
+        let before = m.snapshot();
+        drop(m);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        assert_eq!(m.snapshot(), before);
+        m.remove_agent(b).unwrap();
+        assert_eq!(m.status().agents[0].shards, 8);
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
+        assert!(m.remove_agent(b).is_err());
+    }
+}

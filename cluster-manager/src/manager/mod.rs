@@ -1,0 +1,196 @@
+//! The manager's logic, apart from HTTP: membership with leases, instances (each with
+//! its own superblock region, regions, agents and shard map kept balanced over them),
+//! and every change persisted before it is acknowledged. Every saved change raises the cluster map's version and wakes the
+//! agents long-polling for it ([`Manager::wait_map`]); agents report the version they
+//! applied with their heartbeats, so a rescale knows when every agent follows the new
+//! map.
+//! Here: the [`Manager`], its one write path `update` (persist, then publish) and the
+//! shared types; `api`, `scale` and `cli` call it. State changes only through `update`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dmc_proto::ByteSize;
+use dmc_proto::cluster::PoolTransport;
+use dmc_proto::shards::AgentId;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::state::{ClusterState, Instance, StateError, StateFile};
+
+mod instances;
+mod map;
+mod members;
+mod regions;
+mod status;
+
+pub use status::{AgentStatus, InstanceStatus, NodeStatus, ShardRow, Status};
+
+/// The memory pool every agent of the cluster opens (from the manager's config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct PoolSettings {
+    pub transport: PoolTransport,
+    pub replicas: usize,
+    pub region_size: ByteSize,
+    pub segment_size: ByteSize,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            transport: PoolTransport::Shm,
+            replicas: 2,
+            region_size: ByteSize(1 << 30),
+            segment_size: ByteSize(16 << 20),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0} exists already")]
+    Exists(String),
+    /// No room: the instance is at its maxmemory, or the nodes are full.
+    #[error("{0}")]
+    Full(String),
+    #[error("memory node {node}: {message}")]
+    Node { node: u32, message: String },
+}
+
+/// A process the manager tracks leases for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Member {
+    Node(u32),
+    Agent(AgentId),
+}
+
+pub struct Manager {
+    state: Mutex<ClusterState>,
+    file: StateFile,
+    lease: Duration,
+    pool: PoolSettings,
+    /// Logical shards of a new instance.
+    shard_count: u32,
+    /// Last heartbeat per member. Not persisted: after a restart every member gets a
+    /// full lease to check in again.
+    seen: Mutex<HashMap<Member, Instant>>,
+    /// The map version each agent last reported applying.
+    applied: Mutex<HashMap<AgentId, u64>>,
+    /// The current map version, for long-polling agents.
+    version: tokio::sync::watch::Sender<u64>,
+    /// Live bytes per instance, as agents last reported.
+    used: Mutex<HashMap<String, u64>>,
+    /// Bytes per region, per agent, as each last reported.
+    region_used: Mutex<HashMap<AgentId, Vec<(u16, u64)>>>,
+    /// RPC connections to memory nodes (region creation), opened on first use.
+    node_rpc: tokio::sync::Mutex<HashMap<u32, std::sync::Arc<dyn dmc_verbs::Transport>>>,
+    /// One region grant at a time (ids and placement are decided under it).
+    granting: tokio::sync::Mutex<()>,
+    /// Per draining region: the agents that vacated it, with the map version then.
+    vacated: Mutex<HashMap<u16, HashMap<AgentId, u64>>>,
+    /// The map version of the last change of slot owners.
+    shards_changed: Mutex<u64>,
+}
+impl Manager {
+    /// Opens the state file (or starts a cluster of `shards` shards) with leases of
+    /// `lease`.
+    pub fn open(
+        file: StateFile,
+        shards: u32,
+        lease: Duration,
+        pool: PoolSettings,
+    ) -> Result<Manager, ManagerError> {
+        let state = match file.load()? {
+            Some(mut s) => {
+                if s.cluster_id.is_empty() {
+                    s.cluster_id = crate::state::new_cluster_id();
+                    file.save(&s)?;
+                }
+                s
+            }
+            None => {
+                let s = ClusterState::new(shards);
+                file.save(&s)?;
+                s
+            }
+        };
+        let now = Instant::now();
+        let mut seen = HashMap::new();
+        for id in state.nodes.keys() {
+            seen.insert(Member::Node(*id), now);
+        }
+        for id in state.agents.keys() {
+            seen.insert(Member::Agent(*id), now);
+        }
+        let manager = Manager {
+            version: tokio::sync::watch::Sender::new(state.map_version),
+            state: Mutex::new(state),
+            file,
+            lease,
+            pool,
+            shard_count: shards,
+            seen: Mutex::new(seen),
+            applied: Mutex::new(HashMap::new()),
+            used: Mutex::new(HashMap::new()),
+            region_used: Mutex::new(HashMap::new()),
+            node_rpc: tokio::sync::Mutex::new(HashMap::new()),
+            granting: tokio::sync::Mutex::new(()),
+            vacated: Mutex::new(HashMap::new()),
+            shards_changed: Mutex::new(0),
+        };
+        // Vacate reports are not persisted: after a restart, a new map version makes
+        // the agents vacate (and report) draining regions again.
+        if manager.state.lock().regions.values().any(|r| r.draining) {
+            manager.update(|_| Ok(()))?;
+            *manager.shards_changed.lock() = manager.map_version();
+        }
+        Ok(manager)
+    }
+
+    /// Applies `change` to a copy of the state and persists it; the new state becomes
+    /// current only once it is on disk.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut ClusterState) -> Result<T, ManagerError>,
+    ) -> Result<T, ManagerError> {
+        let mut current = self.state.lock();
+        let mut next = current.clone();
+        let out = change(&mut next)?;
+        next.map_version = current.map_version + 1;
+        self.file.save(&next)?;
+        let version = next.map_version;
+        if next
+            .instances
+            .values()
+            .map(|i| &i.shards)
+            .ne(current.instances.values().map(|i| &i.shards))
+        {
+            *self.shards_changed.lock() = version;
+        }
+        *current = next;
+        drop(current);
+        self.version.send_replace(version);
+        Ok(out)
+    }
+
+    pub fn snapshot(&self) -> ClusterState {
+        self.state.lock().clone()
+    }
+}
+
+/// Instance `name` of `s`, or NotFound.
+pub(crate) fn instance_in<'a>(
+    s: &'a ClusterState,
+    name: &str,
+) -> Result<&'a Instance, ManagerError> {
+    s.instances
+        .get(name)
+        .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))
+}

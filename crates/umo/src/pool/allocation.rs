@@ -1,0 +1,166 @@
+//! Blocks for objects and tables: allocation from size classes (claiming segments,
+//! growing the pool when none is left), frees after the grace period, segment draining,
+//! and the pool-wide live-byte counter. Called by object writes and the hash table.
+//! A block of a newly carved segment is never handed out before the segment's claim
+//! committed on its region's segment table: clients sharing a pool would otherwise
+//! carve the same segment.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dmc_verbs::RegionId;
+
+use super::{POOL_SHARD, Pool, Tx, TxOutcome, TxWrite};
+use crate::addr::GlobalAddr;
+use crate::alloc::{Block, Claimed, Need};
+use crate::error::UmoError;
+use crate::layout;
+
+/// Live bytes this client changed since it last told the pool-wide counter; told at
+/// once when it passes this.
+const USAGE_FLUSH: i64 = 256 << 10;
+
+impl Pool {
+    /// Allocates a block of at least `len` bytes, growing the pool if needed.
+    pub async fn alloc(&self, len: u64, aligned: bool) -> Result<Block, UmoError> {
+        if len > self.max_block() as u64 {
+            return Err(UmoError::TooLarge(len));
+        }
+        let mut reclaiming_since: Option<Instant> = None;
+        loop {
+            let got = self.alloc.lock().alloc(len, aligned, Instant::now());
+            match got {
+                Ok((block, claim)) => {
+                    if let Some(c) = claim {
+                        let won = self.claim_segment(c).await;
+                        let mut alloc = self.alloc.lock();
+                        match won {
+                            Ok(true) => alloc.confirm_claim(block),
+                            // Another client claimed it first: forget it, take another.
+                            Ok(false) => {
+                                alloc.lost_claim(block);
+                                continue;
+                            }
+                            Err(e) => {
+                                alloc.lost_claim(block);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    let d = self
+                        .usage_delta
+                        .fetch_add(block.size() as i64, Ordering::Relaxed);
+                    if d.abs() >= USAGE_FLUSH {
+                        self.sync_usage().await;
+                    }
+                    return Ok(block);
+                }
+                // Another task of this client is claiming the class's next segment.
+                Err(Need::Claiming) => tokio::time::sleep(Duration::from_micros(20)).await,
+                // Its blocks in limbo come back within the grace period (unless they
+                // land in a segment being emptied): the caller evicts and retries.
+                Err(Need::Reclaiming) => {
+                    let since = *reclaiming_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.config.grace {
+                        return Err(UmoError::OutOfMemory(
+                            "no free block of the class after a grace period".into(),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(Need::Region) => {
+                    let grown = self.grow().await;
+                    let at_limit = matches!(grown, Err(UmoError::OutOfMemory(_)));
+                    self.at_limit.store(at_limit, Ordering::Relaxed);
+                    self.alloc.lock().set_scarce(at_limit);
+                    grown?
+                }
+            }
+        }
+    }
+
+    /// Records a segment claim in its region's segment table, if no other client (an
+    /// agent sharing the pool) claimed the segment first.
+    async fn claim_segment(&self, c: Claimed) -> Result<bool, UmoError> {
+        let tx = Tx {
+            shard: POOL_SHARD,
+            epoch: 0,
+            writes: vec![TxWrite {
+                addr: GlobalAddr::new(c.region, c.entry_offset),
+                expect: Some(0),
+                new: c.entry,
+            }],
+        };
+        loop {
+            match self.commit(std::slice::from_ref(&tx)).await.remove(0) {
+                TxOutcome::Committed => return Ok(true),
+                TxOutcome::Conflict { .. } => return Ok(false),
+                TxOutcome::Locked => tokio::time::sleep(Duration::from_micros(50)).await,
+                TxOutcome::StaleEpoch { current } => {
+                    return Err(UmoError::Config(format!(
+                        "segment claims are fenced at pool epoch {current}"
+                    )));
+                }
+                TxOutcome::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Bytes of this client's blocks per region (see `Allocator::used_by_region`).
+    pub fn used_by_region(&self) -> Vec<(RegionId, u64)> {
+        self.alloc.lock().used_by_region()
+    }
+
+    /// Segments this client can fill without a new region.
+    pub fn spare_segments(&self) -> usize {
+        self.alloc.lock().spare_segments()
+    }
+
+    /// Starts emptying the segment of this client with the fewest live blocks (its
+    /// free blocks are held back from its class) and returns it (start, length):
+    /// evicting the keys there frees a whole segment, for any class, when the pool
+    /// cannot grow.
+    pub fn drain_sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+        self.alloc.lock().drain_sparsest_segment(Instant::now())
+    }
+
+    /// Whether the last attempt to grow the pool was refused (maxmemory or full nodes).
+    pub fn at_limit(&self) -> bool {
+        self.at_limit.load(Ordering::Relaxed)
+    }
+
+    /// Frees a block after the grace period.
+    pub fn free(&self, block: Block) {
+        self.usage_delta
+            .fetch_sub(block.size() as i64, Ordering::Relaxed);
+        self.alloc.lock().free(block, Instant::now());
+    }
+
+    /// Adds this client's pending live-byte changes to the pool-wide counter and reads
+    /// it back (the maintenance tick calls this; so does a large change).
+    pub async fn sync_usage(&self) {
+        let d = self.usage_delta.swap(0, Ordering::Relaxed);
+        match self
+            .faa(
+                GlobalAddr::new(self.config.super_region, layout::SB_USED),
+                d as u64,
+            )
+            .await
+        {
+            Ok(old) => self
+                .usage_seen
+                .store(old.wrapping_add(d as u64), Ordering::Relaxed),
+            Err(e) => {
+                self.usage_delta.fetch_add(d, Ordering::Relaxed);
+                tracing::warn!(error = %e, "updating the pool's usage counter failed");
+            }
+        }
+    }
+
+    /// Bytes in live blocks of the whole pool (every client's), as of this client's
+    /// last [`sync_usage`](Self::sync_usage) plus its own changes since.
+    pub fn used_bytes(&self) -> u64 {
+        let seen = self.usage_seen.load(Ordering::Relaxed) as i64;
+        (seen + self.usage_delta.load(Ordering::Relaxed)).max(0) as u64
+    }
+}

@@ -1,0 +1,336 @@
+//! The pool client: one per process that uses the pool (a compute agent's DI client).
+//!
+//! It holds a transport per memory node, the region map (which node holds the primary
+//! and the backups of each region), and the allocator, and it offers the operations the
+//! hash table is built from:
+//!
+//! * [`Pool::alloc`] / [`Pool::free`]: blocks from size classes; the pool grows by a
+//!   region, placed on the `r` memory nodes with the most free capacity, when the
+//!   allocator runs out of segments;
+//! * [`Pool::write_object`]: an object written out of place to every copy, chained
+//!   over several blocks when it is larger than one;
+//! * [`Pool::read_object`]: one-sided reads on the primary that verify key and checksum;
+//! * [`Pool::commit`]: OCC + two-phase commit of word updates over the commit RPCs,
+//!   batched per memory node, backups before primaries, fenced by shard epoch.
+//!
+//! The superblock in region 1 records the region map, so a restarted client finds the
+//! pool it left, and several clients (the agents of one instance) share one pool: a
+//! client learns a region another one grew the pool by from its record the first time
+//! an address in it turns up, and segments are claimed with a compare-and-swap on the
+//! region's segment table, so no two clients carve the same segment.
+//!
+//! The `impl Pool` is spread over one file per job:
+//!
+//! | module | owns |
+//! |---|---|
+//! | `pool` (this file) | the pool's types, the [`Pool`] struct, opening it, its accessors |
+//! | `superblock` | finding, formatting and loading the superblock; region records; the root |
+//! | `regions` | the region map: growth, placement of copies, learning others' regions |
+//! | `allocation` | blocks, segment claims, frees, the pool-wide usage counter |
+//! | `verbs` | one-sided reads from primaries, writes to every copy, fetch-and-add |
+//! | `object_write` | objects written out of place (chained when large) and freed |
+//! | `object_read` | objects read and verified (db, key, checksum) |
+//! | `fence` | shard epochs and the fencing domain of a shard |
+//! | `commit` | OCC + 2PC commits of word updates |
+//!
+//! Nothing here interprets a hash-table word: the pool moves bytes and commits words.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dmc_verbs::{LocalTransport, NodeConfig, NodeCore, NodeId, RegionId, Storage, Transport};
+use futures::future::BoxFuture;
+use parking_lot::{Mutex, RwLock};
+
+use crate::addr::GlobalAddr;
+use crate::alloc::{AllocStats, Allocator, Block};
+use crate::error::UmoError;
+use crate::layout::{self, RegionRecord, SUPER_REGION};
+
+mod allocation;
+mod commit;
+mod fence;
+mod object_read;
+mod object_write;
+mod regions;
+mod superblock;
+mod verbs;
+
+/// The fencing domain of pool-level metadata (the superblock root).
+pub const POOL_SHARD: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Copies of every region (`r`), on distinct memory nodes.
+    pub replicas: usize,
+    pub region_size: u64,
+    pub segment_size: u64,
+    /// How long a freed block waits before reuse.
+    pub grace: Duration,
+    /// This client's id, recorded as the owner of the segments it claims.
+    pub client_id: u32,
+    /// Most regions the pool may grow to (0: as many as the nodes hold).
+    pub max_regions: u32,
+    /// The region holding this pool's superblock. Pools with different superblock
+    /// regions share memory nodes without sharing data: each one's region table,
+    /// usage counter, table root and shard epochs are its own (one per cache
+    /// instance of a cluster).
+    pub super_region: RegionId,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 2,
+            region_size: 1 << 30,
+            segment_size: 16 << 20,
+            grace: Duration::from_millis(500),
+            client_id: 1,
+            max_regions: 0,
+            super_region: SUPER_REGION,
+        }
+    }
+}
+
+/// Where a region's copies are: indexes into the pool's node list.
+#[derive(Debug, Clone)]
+struct RegionEntry {
+    primary: usize,
+    backups: Vec<usize>,
+}
+
+impl RegionEntry {
+    fn copies(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.primary).chain(self.backups.iter().copied())
+    }
+}
+
+/// An object's head block, as a hash-table slot records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    pub block: Block,
+    pub chained: bool,
+}
+
+/// What a verified read found at an object's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadObject {
+    /// The object holds the requested key; this is its value.
+    Value(Bytes),
+    /// Another key, a torn or freed block: the index entry was stale, retry.
+    Mismatch,
+}
+
+/// One word update of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxWrite {
+    pub addr: GlobalAddr,
+    /// The value the word must still hold; `None` writes without validating.
+    pub expect: Option<u64>,
+    pub new: u64,
+}
+
+/// A transaction: word updates committed atomically on every copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tx {
+    pub shard: u32,
+    pub epoch: u64,
+    pub writes: Vec<TxWrite>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxOutcome {
+    Committed,
+    /// Write `index` found `actual` instead of its expected value.
+    Conflict {
+        index: usize,
+        actual: u64,
+    },
+    /// Another transaction holds one of the words.
+    Locked,
+    /// The shard has a newer epoch: this client no longer owns it.
+    StaleEpoch {
+        current: u64,
+    },
+    Failed(UmoError),
+}
+
+/// Counters of the pool as this client sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub regions: u32,
+    pub region_size: u64,
+    pub alloc: AllocStats,
+}
+
+/// Where new regions come from when a pool grows. Without one the pool creates them
+/// itself on the nodes with the most room; in a cluster the manager grants them, within
+/// the instance's `maxmemory` and with its copies on distinct memory nodes.
+pub trait RegionSource: Send + Sync {
+    /// Allocates region `want` (the superblock's region, when formatting) or the next
+    /// free region id, with its copies created; returns the id and where the copies are.
+    /// A region that exists already fails with [`dmc_verbs::VerbsError::RegionExists`];
+    /// a refusal (maxmemory, no room) with [`UmoError::OutOfMemory`].
+    fn grant(
+        &self,
+        want: Option<RegionId>,
+    ) -> BoxFuture<'_, Result<(RegionId, RegionRecord), UmoError>>;
+}
+
+pub struct Pool {
+    config: PoolConfig,
+    source: Option<Arc<dyn RegionSource>>,
+    /// Live-block bytes this client allocated minus those it freed, not yet added to
+    /// the superblock's pool-wide counter.
+    usage_delta: std::sync::atomic::AtomicI64,
+    /// The pool-wide counter as this client last read it.
+    usage_seen: AtomicU64,
+    /// The last attempt to grow was refused.
+    at_limit: std::sync::atomic::AtomicBool,
+    nodes: Vec<Arc<dyn Transport>>,
+    node_index: HashMap<NodeId, usize>,
+    regions: RwLock<Vec<Option<RegionEntry>>>,
+    /// Primary node index + 1 per region (0: unknown), read without a lock on every
+    /// one-sided read; kept equal to `regions` by `set_entry`.
+    primaries: Box<[std::sync::atomic::AtomicU32]>,
+    alloc: Mutex<Allocator>,
+    grow_lock: tokio::sync::Mutex<()>,
+    next_txid: AtomicU64,
+    created_ms: u64,
+}
+
+impl Pool {
+    /// A pool of `replicas` in-process memory nodes of `capacity` bytes each: the
+    /// standalone agent's embedded pool.
+    pub async fn embedded(capacity: u64, config: PoolConfig) -> Result<Arc<Pool>, UmoError> {
+        let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
+        for id in 1..=config.replicas.max(1) as u32 {
+            let core = NodeCore::open(NodeConfig {
+                id,
+                capacity,
+                storage: Storage::Heap,
+                secret: None,
+            })
+            .map_err(UmoError::node(id))?;
+            nodes.push(Arc::new(LocalTransport::new(core)));
+        }
+        Pool::open(config, nodes).await
+    }
+
+    /// Opens the pool held by `nodes`: loads the superblock if region 1 exists on any of
+    /// them, or formats a new pool.
+    pub async fn open(
+        config: PoolConfig,
+        nodes: Vec<Arc<dyn Transport>>,
+    ) -> Result<Arc<Pool>, UmoError> {
+        Self::open_with(config, nodes, None).await
+    }
+
+    /// [`open`](Self::open), growing by regions `source` grants.
+    pub async fn open_with(
+        config: PoolConfig,
+        nodes: Vec<Arc<dyn Transport>>,
+        source: Option<Arc<dyn RegionSource>>,
+    ) -> Result<Arc<Pool>, UmoError> {
+        if config.replicas == 0 || config.replicas > 1 + layout::MAX_BACKUPS {
+            return Err(UmoError::Config(format!(
+                "replicas must be 1..={}, got {}",
+                1 + layout::MAX_BACKUPS,
+                config.replicas
+            )));
+        }
+        if nodes.is_empty() {
+            return Err(UmoError::Config(
+                "a pool needs at least one memory node".into(),
+            ));
+        }
+        if config.segment_size < (1 << 20)
+            || config.region_size < layout::REGION_HEADER + config.segment_size
+        {
+            return Err(UmoError::Config(
+                "segment_size must be at least 1mb and a region must hold a segment".into(),
+            ));
+        }
+        let mut node_index = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if node_index.insert(n.node(), i).is_some() {
+                return Err(UmoError::Config(format!(
+                    "memory node id {} appears twice",
+                    n.node()
+                )));
+            }
+        }
+        let mut pool = Pool {
+            alloc: Mutex::new(Allocator::new(
+                config.client_id,
+                config.segment_size,
+                config.grace,
+            )),
+            config,
+            source,
+            usage_delta: std::sync::atomic::AtomicI64::new(0),
+            usage_seen: AtomicU64::new(0),
+            at_limit: std::sync::atomic::AtomicBool::new(false),
+            nodes,
+            node_index,
+            regions: RwLock::new(vec![None; 1 << 16]),
+            primaries: (0..1 << 16)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+            grow_lock: tokio::sync::Mutex::new(()),
+            next_txid: AtomicU64::new(1),
+            created_ms: 0,
+        };
+        // Several clients may open a new pool at once (agents of a cluster starting
+        // together): one formats it, the others wait until they can load it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let opened = match pool.super_holder().await? {
+                Some(i) => pool.load(i).await,
+                None => pool.format().await,
+            };
+            match opened {
+                Ok(()) => return Ok(Arc::new(pool)),
+                Err(UmoError::Formatting) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(UmoError::Node {
+                    source: dmc_verbs::VerbsError::RegionExists(r),
+                    ..
+                }) if r == pool.config.super_region && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Wall-clock milliseconds when the pool was formatted (a time base for metadata).
+    pub fn created_ms(&self) -> u64 {
+        self.created_ms
+    }
+
+    pub fn nodes(&self) -> &[Arc<dyn Transport>] {
+        &self.nodes
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            regions: self.regions.read().iter().filter(|r| r.is_some()).count() as u32,
+            region_size: self.config.region_size,
+            alloc: self.alloc.lock().stats(),
+        }
+    }
+
+    /// The largest single block; larger objects are chained.
+    pub fn max_block(&self) -> u32 {
+        self.alloc.lock().max_block()
+    }
+}
