@@ -257,7 +257,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/instances",
             get(|State(app): Shared| async move { Json(app.manager.instances()) }).post(
                 |State(app): Shared, Json(c): Json<CreateInstance>| async move {
-                    if dmc_dht::RedisPolicy::parse(&c.policy).is_none() {
+                    if dmc_proto::policy::RedisPolicy::parse(&c.policy).is_none() {
                         return Err(ApiError(ManagerError::Invalid(format!(
                             "{:?} is not a maxmemory-policy",
                             c.policy
@@ -276,7 +276,7 @@ pub fn router(app: Arc<App>) -> Router {
             put(
                 |State(app): Shared, Path(name): Path<String>, Json(r): Json<ResizeInstance>| async move {
                     if let Some(p) = &r.policy
-                        && dmc_dht::RedisPolicy::parse(p).is_none()
+                        && dmc_proto::policy::RedisPolicy::parse(p).is_none()
                     {
                         return Err(ApiError(ManagerError::Invalid(format!(
                             "{p:?} is not a maxmemory-policy"

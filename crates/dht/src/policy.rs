@@ -5,6 +5,8 @@
 //! Every policy keeps both the LRU clock and the LFU counter up to date on access, so
 //! `CONFIG SET maxmemory-policy` takes effect at once without a warm-up.
 
+pub use dmc_proto::policy::RedisPolicy;
+
 use crate::layout::SlotMeta;
 
 /// Redis's initial LFU counter value for new keys (`LFU_INIT_VAL`).
@@ -74,60 +76,9 @@ pub trait Policy: Send + Sync {
     }
 }
 
-/// Redis's `maxmemory-policy` family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisPolicy {
-    NoEviction,
-    AllKeysLru,
-    AllKeysLfu,
-    AllKeysRandom,
-    VolatileLru,
-    VolatileLfu,
-    VolatileRandom,
-    VolatileTtl,
-}
-
-impl RedisPolicy {
-    pub const ALL: [RedisPolicy; 8] = [
-        RedisPolicy::NoEviction,
-        RedisPolicy::AllKeysLru,
-        RedisPolicy::AllKeysLfu,
-        RedisPolicy::AllKeysRandom,
-        RedisPolicy::VolatileLru,
-        RedisPolicy::VolatileLfu,
-        RedisPolicy::VolatileRandom,
-        RedisPolicy::VolatileTtl,
-    ];
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(name))
-    }
-
-    fn volatile(self) -> bool {
-        matches!(
-            self,
-            RedisPolicy::VolatileLru
-                | RedisPolicy::VolatileLfu
-                | RedisPolicy::VolatileRandom
-                | RedisPolicy::VolatileTtl
-        )
-    }
-}
-
 impl Policy for RedisPolicy {
     fn name(&self) -> &'static str {
-        match self {
-            RedisPolicy::NoEviction => "noeviction",
-            RedisPolicy::AllKeysLru => "allkeys-lru",
-            RedisPolicy::AllKeysLfu => "allkeys-lfu",
-            RedisPolicy::AllKeysRandom => "allkeys-random",
-            RedisPolicy::VolatileLru => "volatile-lru",
-            RedisPolicy::VolatileLfu => "volatile-lfu",
-            RedisPolicy::VolatileRandom => "volatile-random",
-            RedisPolicy::VolatileTtl => "volatile-ttl",
-        }
+        RedisPolicy::name(*self)
     }
 
     fn evicts(&self) -> bool {
@@ -162,18 +113,6 @@ mod tests {
 
     fn now(access: u16) -> Now {
         Now { pool_ms: 0, access }
-    }
-
-    #[test]
-    fn names_roundtrip() {
-        for p in RedisPolicy::ALL {
-            assert_eq!(RedisPolicy::parse(p.name()), Some(p));
-        }
-        assert_eq!(
-            RedisPolicy::parse("ALLKEYS-LRU"),
-            Some(RedisPolicy::AllKeysLru)
-        );
-        assert_eq!(RedisPolicy::parse("lru"), None);
     }
 
     #[test]
