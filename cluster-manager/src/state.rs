@@ -214,16 +214,7 @@ impl ClusterState {
 
 /// A random 16-hex-digit cluster id.
 pub fn new_cluster_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
+    dmc_proto::rng::hex_id(16)
 }
 
 /// Upgrades a version 1 state in place: its one shard map becomes the default

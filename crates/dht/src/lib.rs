@@ -17,7 +17,7 @@ pub mod hash;
 pub mod layout;
 pub mod owner;
 pub mod policy;
-mod rng;
+pub(crate) use dmc_proto::rng;
 pub mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};

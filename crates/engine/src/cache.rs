@@ -43,7 +43,6 @@ struct Shard {
     /// Dense, so that victims can be sampled uniformly.
     items: Vec<Item>,
     bytes: usize,
-    rng: u64,
     /// Bumped by every write-through and removal: a fill that started before a write
     /// of the shard finished must not install what it read (it may be older).
     writes: u64,
@@ -76,24 +75,13 @@ impl Shard {
         self.items.push(item);
     }
 
-    fn next_rand(&mut self) -> u64 {
-        // xorshift; the seed is the shard's address mixed in at first use.
-        if self.rng == 0 {
-            self.rng = (self as *const Shard as u64) | 1;
-        }
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
-    }
-
     /// The coldest of a few sampled entries.
     fn sample_victim(&mut self) -> Option<usize> {
         let n = self.items.len() as u64;
         if n == 0 {
             return None;
         }
-        let picks: [usize; SAMPLES] = std::array::from_fn(|_| (self.next_rand() % n) as usize);
+        let picks: [usize; SAMPLES] = std::array::from_fn(|_| dmc_proto::rng::below(n) as usize);
         picks.into_iter().min_by_key(|&i| self.items[i].lfu)
     }
 }

@@ -144,7 +144,7 @@ impl Engine {
             config,
             stats: Stats::default(),
             clients: clients::Clients::default(),
-            run_id: run_id(),
+            run_id: dmc_proto::rng::hex_id(40),
 
             started: Instant::now(),
             next_client: AtomicU64::new(1),
@@ -253,12 +253,12 @@ impl Engine {
         if !self.owns(key) {
             return None;
         }
-        let (value, slot) = cache.get(db, key, self.now_ms(), fastrand_f64(key))?;
+        let (value, slot) = cache.get(db, key, self.now_ms(), dmc_proto::rng::next_f64())?;
         let fresh = match slot {
             Some(slot) => self.dht.record_hit(slot).await,
             None => false,
         };
-        (fresh || fastrand_f64(key) >= REFRESH_ODDS).then_some(value)
+        (fresh || dmc_proto::rng::next_f64() >= REFRESH_ODDS).then_some(value)
     }
 
     /// The live values of many keys of `db`: cached ones from the local cache (hits
@@ -323,18 +323,6 @@ impl Engine {
     }
 }
 
-fn run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut id = String::with_capacity(48);
-    for i in 0..3u64 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(i ^ u64::from(std::process::id()));
-        id.push_str(&format!("{:016x}", h.finish()));
-    }
-    id.truncate(40);
-    id
-}
-
 /// The one place pool and table failures become RESP errors.
 pub fn error_reply(e: DhtError) -> Reply {
     match e {
@@ -353,20 +341,6 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::Unsupported(text) => Reply::err(format!("ERR {text}")),
         other => Reply::err(format!("ERR memory pool: {other}")),
     }
-}
-
-/// A cheap uniform number in [0, 1) for the cache's probabilistic LFU counter.
-fn fastrand_f64(seed: &[u8]) -> f64 {
-    use std::cell::Cell;
-    thread_local!(static S: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) });
-    S.with(|s| {
-        let mut x = s.get() ^ seed.len() as u64;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.set(x);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    })
 }
 
 /// Parses a Redis integer argument.
