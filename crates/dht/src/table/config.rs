@@ -1,0 +1,158 @@
+//! What callers pass to the table and get back: [`DhtConfig`], [`DhtError`], set
+//! options and outcomes, [`Entry`] and its [`SlotRef`], [`Ttl`], [`DhtStats`].
+//!
+//! Plain data, re-exported by `table` and the crate root under these names, which the
+//! engine depends on. Nothing here touches the pool.
+
+use bytes::Bytes;
+use dmc_umo::{GlobalAddr, UmoError};
+
+use crate::layout::SlotMeta;
+use crate::policy::RedisPolicy;
+
+// Only the docs name the handle.
+#[cfg(doc)]
+use super::Dht;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DhtError {
+    #[error(transparent)]
+    Pool(UmoError),
+    /// Redis's `noeviction` error, or nothing left that the policy may evict.
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    OutOfMemory,
+    /// This client does not own the key's hash slot (or was fenced off it).
+    #[error("hash slot {0} is owned by another agent")]
+    NotOwner(u16),
+    #[error("the table is corrupt or was written by an incompatible version: {0}")]
+    Corrupt(String),
+    #[error("too much contention on hash slot {0}; try again")]
+    Contention(u16),
+    /// A request this table cannot serve (the text says which and why).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl From<UmoError> for DhtError {
+    /// A pool that cannot grow (no region left within maxmemory) is Redis's OOM.
+    fn from(e: UmoError) -> Self {
+        match e {
+            UmoError::OutOfMemory(_) => DhtError::OutOfMemory,
+            e => DhtError::Pool(e),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DhtConfig {
+    /// Buckets per subtable (a power of two); 4 buckets are 512 bytes.
+    pub buckets_per_subtable: u32,
+    /// Bytes of pool memory this instance may use (0: unlimited).
+    pub maxmemory: u64,
+    pub policy: RedisPolicy,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    pub samples: usize,
+    /// Local hits combined before their metadata updates are sent.
+    pub hit_batch: usize,
+}
+
+impl Default for DhtConfig {
+    fn default() -> Self {
+        Self {
+            buckets_per_subtable: 4,
+            maxmemory: 0,
+            policy: RedisPolicy::NoEviction,
+            samples: 5,
+            hit_batch: 64,
+        }
+    }
+}
+
+/// The condition of a set (`NX` / `XX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetCond {
+    #[default]
+    Always,
+    IfAbsent,
+    IfPresent,
+}
+
+/// What a set does to the key's time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SetExpiry {
+    /// Remove any TTL (plain `SET`).
+    #[default]
+    Clear,
+    /// Keep the existing TTL (`KEEPTTL`).
+    Keep,
+    /// Expire at this Unix time in milliseconds.
+    At(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetOptions {
+    pub cond: SetCond,
+    pub expiry: SetExpiry,
+    /// Return the previous value (`SET … GET`).
+    pub get: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetOutcome {
+    pub written: bool,
+    /// The previous value, when asked for with [`SetOptions::get`].
+    pub old: Option<Bytes>,
+}
+
+/// A key's value with its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Bytes,
+    /// Unix time in ms when the key expires.
+    pub expire_at: Option<u64>,
+    /// Seconds since the last access (LRU clock).
+    pub idle_secs: u64,
+    /// The LFU counter, decayed.
+    pub lfu: u8,
+    /// Where the key's metadata is, for reporting hits served elsewhere (a local cache)
+    /// with [`Dht::record_hit`].
+    pub slot: SlotRef,
+}
+
+/// A key's metadata word in the table, as last seen, and when. A reference is only
+/// used while it is younger than half the pool's reuse grace period: after that the
+/// slot's subtable may have been split, freed and reused, and an FAA there would
+/// corrupt whatever lives there now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRef {
+    pub(super) meta_addr: GlobalAddr,
+    pub(super) meta: SlotMeta,
+    pub(super) seen: std::time::Instant,
+}
+
+/// A key's time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    Missing,
+    Persistent,
+    /// Unix time in ms.
+    ExpiresAt(u64),
+}
+
+/// Counters of one client's view of the table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DhtStats {
+    pub keys: i64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evicted: u64,
+    pub expired: u64,
+    pub splits: u64,
+    pub retries: u64,
+    pub used_memory: u64,
+    pub partitions: u64,
+}
+
+pub(super) fn corrupt(what: impl Into<String>) -> DhtError {
+    DhtError::Corrupt(what.into())
+}

@@ -1,0 +1,320 @@
+//! Eviction: making room before a write (`make_room`, `room_for`), shrinking to
+//! maxmemory, keeping a spare segment, and `evict_one`, which samples candidates and
+//! evicts the policy's lowest priority; the removed-key hook is told of each.
+//!
+//! Only keys of hash slots this client owns are evicted. Under `noeviction` nothing is,
+//! and a write that does not fit gets OOM.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use dmc_umo::{GlobalAddr, ObjectRef, UmoError};
+
+use super::probe::Probe;
+use super::{Dht, DhtError, Found, MAX_RETRIES};
+use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
+use crate::policy::{Now, Policy};
+use crate::rng;
+
+impl Dht {
+    /// Registers a function told of every key this client evicts or reclaims as
+    /// expired, so copies of it elsewhere (the agent's cache) can be dropped.
+    pub fn on_removed(&self, f: impl Fn(u8, &[u8]) + Send + Sync + 'static) {
+        *self.removed.write() = Some(Box::new(f));
+    }
+
+    fn removed(&self, db: u8, key: &[u8]) {
+        if let Some(f) = self.removed.read().as_ref() {
+            f(db, key);
+        }
+    }
+
+    /// Writes an object, making room if the pool is full (see [`room_for`](Self::room_for)).
+    pub(super) async fn write_with_room(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<ObjectRef, DhtError> {
+        self.room_for(|| self.pool.write_object(db, key, value))
+            .await
+    }
+
+    /// Runs a pool allocation; if the pool is full (no region left within maxmemory),
+    /// evicts per the policy and tries again, waiting out the grace period of the
+    /// blocks just freed (they are reusable only after it), before answering OOM.
+    pub(super) async fn room_for<T, F, Fut>(&self, mut attempt: F) -> Result<T, DhtError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, UmoError>>,
+    {
+        // Long enough for a segment emptied by eviction to pass its grace period even
+        // on a loaded host: an evicting cache should wait rather than answer OOM.
+        let give_up = std::time::Instant::now() + self.pool.config().grace * 10;
+        loop {
+            match attempt().await {
+                Ok(v) => return Ok(v),
+                Err(UmoError::OutOfMemory(_)) => {
+                    if !self.policy().evicts() || std::time::Instant::now() > give_up {
+                        tracing::warn!(stats = ?self.pool.stats(), used = self.used_memory(), "out of pool memory");
+                        return Err(DhtError::OutOfMemory);
+                    }
+                    for _ in 0..16 {
+                        if self.evict_one().await?.is_none() {
+                            break;
+                        }
+                    }
+                    // Free blocks scattered over every segment do not make one free.
+                    self.keep_spare_segment().await?;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Evicts until used memory plus `need` fits `maxmemory`.
+    pub(super) async fn make_room(&self, need: u64) -> Result<(), DhtError> {
+        let max = self.eviction_limit();
+        if max == 0 {
+            return Ok(());
+        }
+        while self.used_memory() + need > max {
+            if !self.policy().evicts() {
+                return Err(DhtError::OutOfMemory);
+            }
+            if self.evict_one().await?.is_none() {
+                return Err(DhtError::OutOfMemory);
+            }
+        }
+        Ok(())
+    }
+
+    /// Evicts (per the policy, at most `limit` keys) while the pool holds more than
+    /// `maxmemory`; returns how many keys went.
+    pub async fn shrink_to_maxmemory(&self, limit: usize) -> Result<usize, DhtError> {
+        let max = self.eviction_limit();
+        let mut evicted = 0;
+        while max > 0 && evicted < limit && self.used_memory() > max && self.policy().evicts() {
+            if self.evict_one().await?.is_none() {
+                break;
+            }
+            evicted += 1;
+        }
+        Ok(evicted)
+    }
+
+    /// Keeps a segment free for allocations the full pool cannot serve otherwise (the
+    /// maintenance tick calls this, and so does a write that found no room): if no
+    /// spare one is left, evicts the keys of the sparsest segment so it empties (after
+    /// the grace period) and can serve any size class. At most one segment per two
+    /// grace periods. Returns the keys evicted.
+    pub async fn keep_spare_segment(&self) -> Result<usize, DhtError> {
+        if !self.pool.at_limit() || !self.policy().evicts() || self.pool.spare_segments() > 0 {
+            return Ok(0);
+        }
+        // One segment at a time: the last one empties only after the grace period.
+        {
+            let mut last = self.spare_started.lock();
+            if last.is_some_and(|t| t.elapsed() < self.pool.config().grace * 2) {
+                return Ok(0);
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        match self.pool.drain_sparsest_segment() {
+            Some((start, len)) => self.evict_range(start, len).await,
+            None => Ok(0),
+        }
+    }
+
+    /// Evicts an entry found in `bucket` (with the header it was read under), policy or
+    /// not: clears its slot word if it still holds it, counts the eviction and drops the
+    /// key from the local cache. `Some(key)` (the key, if its object was readable) when
+    /// evicted, `None` when the entry changed meanwhile.
+    pub(super) async fn evict_entry(
+        &self,
+        slot: u16,
+        bucket: (GlobalAddr, u64),
+        found: &Found,
+    ) -> Result<Option<Option<(u8, Bytes)>>, DhtError> {
+        let Some(obj) = found.word.object() else {
+            return Ok(None);
+        };
+        let key = self.pool.read_any(obj).await?;
+        if !self
+            .clear(slot, bucket, found, key.as_ref().map(|k| k.0), false)
+            .await?
+        {
+            return Ok(None);
+        }
+        self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        if let Some((db, k, _)) = &key {
+            self.removed(*db, k);
+        }
+        Ok(Some(key.map(|(db, k, _)| (db, k))))
+    }
+
+    /// Reads one random bucket of a random owned partition: its slots as candidates.
+    pub(super) async fn sample_bucket(
+        &self,
+        parts: &[u16],
+    ) -> Result<Vec<(u16, GlobalAddr, u64, Found)>, DhtError> {
+        let slot = parts[rng::below(parts.len() as u64) as usize];
+        let Some(dir) = self.dir(slot).await? else {
+            return Ok(Vec::new());
+        };
+        let st = dir.subtables[rng::below(dir.subtables.len() as u64) as usize];
+        let bucket = st.offset_by(rng::below(self.buckets) * layout::BUCKET);
+        let mut bytes = [0u8; layout::BUCKET as usize];
+        self.pool.read(bucket, &mut bytes).await?;
+        let header = le64(&bytes, 0);
+        // A cached directory may name a subtable that was split and its memory reused
+        // (by any size class): only a live bucket of this slot is sampled.
+        if header & layout::MOVED != 0
+            || layout::header_slot(header) != slot
+            || layout::header_depth(header) > 32
+        {
+            self.load_dir(slot).await?;
+            return Ok(Vec::new());
+        }
+        let probe = Probe {
+            buckets: [(bucket, bytes), (bucket, bytes)],
+        };
+        Ok((0..SLOTS_PER_BUCKET)
+            .map(|i| probe.slot(0, i))
+            .filter(|(_, w, _)| !w.is_empty())
+            .map(|(addr, word, meta)| {
+                (
+                    slot,
+                    bucket,
+                    header,
+                    Found {
+                        bucket: 0,
+                        addr,
+                        word,
+                        meta,
+                        value: None,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Evicts one key by sampling: at least `maxmemory-samples` eligible candidates
+    /// (expired keys first), the lowest priority goes. Returns the evicted key, or
+    /// `None` if nothing this client owns may be evicted.
+    pub async fn evict_one(&self) -> Result<Option<(u8, Bytes)>, DhtError> {
+        let policy = self.policy();
+        if !policy.evicts() {
+            return Ok(None);
+        }
+        let parts = self.owned_partitions();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let k = self.samples();
+        let (abs, now) = self.now();
+        for _ in 0..MAX_RETRIES {
+            let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
+            let mut seen = 0;
+            // Bounded sampling: sparse tables may need many bucket reads to find K keys.
+            for _ in 0..(k * 8).max(64) {
+                for cand in self.sample_bucket(&parts).await? {
+                    let meta = cand.3.meta;
+                    let expired = self.is_expired(meta, abs);
+                    if !expired && !policy.eligible(meta) {
+                        continue;
+                    }
+                    let p = if expired {
+                        f64::NEG_INFINITY
+                    } else {
+                        policy.priority(meta, &now, rng::next_f64())
+                    };
+                    seen += 1;
+                    if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
+                        best = Some((p, cand));
+                    }
+                }
+                if seen >= k {
+                    break;
+                }
+            }
+            if best.is_none() {
+                // Sampling found nothing eligible (a sparse table, or few keys the
+                // policy may evict): look everywhere before declaring nothing evictable.
+                best = self
+                    .exhaustive_candidate(&parts, &policy, &now, abs)
+                    .await?;
+            }
+            let Some((_, (slot, bucket, header, victim))) = best else {
+                return Ok(None);
+            };
+            if let Some(key) = self.evict_entry(slot, (bucket, header), &victim).await? {
+                return Ok(key);
+            }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(None)
+    }
+
+    /// The best eviction candidate over every bucket of the owned partitions.
+    async fn exhaustive_candidate(
+        &self,
+        parts: &[u16],
+        policy: &dyn Policy,
+        now: &Now,
+        abs: u64,
+    ) -> Result<Option<(f64, (u16, GlobalAddr, u64, Found))>, DhtError> {
+        let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
+        let st_len = (self.buckets * layout::BUCKET) as usize;
+        for &slot in parts {
+            let Some(dir) = self.load_dir(slot).await? else {
+                continue;
+            };
+            let mut subtables = dir.subtables.clone();
+            subtables.dedup();
+            for st in subtables {
+                let mut bytes = vec![0u8; st_len];
+                self.pool.read(st, &mut bytes).await?;
+                for b in 0..self.buckets as usize {
+                    let base = b * layout::BUCKET as usize;
+                    let header = le64(&bytes, base);
+                    let bucket = st.offset_by(base as u64);
+                    for i in 0..SLOTS_PER_BUCKET {
+                        let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                        let word = SlotWord(le64(&bytes, at));
+                        let meta = SlotMeta(le64(&bytes, at + 8));
+                        let expired = self.is_expired(meta, abs);
+                        if word.is_empty() || (!expired && !policy.eligible(meta)) {
+                            continue;
+                        }
+                        let p = if expired {
+                            f64::NEG_INFINITY
+                        } else {
+                            policy.priority(meta, now, rng::next_f64())
+                        };
+                        if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
+                            let addr = st.offset_by(at as u64);
+                            best = Some((
+                                p,
+                                (
+                                    slot,
+                                    bucket,
+                                    header,
+                                    Found {
+                                        bucket: 0,
+                                        addr,
+                                        word,
+                                        meta,
+                                        value: None,
+                                    },
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(best)
+    }
+}

@@ -1,0 +1,194 @@
+//! Hit recording: each access becomes a pending metadata update (LRU clock, LFU count
+//! as the policy scores it), combined per key and sent as one FAA per key per batch.
+//!
+//! Called by the read paths, and by the engine for hits served from its own cache
+//! (`record_hit`). Metadata is advisory: a failed update is dropped, and a slot
+//! reference older than half the reuse grace period is never written through.
+
+use std::sync::atomic::Ordering;
+
+use dmc_umo::GlobalAddr;
+
+use super::{Dht, Entry, Found, SlotRef};
+use crate::layout::{self, SlotMeta};
+use crate::policy::{Now, Policy, RedisPolicy};
+use crate::rng;
+
+/// One access not yet reported to the pool: the metadata word's address, the metadata
+/// as the reader saw it, and what the access adds.
+pub(super) struct PendingHit {
+    addr: GlobalAddr,
+    seen: SlotMeta,
+    /// When the slot was read: updates older than half the grace period are dropped.
+    at: std::time::Instant,
+    lfu_add: u8,
+    access: u16,
+}
+
+impl Dht {
+    /// [`hit`](Self::hit) without futures: the access is recorded, and a full batch
+    /// of combined metadata updates is sent with inline FAAs.
+    pub(super) fn hit_now(&self, f: Found, now: &Now) -> Entry {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        let at = std::time::Instant::now();
+        if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
+            self.send_hits_now(batch);
+        }
+        self.entry(f, now, at)
+    }
+
+    /// [`hit_now`](Self::hit_now) for a batch of keys read together: one clock read,
+    /// one counter update and one lock for all of them.
+    pub(super) fn hits_now<'a>(
+        &'a self,
+        found: Vec<(usize, Found)>,
+        now: &'a Now,
+    ) -> impl Iterator<Item = (usize, Entry)> + 'a {
+        self.counters
+            .hits
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        let at = std::time::Instant::now();
+        let policy = self.policy();
+        let full = {
+            let mut hits = self.hits.lock();
+            for (_, f) in &found {
+                hits.push(Self::pending_hit(
+                    policy,
+                    f.addr.offset_by(8),
+                    f.meta,
+                    at,
+                    now,
+                ));
+            }
+            (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+        };
+        if let Some(batch) = full {
+            self.send_hits_now(batch);
+        }
+        found
+            .into_iter()
+            .map(move |(i, f)| (i, self.entry(f, now, at)))
+    }
+
+    /// Sends combined metadata updates with inline FAAs.
+    fn send_hits_now(&self, batch: Vec<PendingHit>) {
+        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
+            // Metadata is advisory: a failed update only ages the key a little.
+            let _ = self.pool.faa_now(addr, add);
+        }
+    }
+
+    pub(super) async fn hit(&self, f: Found, now: &Now) -> Entry {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
+        self.entry(f, now, std::time::Instant::now())
+    }
+
+    /// Reports a hit served outside the table (the agent's local cache) to the key's
+    /// metadata, combined with other hits into one FAA per key per batch. Returns
+    /// `false` when the reference is too old to use: the caller should refresh it with
+    /// a [`get`](Self::get).
+    pub async fn record_hit(&self, slot: SlotRef) -> bool {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        if slot.seen.elapsed() >= self.ref_lifetime() {
+            return false;
+        }
+        let (_, now) = self.now();
+        if let Some(batch) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
+            self.send_hits(batch).await;
+        }
+        true
+    }
+
+    /// How long a slot reference stays safe to write through: half the grace period
+    /// before freed blocks are reused.
+    fn ref_lifetime(&self) -> std::time::Duration {
+        self.pool.config().grace / 2
+    }
+
+    /// Records an access to a key's metadata: combined locally, sent as one FAA per key
+    /// per batch. The engine calls this for hits served from its own cache too.
+    async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
+        if let Some(batch) = self.record_touch(meta_addr, meta, std::time::Instant::now(), now) {
+            self.send_hits(batch).await;
+        }
+    }
+
+    /// Records one access; returns the pending batch when it is full.
+    fn record_touch(
+        &self,
+        meta_addr: GlobalAddr,
+        meta: SlotMeta,
+        at: std::time::Instant,
+        now: &Now,
+    ) -> Option<Vec<PendingHit>> {
+        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now);
+        let mut hits = self.hits.lock();
+        hits.push(hit);
+        (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+    }
+
+    /// One access as the policy scores it, waiting to be combined and sent.
+    fn pending_hit(
+        policy: RedisPolicy,
+        meta_addr: GlobalAddr,
+        meta: SlotMeta,
+        at: std::time::Instant,
+        now: &Now,
+    ) -> PendingHit {
+        let t = policy.update(meta, now, rng::next_f64());
+        PendingHit {
+            addr: meta_addr,
+            seen: meta,
+            at,
+            lfu_add: t.lfu_add,
+            access: t.access,
+        }
+    }
+
+    /// Sends the combined metadata updates now.
+    pub async fn flush_hits(&self) {
+        let batch = std::mem::take(&mut *self.hits.lock());
+        self.send_hits(batch).await;
+    }
+
+    async fn send_hits(&self, batch: Vec<PendingHit>) {
+        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
+            // Metadata is advisory: a failed update only ages the key a little.
+            let _ = self.pool.faa(addr, add).await;
+        }
+    }
+}
+
+/// Combines the accesses of each key (in order) into one FAA addend per metadata word.
+/// Accesses whose slot reference is older than `lifetime` are dropped (see [`SlotRef`]).
+fn combine_hits(
+    mut batch: Vec<PendingHit>,
+    lifetime: std::time::Duration,
+) -> Vec<(GlobalAddr, u64)> {
+    let now = std::time::Instant::now();
+    batch.retain(|h| now.saturating_duration_since(h.at) < lifetime);
+    batch.sort_by_key(|h| h.addr);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < batch.len() {
+        let first = &batch[i];
+        let mut j = i;
+        let mut lfu = 0u32;
+        while j < batch.len() && batch[j].addr == first.addr {
+            lfu += batch[j].lfu_add as u32;
+            j += 1;
+        }
+        let last_access = batch[j - 1].access;
+        // Never carry the counter past 255: the word's other fields sit below it.
+        let lfu = lfu.min(u8::MAX.saturating_sub(first.seen.lfu()) as u32) as u64;
+        let add = (lfu << layout::LFU_SHIFT).wrapping_add(
+            (last_access.wrapping_sub(first.seen.access()) as u64) << layout::ACCESS_SHIFT,
+        );
+        if add != 0 {
+            out.push((first.addr, add));
+        }
+        i = j;
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! The disaggregated hash table: [`Dht`] is one client's handle on the table all agents
+//! of an instance share.
+//!
+//! Reads are one-sided: a get reads the key's two candidate buckets in one batch, then
+//! the object a fingerprint-matching slot points at, and verifies key and checksum.
+//! Writes are out of place and owned: the owner of the key's hash slot writes the object
+//! to every copy, then commits the slot word (validated against the bucket header, so a
+//! concurrent split is detected) through a group committer that batches transactions per
+//! memory node. Subtables split on demand (extendible hashing per hash slot); a split
+//! retires the old subtable by setting MOVED in its bucket headers in the same
+//! transaction that updates the directory, so readers with a stale directory notice.
+//!
+//! Expired keys are never returned; a reader that owns the slot deletes them on the way
+//! (lazy expiry) and [`Dht::active_expire`] samples for them. When used memory passes
+//! `maxmemory`, the owner samples `K` slots and evicts the lowest priority of its policy.
+//!
+//! This file holds the handle's state, settings and counters; each job has a file:
+//!
+//! | file | owns |
+//! |---|---|
+//! | `config` | configuration, errors, the options and outcomes callers see |
+//! | `open` | opening or creating the table, counting keys on open |
+//! | `dir` | cached directories and their lock-free flat copy |
+//! | `probe` | reading a key's candidate buckets and finding it there |
+//! | `read` | the GET paths, `peek`, `exists`, `ttl` |
+//! | `hits` | access metadata: recorded, combined, sent as FAAs |
+//! | `write` | `set`, `set_many` and installing a written object |
+//! | `commit` | the group committer and retry pacing |
+//! | `delete` | clearing a slot, `delete` |
+//! | `expire` | TTL changes, lazy and active expiry |
+//! | `partition` | creating, splitting and rebuilding subtables |
+//! | `evict` | making room, sampling and evicting per the policy |
+//! | `vacate` | emptying a memory range or a region |
+//! | `scan` | a hash slot's keys |
+//! | `db_map` | logical to stored database numbers, `SWAPDB` |
+//! | `maintenance` | the background upkeep task |
+
+mod commit;
+mod config;
+mod db_map;
+mod delete;
+mod dir;
+mod evict;
+mod expire;
+mod hits;
+mod maintenance;
+mod open;
+mod partition;
+mod probe;
+mod read;
+mod scan;
+mod vacate;
+mod write;
+
+pub use config::{
+    DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, SlotRef, Ttl,
+};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use dmc_umo::{GlobalAddr, Pool};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+
+use crate::clock::Clock;
+use crate::hash::{fingerprint, key_hash, key_slot};
+use crate::layout::{self, SlotMeta, SlotWord};
+use crate::owner::{Lease, Ownership};
+use crate::policy::{Now, RedisPolicy};
+use commit::CommitJob;
+use config::corrupt;
+use dir::{Dir, FlatDirs};
+use hits::PendingHit;
+
+/// Optimistic retries before an operation gives up.
+const MAX_RETRIES: usize = 256;
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evicted: AtomicU64,
+    expired: AtomicU64,
+    splits: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// A key's coordinates.
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    db: u8,
+    slot: u16,
+    hash: u64,
+    fp: u8,
+}
+
+/// A key found in the table.
+#[derive(Debug, Clone)]
+struct Found {
+    bucket: usize,
+    addr: GlobalAddr,
+    word: SlotWord,
+    meta: SlotMeta,
+    value: Option<Bytes>,
+}
+
+pub struct Dht {
+    pool: Arc<Pool>,
+    clock: Arc<dyn Clock>,
+    root: GlobalAddr,
+    buckets: u64,
+    maxmemory: AtomicU64,
+    /// See [`Dht::set_eviction_limit`].
+    evict_at: AtomicU64,
+    /// When [`Dht::keep_spare_segment`] last emptied a segment.
+    spare_started: Mutex<Option<std::time::Instant>>,
+    samples: AtomicU64,
+    /// Index into [`RedisPolicy::ALL`].
+    policy: std::sync::atomic::AtomicU8,
+    hit_batch: usize,
+    /// Every memory node's memory is in this address space: a get reads its first
+    /// bucket alone and reads the second only when the key is not in the first.
+    inline_reads: bool,
+    /// Every memory node is in this process: commits are function calls.
+    inline_calls: bool,
+    owner: Ownership,
+    dirs: Vec<RwLock<Option<Arc<Dir>>>>,
+    flat: FlatDirs,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    partitions: RwLock<Vec<u16>>,
+    commits: mpsc::UnboundedSender<CommitJob>,
+    hits: Mutex<Vec<PendingHit>>,
+    /// Keys per database in the slots this client owns.
+    keys: Box<[AtomicI64]>,
+    /// Of those, keys with a time to live (INFO's `expires=`).
+    volatile: Box<[AtomicI64]>,
+    counters: Counters,
+    removed: RwLock<Option<RemovedHook>>,
+    /// Logical database -> the database number keys are stored under (SWAPDB).
+    db_map: Box<[std::sync::atomic::AtomicU8]>,
+}
+
+type RemovedHook = Box<dyn Fn(u8, &[u8]) + Send + Sync>;
+
+fn policy_index(p: RedisPolicy) -> u8 {
+    RedisPolicy::ALL.iter().position(|q| *q == p).unwrap_or(0) as u8
+}
+
+impl Dht {
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn ownership(&self) -> &Ownership {
+        &self.owner
+    }
+
+    /// Evict already at `bytes` of live data, below maxmemory (0: at maxmemory): a
+    /// cluster's pool holds less than its regions' bytes (headers, partly used segments).
+    pub fn set_eviction_limit(&self, bytes: u64) {
+        self.evict_at.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Where eviction starts: maxmemory, or the lower eviction limit if one is set.
+    pub fn eviction_limit(&self) -> u64 {
+        match (self.maxmemory(), self.evict_at.load(Ordering::Relaxed)) {
+            (0, _) => 0,
+            (max, 0) => max,
+            (max, at) => max.min(at),
+        }
+    }
+
+    pub fn set_maxmemory(&self, bytes: u64) {
+        self.maxmemory.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn maxmemory(&self) -> u64 {
+        self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    pub fn set_policy(&self, p: RedisPolicy) {
+        self.policy.store(policy_index(p), Ordering::Relaxed);
+    }
+
+    pub fn policy(&self) -> RedisPolicy {
+        RedisPolicy::ALL[self.policy.load(Ordering::Relaxed) as usize % RedisPolicy::ALL.len()]
+    }
+
+    pub fn set_samples(&self, k: usize) {
+        self.samples.store(k.max(1) as u64, Ordering::Relaxed);
+    }
+
+    pub fn samples(&self) -> usize {
+        self.samples.load(Ordering::Relaxed) as usize
+    }
+
+    /// Pool bytes in use by this instance: objects and index, as allocated.
+    /// Bytes of live blocks in the instance's pool, every agent's (what `maxmemory`
+    /// limits).
+    pub fn used_memory(&self) -> u64 {
+        self.pool.used_bytes()
+    }
+
+    /// Keys in the slots this client owns (expired ones not yet reclaimed included, as
+    /// Redis's `DBSIZE`).
+    pub fn key_count(&self) -> i64 {
+        self.keys.iter().map(|k| k.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Keys of database `db` in the slots this client owns (as Redis's `DBSIZE`).
+    pub fn key_count_db(&self, db: u8) -> i64 {
+        self.keys[db as usize].load(Ordering::Relaxed)
+    }
+
+    /// Adjusts the key counts of `db`: `keys` more keys, and the volatile count by
+    /// whether the metadata before (`from`) and after (`to`) carry a TTL.
+    fn count_key(&self, db: u8, keys: i64, from: Option<SlotMeta>, to: Option<SlotMeta>) {
+        if keys != 0 {
+            self.keys[db as usize].fetch_add(keys, Ordering::Relaxed);
+        }
+        let ttl = |m: Option<SlotMeta>| i64::from(m.is_some_and(|m| m.expire() != 0));
+        let delta = ttl(to) - ttl(from);
+        if delta != 0 {
+            self.volatile[db as usize].fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Keys of `db` with a time to live, in the slots this client owns.
+    pub fn volatile_count_db(&self, db: u8) -> i64 {
+        self.volatile[db as usize].load(Ordering::Relaxed).max(0)
+    }
+
+    pub fn stats(&self) -> DhtStats {
+        DhtStats {
+            keys: self.key_count(),
+            hits: self.counters.hits.load(Ordering::Relaxed),
+            misses: self.counters.misses.load(Ordering::Relaxed),
+            evicted: self.counters.evicted.load(Ordering::Relaxed),
+            expired: self.counters.expired.load(Ordering::Relaxed),
+            splits: self.counters.splits.load(Ordering::Relaxed),
+            retries: self.counters.retries.load(Ordering::Relaxed),
+            used_memory: self.used_memory(),
+            partitions: self.partitions.read().len() as u64,
+        }
+    }
+
+    fn now(&self) -> (u64, Now) {
+        let abs = self.clock.now_ms();
+        let pool_ms = abs.saturating_sub(self.pool.created_ms());
+        (
+            abs,
+            Now {
+                pool_ms,
+                access: (pool_ms / 1000) as u16,
+            },
+        )
+    }
+
+    fn encode_expire(&self, at_ms: u64) -> u64 {
+        (at_ms.saturating_sub(self.pool.created_ms()) + 1).min(layout::EXPIRE_MASK)
+    }
+
+    fn decode_expire(&self, enc: u64) -> Option<u64> {
+        (enc != 0).then(|| self.pool.created_ms() + enc - 1)
+    }
+
+    fn is_expired(&self, meta: SlotMeta, now_abs: u64) -> bool {
+        self.decode_expire(meta.expire())
+            .is_some_and(|at| now_abs >= at)
+    }
+
+    fn loc(db: u8, key: &[u8]) -> Loc {
+        let hash = key_hash(db, key);
+        Loc {
+            db,
+            slot: key_slot(key),
+            hash,
+            fp: fingerprint(hash),
+        }
+    }
+
+    fn lease(&self, slot: u16) -> Result<Lease, DhtError> {
+        self.owner.lease(slot).ok_or(DhtError::NotOwner(slot))
+    }
+}

@@ -1,0 +1,140 @@
+//! Opening the table: [`Dht::open`] finds the root in the pool or creates it, starts the
+//! group committer and counts the keys of the hash slots this client owns.
+//!
+//! Called once per client at startup. It must never replace a table another client
+//! created: the root is set by compare-and-swap from 0, and the loser uses the winner's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use dmc_umo::{GlobalAddr, Pool, TxOutcome};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+
+use super::commit::commit_loop;
+use super::{Counters, Dht, DhtConfig, DhtError, FlatDirs, corrupt, policy_index};
+use crate::clock::Clock;
+use crate::layout::{self, HASH_SLOTS, le64};
+use crate::owner::Ownership;
+
+impl Dht {
+    /// Opens the table in `pool`, creating it if the pool has none, with this client
+    /// owning the slots `owner` says.
+    pub async fn open(
+        pool: Arc<Pool>,
+        config: DhtConfig,
+        clock: Arc<dyn Clock>,
+        owner: Ownership,
+    ) -> Result<Arc<Dht>, DhtError> {
+        if !config.buckets_per_subtable.is_power_of_two() || config.buckets_per_subtable > 1 << 12 {
+            return Err(corrupt(
+                "buckets_per_subtable must be a power of two up to 4096",
+            ));
+        }
+        let (root, buckets) = Self::open_root(&pool, config.buckets_per_subtable).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(commit_loop(pool.clone(), rx));
+        let inline_reads = pool.nodes().iter().all(|n| n.completes_inline());
+        let inline_calls = pool.nodes().iter().all(|n| n.calls_inline());
+        let dht = Dht {
+            pool,
+            clock,
+            root,
+            buckets,
+            maxmemory: AtomicU64::new(config.maxmemory),
+            evict_at: AtomicU64::new(0),
+            spare_started: Mutex::new(None),
+            samples: AtomicU64::new(config.samples.max(1) as u64),
+            policy: std::sync::atomic::AtomicU8::new(policy_index(config.policy)),
+            hit_batch: config.hit_batch.max(1),
+            inline_reads,
+            inline_calls,
+            owner,
+            dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
+            flat: FlatDirs::new(),
+            locks: (0..HASH_SLOTS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            partitions: RwLock::new(Vec::new()),
+            commits: tx,
+            hits: Mutex::new(Vec::new()),
+            keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
+            volatile: (0..256).map(|_| AtomicI64::new(0)).collect(),
+            counters: Counters::default(),
+            removed: RwLock::new(None),
+            db_map: (0..=u8::MAX)
+                .map(std::sync::atomic::AtomicU8::new)
+                .collect(),
+        };
+        dht.load_db_map().await?;
+        dht.recover().await?;
+        Ok(Arc::new(dht))
+    }
+
+    async fn open_root(pool: &Pool, buckets: u32) -> Result<(GlobalAddr, u64), DhtError> {
+        loop {
+            let root = pool.root().await?;
+            if root != 0 {
+                let addr = GlobalAddr::from_bits(root);
+                let mut head = [0u8; 16];
+                pool.read(addr, &mut head).await?;
+                if le64(&head, 0) != layout::MAGIC {
+                    return Err(corrupt("the pool root does not point at a hash table"));
+                }
+                let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+                if version != layout::VERSION {
+                    return Err(corrupt(format!(
+                        "table version {version}, this build reads {}",
+                        layout::VERSION
+                    )));
+                }
+                let b = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as u64;
+                if !b.is_power_of_two() {
+                    return Err(corrupt("bad buckets_per_subtable in the table header"));
+                }
+                return Ok((addr, b));
+            }
+            let block = pool.alloc(layout::ROOT_LEN, true).await?;
+            let mut bytes = vec![0u8; layout::ROOT_LEN as usize];
+            bytes[0..8].copy_from_slice(&layout::MAGIC.to_le_bytes());
+            bytes[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
+            bytes[12..16].copy_from_slice(&buckets.to_le_bytes());
+            pool.write_all(&[(block.addr, &bytes)]).await?;
+            match pool.set_root(0, block.addr.bits()).await? {
+                TxOutcome::Committed => {
+                    tracing::info!(root = %block.addr, buckets, "created the hash table");
+                    return Ok((block.addr, buckets as u64));
+                }
+                _ => pool.free(block), // another client created it first: use theirs
+            }
+        }
+    }
+
+    /// Learns which hash slots have directories and counts the keys of owned ones.
+    async fn recover(&self) -> Result<(), DhtError> {
+        let mut table = vec![0u8; 8 * HASH_SLOTS];
+        self.pool
+            .read(self.root.offset_by(layout::ROOT_HEADER), &mut table)
+            .await?;
+        let mut parts = Vec::new();
+        let mut keys = 0i64;
+        for slot in 0..HASH_SLOTS {
+            if le64(&table, slot * 8) == 0 {
+                continue;
+            }
+            parts.push(slot as u16);
+            if self.owner.lease(slot as u16).is_some() {
+                for (word, meta) in self.scan_words(slot as u16).await? {
+                    let Some(obj) = word.object() else { continue };
+                    if let Some((db, _, _)) = self.pool.read_any(obj).await? {
+                        self.count_key(db, 1, None, Some(meta));
+                        keys += 1;
+                    }
+                }
+            }
+        }
+        tracing::info!(partitions = parts.len(), keys, "hash table opened");
+        *self.partitions.write() = parts;
+        Ok(())
+    }
+}

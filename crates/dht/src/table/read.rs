@@ -1,0 +1,279 @@
+//! The GET paths: `get` (futures-free on inline backends, then the first bucket alone,
+//! then both), `get_many` (batched bucket and object reads), `peek`, `exists`, `ttl`.
+//!
+//! The engine calls these per command. They never return an expired key, and write the
+//! table only through recorded hits (`hits`) and the lazy reclaim of an expired key
+//! whose slot this client owns.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use dmc_umo::{GlobalAddr, ObjectRef, ReadObject};
+
+use super::probe::Probe;
+use super::{Dht, DhtError, Entry, Found, Loc, SlotRef, Ttl};
+use crate::hash;
+use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
+use crate::policy::{self, Now};
+
+/// Objects up to this size are read by `get_many`'s batched path.
+const BATCH_OBJECT: usize = 128;
+
+impl Dht {
+    /// The get path without futures, for inline backends (local, shm): both candidate
+    /// buckets and the object are read with `post_now`. `None` hands the key to the
+    /// general path: no cached directory, a stale one, a chained object, an expired key
+    /// (which that path reclaims), or a backend that must be awaited.
+    fn find_now(&self, loc: &Loc, key: &[u8], abs: u64) -> Option<Result<Option<Found>, DhtError>> {
+        let st = self.cached_subtable(loc)?;
+        let (a, b) = hash::buckets(loc.hash, self.buckets);
+        for (n, bucket) in [a, b].into_iter().enumerate() {
+            let addr = st.offset_by(bucket * layout::BUCKET);
+            let mut bytes = [0u8; layout::BUCKET as usize];
+            if let Err(e) = self.pool.read_now(addr, &mut bytes)? {
+                return Some(Err(e.into()));
+            }
+            if !layout::header_covers(le64(&bytes, 0), loc.hash, loc.slot) {
+                return None;
+            }
+            for i in 0..SLOTS_PER_BUCKET {
+                let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                if bytes[at + 7] != loc.fp {
+                    continue;
+                }
+                let word = SlotWord(le64(&bytes, at));
+                let Some(obj) = word.object() else { continue };
+                let meta = SlotMeta(le64(&bytes, at + 8));
+                match self.pool.read_object_now(obj, loc.db, key)? {
+                    Ok(ReadObject::Value(v)) => {
+                        if self.is_expired(meta, abs) {
+                            return None;
+                        }
+                        return Some(Ok(Some(Found {
+                            bucket: n,
+                            addr: addr.offset_by(at as u64),
+                            word,
+                            meta,
+                            value: Some(v),
+                        })));
+                    }
+                    Ok(ReadObject::Mismatch) => continue,
+                    Err(e) => return Some(Err(e.into())),
+                }
+            }
+        }
+        Some(Ok(None))
+    }
+
+    /// The live value of `key` in `db`, or `None`.
+    pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
+        let loc = Self::loc(db, key);
+        let (abs, now) = self.now();
+        if self.inline_reads {
+            match self.find_now(&loc, key, abs) {
+                Some(Ok(Some(f))) => return Ok(Some(self.hit_now(f, &now))),
+                Some(Ok(None)) => {
+                    self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
+        }
+        if self.inline_reads
+            && let Some(f) = self.find_in_first_bucket(&loc, key).await?
+            && !self.is_expired(f.meta, abs)
+        {
+            return Ok(Some(self.hit(f, &now).await));
+        }
+        let (probe, found) = self.lookup(&loc, key, true).await?;
+        let Some(f) = found else {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        if self.is_expired(f.meta, abs) {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &probe {
+                self.reclaim_expired(&loc, p, &f).await;
+            }
+            return Ok(None);
+        }
+        Ok(Some(self.hit(f, &now).await))
+    }
+
+    /// Gets many keys of `db` at once. On inline backends the first buckets of all keys
+    /// are read in one batch, then all the objects, so their memory latencies overlap
+    /// (the CPU's version of a doorbell batch); keys this fast path cannot settle (in
+    /// the second bucket, absent, expired, chained) go through [`get`](Self::get).
+    pub async fn get_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Entry>>, DhtError> {
+        let mut out: Vec<Option<Entry>> = vec![None; keys.len()];
+        let mut settled = vec![false; keys.len()];
+        if self.inline_reads && keys.len() > 1 {
+            let (abs, now) = self.now();
+            let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
+            // Stage 1: the first candidate bucket of every key with a cached directory.
+            let mut buckets: Vec<(usize, GlobalAddr)> = Vec::with_capacity(keys.len());
+            for (i, loc) in locs.iter().enumerate() {
+                if let Some(st) = self.cached_subtable(loc) {
+                    let (a, _) = hash::buckets(loc.hash, self.buckets);
+                    buckets.push((i, st.offset_by(a * layout::BUCKET)));
+                }
+            }
+            let mut bytes = vec![[0u8; layout::BUCKET as usize]; buckets.len()];
+            {
+                let mut reads: Vec<(GlobalAddr, &mut [u8])> = buckets
+                    .iter()
+                    .zip(bytes.iter_mut())
+                    .map(|((_, a), b)| (*a, &mut b[..]))
+                    .collect();
+                self.pool.read_batch(&mut reads).await?;
+            }
+            // Stage 2: the object of the first fingerprint match in each bucket.
+            let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(buckets.len());
+            for ((i, addr), b) in buckets.iter().zip(&bytes) {
+                let probe = Probe {
+                    buckets: [(*addr, *b), (*addr, *b)],
+                };
+                if !layout::header_covers(probe.header(0), locs[*i].hash, locs[*i].slot) {
+                    continue;
+                }
+                let hit = (0..SLOTS_PER_BUCKET)
+                    .map(|s| probe.slot(0, s))
+                    .find(|(_, w, _)| !w.is_empty() && w.fp() == locs[*i].fp);
+                if let Some((slot, word, meta)) = hit
+                    && let Some(obj) = word.object()
+                    && !obj.chained
+                    && obj.block.size() as usize <= BATCH_OBJECT
+                    && !self.is_expired(meta, abs)
+                {
+                    objects.push((
+                        *i,
+                        Found {
+                            bucket: 0,
+                            addr: slot,
+                            word,
+                            meta,
+                            value: None,
+                        },
+                        obj,
+                    ));
+                }
+            }
+            let mut heads = vec![[0u8; BATCH_OBJECT]; objects.len()];
+            {
+                let mut reads: Vec<(GlobalAddr, &mut [u8])> = objects
+                    .iter()
+                    .zip(heads.iter_mut())
+                    .map(|((_, _, o), h)| (o.block.addr, &mut h[..o.block.size() as usize]))
+                    .collect();
+                self.pool.read_batch(&mut reads).await?;
+            }
+            let mut hits: Vec<(usize, Found)> = Vec::with_capacity(objects.len());
+            for ((i, mut f, obj), head) in objects.into_iter().zip(heads) {
+                let head = &head[..obj.block.size() as usize];
+                if let dmc_umo::object::Head::Inline {
+                    db: d,
+                    key: k,
+                    value,
+                } = dmc_umo::object::parse_head(head)
+                    && d == db
+                    && head[k] == *keys[i]
+                {
+                    f.value = Some(Bytes::copy_from_slice(&head[value]));
+                    settled[i] = true;
+                    hits.push((i, f));
+                }
+            }
+            for (i, entry) in self.hits_now(hits, &now) {
+                out[i] = Some(entry);
+            }
+        }
+        for (i, key) in keys.iter().enumerate() {
+            if !settled[i] {
+                out[i] = self.get(db, key).await?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entry a found key is returned as; `at` is when its slot was read.
+    pub(super) fn entry(&self, f: Found, now: &Now, at: std::time::Instant) -> Entry {
+        Entry {
+            value: f.value.unwrap_or_default(),
+            expire_at: self.decode_expire(f.meta.expire()),
+            idle_secs: now.idle_secs(f.meta),
+            lfu: policy::lfu_decayed(f.meta, now),
+            slot: SlotRef {
+                meta_addr: f.addr.offset_by(8),
+                meta: f.meta,
+                seen: at,
+            },
+        }
+    }
+
+    /// The key if it is in its first candidate bucket (read alone); `None` sends the
+    /// caller down the full two-bucket path, which also handles stale directories.
+    async fn find_in_first_bucket(&self, loc: &Loc, key: &[u8]) -> Result<Option<Found>, DhtError> {
+        let st = match self.cached_subtable(loc) {
+            Some(st) => st,
+            None => match self.load_dir(loc.slot).await? {
+                Some(d) => d.subtable(loc.hash),
+                None => return Ok(None),
+            },
+        };
+        let (a, _) = hash::buckets(loc.hash, self.buckets);
+        let addr = st.offset_by(a * layout::BUCKET);
+        let mut bytes = [0u8; layout::BUCKET as usize];
+        self.pool.read(addr, &mut bytes).await?;
+        let probe = Probe {
+            buckets: [(addr, bytes), (addr, bytes)],
+        };
+        if !layout::header_covers(probe.header(0), loc.hash, loc.slot) {
+            return Ok(None);
+        }
+        self.find(loc, key, &probe, true).await
+    }
+
+    /// The key's value and metadata without recording an access (`OBJECT`, `MEMORY
+    /// USAGE`, `LCS`-style inspection), with the pool bytes one copy of it occupies
+    /// (its slot plus its object's blocks).
+    pub async fn peek(&self, db: u8, key: &[u8]) -> Result<Option<(Entry, u64)>, DhtError> {
+        let loc = Self::loc(db, key);
+        let (abs, now) = self.now();
+        let (_, found) = self.lookup(&loc, key, true).await?;
+        let Some(f) = found.filter(|f| !self.is_expired(f.meta, abs)) else {
+            return Ok(None);
+        };
+        let object = match f.word.object() {
+            Some(o) if !o.chained => u64::from(o.block.size()),
+            // A chain's blocks are each full but the last: estimate from the content.
+            _ => {
+                let len = f.value.as_ref().map_or(0, |v| v.len()) + key.len();
+                (dmc_umo::object::CHAINED_HEADER + len) as u64
+            }
+        };
+        Ok(Some((
+            self.entry(f, &now, std::time::Instant::now()),
+            layout::SLOT + object,
+        )))
+    }
+
+    /// Whether `key` exists (and has not expired), without fetching its value.
+    pub async fn exists(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
+        Ok(self.ttl(db, key).await? != Ttl::Missing)
+    }
+
+    /// The key's time to live.
+    pub async fn ttl(&self, db: u8, key: &[u8]) -> Result<Ttl, DhtError> {
+        let loc = Self::loc(db, key);
+        let (_, found) = self.lookup(&loc, key, false).await?;
+        let abs = self.clock.now_ms();
+        Ok(match found {
+            Some(f) if !self.is_expired(f.meta, abs) => match self.decode_expire(f.meta.expire()) {
+                Some(at) => Ttl::ExpiresAt(at),
+                None => Ttl::Persistent,
+            },
+            _ => Ttl::Missing,
+        })
+    }
+}

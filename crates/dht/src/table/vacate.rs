@@ -1,0 +1,197 @@
+//! Emptying pool memory: evicting or moving the keys whose objects start in a range
+//! (`evict_range`, `clear_range`), and `vacate_region`, which also moves this agent's
+//! directories and subtables out of a region the pool is to return.
+//!
+//! Called to free a segment of a full pool and to return a region. A move swaps the
+//! slot word only if it still names the old object, and never frees a live one.
+
+use dmc_umo::{GlobalAddr, Tx, TxOutcome, TxWrite};
+
+use super::dir::Dir;
+use super::probe::Probe;
+use super::{Dht, DhtError, Found, MAX_RETRIES};
+use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
+use crate::owner::Lease;
+
+impl Dht {
+    /// Evicts every key of this agent's hash slots whose object starts inside
+    /// `[start, start + len)` (a segment or a region), policy or not; returns how many.
+    /// A full pool whose free memory is scattered over every segment frees a whole
+    /// segment this way (memcached's slab rebalancing does the same).
+    pub async fn evict_range(&self, start: GlobalAddr, len: u64) -> Result<usize, DhtError> {
+        Ok(self.clear_range(start, len, false).await?.1)
+    }
+
+    /// Moves (or with `relocate == false`, evicts) the objects of this agent's keys
+    /// that start inside `[start, start + len)`. A move writes the object anew (outside
+    /// any retired region) and swaps the slot word if it still points at the old one;
+    /// a key that cannot be moved for want of room is evicted. Returns (moved, evicted).
+    async fn clear_range(
+        &self,
+        start: GlobalAddr,
+        len: u64,
+        relocate: bool,
+    ) -> Result<(usize, usize), DhtError> {
+        let mut moved = 0;
+        let inside = |a: GlobalAddr| {
+            a.region() == start.region()
+                && (start.offset()..start.offset() + len).contains(&a.offset())
+        };
+        let parts = self.owned_partitions();
+        let mut evicted = 0;
+        for slot in parts {
+            let Some(dir) = self.load_dir(slot).await? else {
+                continue;
+            };
+            let mut subtables = dir.subtables.clone();
+            subtables.sort_unstable();
+            subtables.dedup();
+            for st in subtables {
+                for b in 0..self.buckets {
+                    let bucket = st.offset_by(b * layout::BUCKET);
+                    // Each clear changes the bucket header: read it again after one.
+                    for _ in 0..=SLOTS_PER_BUCKET {
+                        let mut bytes = [0u8; layout::BUCKET as usize];
+                        self.pool.read(bucket, &mut bytes).await?;
+                        let header = le64(&bytes, 0);
+                        if header & layout::MOVED != 0 || layout::header_slot(header) != slot {
+                            break; // split meanwhile: its entries live on elsewhere
+                        }
+                        let probe = Probe {
+                            buckets: [(bucket, bytes), (bucket, bytes)],
+                        };
+                        let Some((addr, word, meta)) = (0..SLOTS_PER_BUCKET)
+                            .map(|i| probe.slot(0, i))
+                            .find(|(_, w, _)| w.object().is_some_and(|o| inside(o.block.addr)))
+                        else {
+                            break;
+                        };
+                        let Some(obj) = word.object() else { break };
+                        let key = self.pool.read_any(obj).await?;
+                        if relocate
+                            && let Some((db, k, v)) = &key
+                            && let Ok(fresh) = self.pool.write_object(*db, k, v).await
+                        {
+                            let tx = Tx {
+                                shard: self.lease(slot)?.shard,
+                                epoch: self.lease(slot)?.epoch,
+                                writes: vec![
+                                    TxWrite {
+                                        addr: bucket,
+                                        expect: Some(header),
+                                        new: header,
+                                    },
+                                    TxWrite {
+                                        addr,
+                                        expect: Some(word.0),
+                                        new: SlotWord::new(word.fp(), fresh).0,
+                                    },
+                                ],
+                            };
+                            match self.commit(tx).await {
+                                TxOutcome::Committed => {
+                                    moved += 1;
+                                    self.pool.free_object(obj).await;
+                                }
+                                TxOutcome::StaleEpoch { .. } => {
+                                    return Err(DhtError::NotOwner(slot));
+                                }
+                                // Changed meanwhile (the next read sees it) or in doubt.
+                                TxOutcome::Failed(_) => {}
+                                _ => self.pool.free_object(fresh).await,
+                            }
+                            continue;
+                        }
+                        let found = Found {
+                            bucket: 0,
+                            addr,
+                            word,
+                            meta,
+                            value: None,
+                        };
+                        if self
+                            .evict_entry(slot, (bucket, header), &found)
+                            .await?
+                            .is_some()
+                        {
+                            evicted += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Ok((moved, evicted))
+    }
+
+    /// Moves this agent's part of the table out of `region` so the pool can return it.
+    /// The pool stops allocating there; the agent evicts per its policy down to
+    /// maxmemory; then directories and subtables of its hash slots are rewritten
+    /// elsewhere (readers holding the old ones see them marked moved) and the objects
+    /// still there are moved (evicted only if no room is left). Returns (moved,
+    /// evicted) keys.
+    pub async fn vacate_region(
+        &self,
+        region: dmc_verbs::RegionId,
+    ) -> Result<(usize, usize), DhtError> {
+        self.pool.retire_region(region);
+        // Shrinking evicts per the policy first; what is left in the region moves.
+        self.shrink_to_maxmemory(usize::MAX).await?;
+        let parts = self.owned_partitions();
+        for slot in parts {
+            let lease = self.lease(slot)?;
+            let _guard = self.locks[slot as usize].lock().await;
+            // A subtable's move can fail on a concurrent write: try again.
+            for _ in 0..MAX_RETRIES {
+                let Some(dir) = self.load_dir(slot).await? else {
+                    break;
+                };
+                if let Some(old) = dir.subtables.iter().find(|st| st.region() == region) {
+                    self.rebuild(slot, &dir, *old, 0, lease).await?;
+                    continue;
+                }
+                if dir.block.addr.region() == region {
+                    self.move_dir(slot, &dir, lease).await?;
+                    continue;
+                }
+                break;
+            }
+        }
+        let size = self.pool.config().region_size;
+        self.clear_range(GlobalAddr::new(region, 0), size, true)
+            .await
+    }
+
+    /// Rewrites `slot`'s directory into a new block (its old one is in a region being
+    /// returned). The caller holds the slot's lock.
+    async fn move_dir(&self, slot: u16, dir: &Dir, lease: Lease) -> Result<(), DhtError> {
+        let mut bytes = vec![0u8; dir.block.size() as usize];
+        self.pool.read(dir.block.addr, &mut bytes).await?;
+        let block = self
+            .room_for(|| self.pool.alloc(bytes.len() as u64, true))
+            .await?;
+        self.pool.write_all(&[(block.addr, &bytes)]).await?;
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes: vec![TxWrite {
+                addr: self.slot_entry(slot),
+                expect: Some(layout::dir_ref(dir.block)),
+                new: layout::dir_ref(block),
+            }],
+        };
+        match self.commit(tx).await {
+            TxOutcome::Committed => {
+                self.pool.free(dir.block);
+                self.load_dir(slot).await?;
+                Ok(())
+            }
+            TxOutcome::StaleEpoch { .. } => Err(DhtError::NotOwner(slot)),
+            TxOutcome::Failed(e) => Err(e.into()),
+            _ => {
+                self.pool.free(block);
+                self.load_dir(slot).await?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Writes: `set` (NX/XX, expiry, GET), `set_many` (MSET/MSETNX in one transaction),
+//! and installing a written object's slot word.
+//!
+//! Only the owner of a key's hash slot writes it. The object is written out of place
+//! first and freed if the install fails or is refused, but never after an in-doubt
+//! commit: that may have made it reachable, so it is leaked instead.
+
+use dmc_umo::{GlobalAddr, ObjectRef, Tx, TxOutcome, TxWrite};
+
+use super::probe::Probe;
+use super::{Dht, DhtError, Found, Loc, MAX_RETRIES, SetCond, SetExpiry, SetOptions, SetOutcome};
+use crate::layout::{SLOTS_PER_BUCKET, SlotMeta, SlotWord};
+use crate::owner::Lease;
+use crate::policy;
+use crate::rng;
+
+impl Dht {
+    /// After a committed insert or overwrite: counts the key and frees the object the
+    /// slot held before (`found`), if any.
+    async fn replaced(&self, db: u8, found: Option<Found>, meta: SlotMeta) {
+        let prev_meta = found.as_ref().map(|f| f.meta);
+        match found.and_then(|f| f.word.object()) {
+            Some(prev) => {
+                self.count_key(db, 0, prev_meta, Some(meta));
+                self.pool.free_object(prev).await
+            }
+            None => self.count_key(db, 1, None, Some(meta)),
+        }
+    }
+
+    /// Sets `key` to `value` in `db`.
+    pub async fn set(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+        opts: SetOptions,
+    ) -> Result<SetOutcome, DhtError> {
+        let loc = Self::loc(db, key);
+        let lease = self.lease(loc.slot)?;
+        let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
+        self.make_room(need).await?;
+        let obj = self.write_with_room(db, key, value).await?;
+        match self.install(&loc, lease, key, obj, opts).await {
+            Ok(out) => {
+                if !out.written {
+                    self.pool.free_object(obj).await;
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                // An in-doubt commit may have made the object reachable: leak it rather
+                // than risk freeing live data.
+                if !matches!(e, DhtError::Pool(_)) {
+                    self.pool.free_object(obj).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sets many keys of `db` in one transaction (Redis's MSET and MSETNX): readers see
+    /// all of the new values or none. A repeated key keeps its last value. With
+    /// `only_if_all_absent` nothing is written if any key exists (returns false). Keys
+    /// must all be in hash slots of one shard lease (always so for a standalone agent);
+    /// otherwise the error is [`DhtError::Unsupported`].
+    pub async fn set_many(
+        &self,
+        db: u8,
+        pairs: &[(&[u8], &[u8])],
+        only_if_all_absent: bool,
+    ) -> Result<bool, DhtError> {
+        let mut seen: std::collections::HashSet<&[u8]> =
+            std::collections::HashSet::with_capacity(pairs.len());
+        let mut unique: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs.iter().rev() {
+            if seen.insert(k) {
+                unique.push((k, v));
+            }
+        }
+        unique.reverse();
+        let locs: Vec<Loc> = unique.iter().map(|(k, _)| Self::loc(db, k)).collect();
+        let mut lease = None;
+        for loc in &locs {
+            let l = self.lease(loc.slot)?;
+            match lease {
+                None => lease = Some(l),
+                Some(first) if (first.shard, first.epoch) != (l.shard, l.epoch) => {
+                    // Hash slots of several shards cannot share one transaction: write
+                    // key by key (not atomic), as Redis Cluster would refuse CROSSSLOT.
+                    return self.set_each(db, &unique, only_if_all_absent).await;
+                }
+                Some(_) => {}
+            }
+        }
+        let Some(lease) = lease else {
+            return Ok(true);
+        };
+        let need: u64 = unique
+            .iter()
+            .map(|(k, v)| (dmc_umo::object::HEADER + k.len() + v.len()) as u64)
+            .sum();
+        self.make_room(need).await?;
+        let mut objects = Vec::with_capacity(unique.len());
+        for (k, v) in &unique {
+            match self.write_with_room(db, k, v).await {
+                Ok(o) => objects.push(o),
+                Err(e) => {
+                    for o in objects {
+                        self.pool.free_object(o).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let result = self
+            .install_many(&locs, lease, &unique, &objects, only_if_all_absent)
+            .await;
+        match result {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                for o in objects {
+                    self.pool.free_object(o).await;
+                }
+                Ok(false)
+            }
+            // In doubt (the commit's outcome is unknown): the objects may be reachable;
+            // leak them rather than free live data.
+            Err((e, true)) => Err(e),
+            Err((e, false)) => {
+                for o in objects {
+                    self.pool.free_object(o).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The keys of `pairs` one `set` at a time (not atomic), for batches whose keys
+    /// span shards; with `only_if_all_absent`, checked first.
+    async fn set_each(
+        &self,
+        db: u8,
+        pairs: &[(&[u8], &[u8])],
+        only_if_all_absent: bool,
+    ) -> Result<bool, DhtError> {
+        if only_if_all_absent {
+            for (k, _) in pairs {
+                if self.exists(db, k).await? {
+                    return Ok(false);
+                }
+            }
+        }
+        for (k, v) in pairs {
+            self.set(db, k, v, SetOptions::default()).await?;
+        }
+        Ok(true)
+    }
+
+    async fn install_many(
+        &self,
+        locs: &[Loc],
+        lease: Lease,
+        pairs: &[(&[u8], &[u8])],
+        objects: &[ObjectRef],
+        only_if_all_absent: bool,
+    ) -> Result<bool, (DhtError, bool)> {
+        // Errors before the commit leave nothing reachable (`false`); a failed commit
+        // is in doubt (`true`).
+        let early = |e: DhtError| (e, false);
+        'retry: for attempt in 0..MAX_RETRIES {
+            let (abs, now) = self.now();
+            let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * pairs.len());
+            let mut taken: Vec<GlobalAddr> = Vec::new();
+            // (db, previous found slot, new metadata) per key, for the bookkeeping.
+            let mut done: Vec<(Option<Found>, SlotMeta)> = Vec::with_capacity(pairs.len());
+            for ((loc, (key, _)), obj) in locs.iter().zip(pairs).zip(objects) {
+                let (probe, found) = self.lookup(loc, key, false).await.map_err(early)?;
+                let Some(probe) = probe else {
+                    self.create_partition(loc.slot, lease)
+                        .await
+                        .map_err(early)?;
+                    continue 'retry;
+                };
+                let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+                if only_if_all_absent && live.is_some() {
+                    return Ok(false);
+                }
+                let lfu = found
+                    .as_ref()
+                    .map(|f| f.meta.lfu())
+                    .unwrap_or(policy::LFU_INIT);
+                let meta = SlotMeta::new(0, now.access, lfu);
+                let (bucket, addr, expect) = match &found {
+                    Some(f) => (f.bucket, f.addr, f.word),
+                    None => {
+                        // An empty slot no earlier key of this batch took.
+                        let free = (0..2).flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |i| (b, i)));
+                        let pick = free
+                            .map(|(b, i)| (b, probe.slot(b, i)))
+                            .find(|(_, (a, w, _))| w.is_empty() && !taken.contains(a));
+                        match pick {
+                            Some((b, (a, _, _))) => (b, a, SlotWord::EMPTY),
+                            None => {
+                                self.split(loc, lease).await.map_err(early)?;
+                                continue 'retry;
+                            }
+                        }
+                    }
+                };
+                taken.push(addr);
+                let guard = Self::header_guard(&probe, bucket);
+                if !writes.iter().any(|w| w.addr == guard.addr) {
+                    writes.push(guard);
+                }
+                writes.push(TxWrite {
+                    addr,
+                    expect: Some(expect.0),
+                    new: SlotWord::new(loc.fp, *obj).0,
+                });
+                writes.push(TxWrite {
+                    addr: addr.offset_by(8),
+                    expect: None,
+                    new: meta.0,
+                });
+                done.push((found, meta));
+            }
+            let tx = Tx {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                writes,
+            };
+            match self.commit(tx).await {
+                TxOutcome::Committed => {
+                    for (loc, (found, meta)) in locs.iter().zip(done) {
+                        self.replaced(loc.db, found, meta).await;
+                    }
+                    return Ok(true);
+                }
+                TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
+                TxOutcome::Locked => self.backoff(attempt, true).await,
+                TxOutcome::StaleEpoch { .. } => {
+                    return Err(early(DhtError::NotOwner(locs[0].slot)));
+                }
+                TxOutcome::Failed(e) => return Err((e.into(), true)),
+            }
+        }
+        Err(early(DhtError::Contention(locs[0].slot)))
+    }
+
+    async fn install(
+        &self,
+        loc: &Loc,
+        lease: Lease,
+        key: &[u8],
+        obj: ObjectRef,
+        opts: SetOptions,
+    ) -> Result<SetOutcome, DhtError> {
+        let new_word = SlotWord::new(loc.fp, obj);
+        for attempt in 0..MAX_RETRIES {
+            let (probe, found) = self.lookup(loc, key, opts.get).await?;
+            let Some(probe) = probe else {
+                self.create_partition(loc.slot, lease).await?;
+                continue;
+            };
+            let (abs, now) = self.now();
+            let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+            let old = live.and_then(|f| f.value.clone());
+            let blocked = match opts.cond {
+                SetCond::Always => false,
+                SetCond::IfAbsent => live.is_some(),
+                SetCond::IfPresent => live.is_none(),
+            };
+            if blocked {
+                return Ok(SetOutcome {
+                    written: false,
+                    old,
+                });
+            }
+            let expire = match opts.expiry {
+                SetExpiry::Clear => 0,
+                SetExpiry::Keep => live.map(|f| f.meta.expire()).unwrap_or(0),
+                SetExpiry::At(at) => self.encode_expire(at),
+            };
+            let lfu = found
+                .as_ref()
+                .map(|f| f.meta.lfu())
+                .unwrap_or(policy::LFU_INIT);
+            let meta = SlotMeta::new(expire, now.access, lfu);
+            let (bucket, addr, expect) = match &found {
+                Some(f) => (f.bucket, f.addr, f.word),
+                None => match Self::empty_slot(&probe) {
+                    Some((b, addr)) => (b, addr, SlotWord::EMPTY),
+                    None => {
+                        self.split(loc, lease).await?;
+                        continue;
+                    }
+                },
+            };
+            let tx = Tx {
+                shard: lease.shard,
+                epoch: lease.epoch,
+                writes: vec![
+                    Self::header_guard(&probe, bucket),
+                    TxWrite {
+                        addr,
+                        expect: Some(expect.0),
+                        new: new_word.0,
+                    },
+                    TxWrite {
+                        addr: addr.offset_by(8),
+                        expect: None,
+                        new: meta.0,
+                    },
+                ],
+            };
+            match self.commit(tx).await {
+                TxOutcome::Committed => {
+                    self.replaced(loc.db, found, meta).await;
+                    return Ok(SetOutcome { written: true, old });
+                }
+                TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
+                TxOutcome::Locked => self.backoff(attempt, true).await,
+                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
+                TxOutcome::Failed(e) => return Err(e.into()),
+            }
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+
+    /// An empty slot in the emptier of the two buckets.
+    fn empty_slot(probe: &Probe) -> Option<(usize, GlobalAddr)> {
+        let empties = |b: usize| {
+            (0..SLOTS_PER_BUCKET)
+                .filter(|&i| probe.slot(b, i).1.is_empty())
+                .count()
+        };
+        let order = if empties(1) > empties(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        };
+        // A random empty slot rather than the first: concurrent inserts into one bucket
+        // then rarely pick the same slot and conflict.
+        order.into_iter().find_map(|b| {
+            let n = empties(b);
+            if n == 0 {
+                return None;
+            }
+            let pick = rng::below(n as u64) as usize;
+            (0..SLOTS_PER_BUCKET)
+                .map(|i| probe.slot(b, i))
+                .filter(|(_, w, _)| w.is_empty())
+                .nth(pick)
+                .map(|(addr, _, _)| (b, addr))
+        })
+    }
+}
