@@ -180,7 +180,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     engine
         .stats
         .pool_nodes
-        .store(engine.dht.pool().nodes().len() as u64, Ordering::Relaxed);
+        .store(engine.dht.memory_nodes() as u64, Ordering::Relaxed);
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
     let sampler = {
         let engine = engine.clone();
@@ -198,7 +198,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 used.store(bytes, Ordering::Relaxed);
                 engine.stats.sample(bytes);
                 if let Ok(mut r) = region_used.lock() {
-                    *r = engine.dht.pool().used_by_region();
+                    *r = engine.dht.used_by_region();
                 }
             }
         })

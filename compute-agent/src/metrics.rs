@@ -15,7 +15,7 @@ pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
         value: value as f64,
     };
     let d = engine.dht.stats();
-    let p = engine.dht.pool().stats();
+    let p = engine.dht.pool_stats();
     let c = engine.cache.as_ref().map(|c| c.stats()).unwrap_or_default();
     let st = &engine.stats;
     vec![

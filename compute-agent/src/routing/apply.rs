@@ -42,7 +42,7 @@ impl Router {
             if let Some(l) = lease {
                 // Fence first: from here the previous owner cannot start a commit (one
                 // it prepared before may still finish; its locks make this agent wait).
-                if let Err(e) = self.engine.dht.pool().fence(l.shard, l.epoch).await {
+                if let Err(e) = self.engine.dht.fence_shard(l.shard, l.epoch).await {
                     tracing::warn!(shard, epoch = l.epoch, error = %e, "fencing a gained shard failed");
                 }
             }
@@ -92,11 +92,10 @@ impl Router {
     /// agents that must vacate them too.
     pub fn drain(self: &Arc<Self>, me: AgentId) {
         let Some(map) = self.map() else { return };
-        let pool = self.engine.dht.pool().clone();
         {
             let mut seen = self.draining.lock();
             for r in seen.iter().filter(|r| !map.draining.contains(r)) {
-                pool.forget_region(*r);
+                self.engine.dht.forget_region(*r);
             }
             seen.clone_from(&map.draining);
         }

@@ -483,7 +483,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
         Some(s) => s.eq_ignore_ascii_case(name),
     };
     let dht = engine.dht.stats();
-    let pool = engine.dht.pool().stats();
+    let pool = engine.dht.pool_stats();
     let st = &engine.stats;
     st.note_memory(dht.used_memory);
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed).to_string();

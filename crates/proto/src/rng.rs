@@ -70,7 +70,10 @@ mod tests {
         }
         let id = hex_id(40);
         assert_eq!(id.len(), 40);
-        assert!(id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
         assert_ne!(hex_id(40), id);
     }
 }

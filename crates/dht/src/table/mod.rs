@@ -46,6 +46,7 @@ mod hits;
 mod maintenance;
 mod open;
 mod partition;
+mod pool_view;
 mod probe;
 mod read;
 mod scan;
@@ -149,6 +150,8 @@ fn policy_index(p: RedisPolicy) -> u8 {
 }
 
 impl Dht {
+    /// The pool under the table, for opening another table client on it (tests,
+    /// tools). The engine and the agent use the narrower view in `pool_view.rs`.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }

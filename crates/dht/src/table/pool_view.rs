@@ -1,0 +1,37 @@
+//! What the layers above learn of the memory pool under the table, and the pool-level
+//! actions they may ask for: its statistics and per-region usage, how many memory
+//! nodes it spans, fencing a shard the agent gains, forgetting a region the manager
+//! took back. The engine and the agent go through these, never to the pool itself.
+
+use dmc_umo::{PoolStats, UmoError};
+use dmc_verbs::RegionId;
+
+use super::Dht;
+
+impl Dht {
+    /// The pool's counters (regions, segments, blocks, bytes).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Bytes of this client's live blocks per region (reported to the manager).
+    pub fn used_by_region(&self) -> Vec<(RegionId, u64)> {
+        self.pool.used_by_region()
+    }
+
+    /// Memory nodes the pool spans.
+    pub fn memory_nodes(&self) -> usize {
+        self.pool.nodes().len()
+    }
+
+    /// Fences `shard` at `epoch` on every memory node: from here no writer with an
+    /// older epoch starts a change of it.
+    pub async fn fence_shard(&self, shard: u32, epoch: u64) -> Result<(), UmoError> {
+        self.pool.fence(shard, epoch).await
+    }
+
+    /// Forgets a region the manager returned to the memory nodes.
+    pub fn forget_region(&self, region: RegionId) {
+        self.pool.forget_region(region);
+    }
+}
