@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::launcher::Launcher;
 use crate::manager::{Manager, ManagerError, Member};
+use crate::metrics;
 use crate::scale::{ScaleTimes, scale};
 
 /// What the handlers share.
@@ -42,6 +43,8 @@ pub struct App {
     pub times: ScaleTimes,
     /// One rescale at a time.
     pub scaling: tokio::sync::Mutex<()>,
+    /// Renders the process's metrics for `GET /metrics`.
+    pub metrics: dmc_process::metrics::PrometheusHandle,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -164,6 +167,16 @@ type Shared = State<Arc<App>>;
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(
+            "/metrics",
+            get(|State(app): Shared| async move {
+                metrics::collect(&app.manager);
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    app.metrics.render(),
+                )
+            }),
+        )
+        .route(
             "/v1/status",
             get(|State(app): Shared| async move { Json(app.manager.status()) }),
         )
@@ -192,6 +205,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(
             "/v1/nodes/{id}/heartbeat",
             post(|State(app): Shared, Path(id): Path<u32>| async move {
+                metrics::heartbeat();
                 app.manager.heartbeat(Member::Node(id))?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
@@ -216,6 +230,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/agents/{id}/heartbeat",
             post(
                 |State(app): Shared, Path(id): Path<u64>, body: Bytes| async move {
+                    metrics::heartbeat();
                     let beat: Heartbeat = if body.is_empty() {
                         Heartbeat::default()
                     } else {
@@ -241,6 +256,7 @@ pub fn router(app: Arc<App>) -> Router {
             post(
                 |State(app): Shared, Json(r): Json<ScaleRequest>| async move {
                     let _one = app.scaling.lock().await;
+                    let started = std::time::Instant::now();
                     let report = scale(
                         &app.manager,
                         app.launcher.as_ref(),
@@ -248,8 +264,9 @@ pub fn router(app: Arc<App>) -> Router {
                         r.count,
                         app.times,
                     )
-                    .await?;
-                    Ok::<_, ApiError>(Json(report))
+                    .await;
+                    metrics::scaled(report.is_ok(), started.elapsed());
+                    Ok::<_, ApiError>(Json(report?))
                 },
             ),
         )
@@ -291,8 +308,9 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/instances/{name}/regions",
             post(
                 |State(app): Shared, Path(name): Path<String>, Json(g): Json<GrantRequest>| async move {
-                    let grant = app.manager.grant_region(&name, g.region).await?;
-                    Ok::<_, ApiError>(Json(grant))
+                    let grant = app.manager.grant_region(&name, g.region).await;
+                    metrics::region_request(grant.is_ok());
+                    Ok::<_, ApiError>(Json(grant?))
                 },
             ),
         )

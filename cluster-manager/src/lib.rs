@@ -8,5 +8,6 @@ pub mod api;
 pub mod cli;
 pub mod launcher;
 pub mod manager;
+pub mod metrics;
 pub mod scale;
 pub mod state;

@@ -5,7 +5,7 @@
 //! the pool.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use dmc_engine::{Engine, Flow};
@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use dmc_engine::table::{self, Family};
 
+use crate::metrics::CommandTimers;
 use crate::routing::Router;
 
 /// Pipelined GETs read from the pool together, at most this many at a time.
@@ -23,16 +24,23 @@ const SET_BATCH: usize = 32;
 /// Pipelined writes to one other agent are forwarded together, at most this many.
 const FORWARD_BATCH: usize = 64;
 
+/// What every connection of the agent shares.
+pub(crate) struct ConnShared {
+    pub router: std::sync::Arc<Router>,
+    pub limits: Limits,
+    /// `client-query-buffer-limit`.
+    pub qbuf_limit: usize,
+    pub timers: CommandTimers,
+}
+
 /// Serves one client: parse every complete request in the buffer, run them in order
 /// (runs of plain GETs as one batch), write all their replies together (pipelining).
 pub(crate) async fn serve_conn(
-    router: &Router,
+    shared: &ConnShared,
     stream: tokio::net::TcpStream,
-    limits: &Limits,
-    qbuf_limit: usize,
     drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let engine = router.engine();
+    let engine = shared.router.engine();
     use std::os::fd::AsRawFd;
     let show =
         |a: std::io::Result<std::net::SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
@@ -49,7 +57,7 @@ pub(crate) async fn serve_conn(
         }
     }
     let _registered = Registered(engine, session.id);
-    serve_session(router, stream, &mut session, limits, qbuf_limit, drain).await
+    serve_session(shared, stream, &mut session, drain).await
 }
 
 /// Writes replies to the client, counted for INFO. A client that stops reading blocks
@@ -72,13 +80,18 @@ async fn send(
 }
 
 async fn serve_session(
-    router: &Router,
+    shared: &ConnShared,
     stream: tokio::net::TcpStream,
     session: &mut dmc_engine::Session,
-    limits: &Limits,
-    qbuf_limit: usize,
     mut drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let ConnShared {
+        router,
+        limits,
+        qbuf_limit,
+        timers,
+    } = shared;
+    let qbuf_limit = *qbuf_limit;
     let engine = router.engine();
     // Another agent forwarding writes to this one (see `routing`).
     let mut peer = false;
@@ -142,14 +155,17 @@ async fn serve_session(
                 }
                 _ => None,
             };
+            let started = Instant::now();
             if let Some((owner, forwards)) = forwards {
-                for reply in router
-                    .forward_run(session, &owner, &commands[i..i + forwards])
-                    .await
-                {
+                let run = &commands[i..i + forwards];
+                for reply in router.forward_run(session, &owner, run).await {
                     if session.should_reply() {
                         reply.encode(session.proto, &mut out);
                     }
+                }
+                let took = started.elapsed();
+                for spec in run.iter().filter_map(|c| table::lookup(&c[0])) {
+                    timers.record(spec.family(), took, 1);
                 }
                 i += forwards;
             } else if gets >= 2 {
@@ -158,6 +174,7 @@ async fn serve_session(
                         reply.encode(session.proto, &mut out);
                     }
                 }
+                timers.record(Family::Strings, started.elapsed(), gets);
                 i += gets;
             } else if sets >= 2 {
                 for reply in router.set_run(session, &commands[i..i + sets], peer).await {
@@ -165,11 +182,13 @@ async fn serve_session(
                         reply.encode(session.proto, &mut out);
                     }
                 }
+                timers.record(Family::Strings, started.elapsed(), sets);
                 i += sets;
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;
-                if table::lookup(&args[0]).is_some_and(|s| s.family() == Family::Internal) {
+                let family = table::lookup(&args[0]).map(|s| s.family());
+                if family == Some(Family::Internal) {
                     peer = true;
                     Reply::ok().encode(session.proto, &mut out);
                     continue;
@@ -177,6 +196,9 @@ async fn serve_session(
                 let (reply, flow) = router.execute(session, args, peer).await;
                 if session.should_reply() {
                     reply.encode(session.proto, &mut out);
+                }
+                if let Some(family) = family {
+                    timers.record(family, started.elapsed(), 1);
                 }
                 if flow == Flow::Close || client.is_killed() {
                     send(&mut wr, &out, engine, &client).await?;

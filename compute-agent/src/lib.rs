@@ -40,9 +40,8 @@ use routing::{Router, RoutingMode};
 use tokio::io::AsyncWriteExt;
 
 pub use config::{Args, Config, PoolBackend, PoolSection};
-pub use metrics::metrics;
 
-use conn::serve_conn;
+use conn::{ConnShared, serve_conn};
 use membership::{pool_map, watch_map, with_manager};
 use pool::{ManagerRegions, open_pool, pool_from_map};
 
@@ -208,7 +207,10 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             .await
             .with_context(|| format!("binding metrics address {maddr}"))?;
         let engine = engine.clone();
-        tokio::spawn(dmc_process::serve_metrics(l, move || metrics(&engine)));
+        let handle = dmc_process::metrics::install(dmc_process::metrics::agent::ALL);
+        tokio::spawn(dmc_process::metrics::serve(l, handle, move || {
+            metrics::collect(&engine)
+        }));
     }
     tracing::info!(listen = %addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
     {
@@ -216,8 +218,12 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         writeln!(out, "compute-agent ready listen={addr}")?;
         out.flush()?;
     }
-    let limits = Arc::new(Limits::default());
-    let qbuf_limit = cfg.client_query_buffer_limit.0 as usize;
+    let shared = Arc::new(ConnShared {
+        router: router.clone(),
+        limits: Limits::default(),
+        qbuf_limit: cfg.client_query_buffer_limit.0 as usize,
+        timers: metrics::CommandTimers::new(),
+    });
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -235,18 +241,17 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 };
                 engine.stats.connections_received.fetch_add(1, Ordering::Relaxed);
                 let clients = engine.stats.connected_clients.fetch_add(1, Ordering::Relaxed) + 1;
-                let router = router.clone();
-                let limits = limits.clone();
+                let shared = shared.clone();
                 let drain = drain_rx.clone();
                 tokio::spawn(async move {
-                    let engine = router.engine();
+                    let engine = shared.router.engine();
                     if clients > engine.config.maxclients {
                         engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         let mut s = stream;
                         let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                     } else {
                         let _ = stream.set_nodelay(true);
-                        if let Err(e) = serve_conn(&router, stream, &limits, qbuf_limit, drain).await {
+                        if let Err(e) = serve_conn(&shared, stream, drain).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                     }
@@ -318,8 +323,10 @@ mod tests {
         assert!(toml::from_str::<Config>("bogus = 1").is_err());
     }
 
+    /// Everything the agent exports is in its catalog, and every catalog entry is
+    /// exported once a command has been timed.
     #[tokio::test]
-    async fn metric_names_are_unique_and_prefixed() {
+    async fn metrics_follow_the_catalog() {
         let pool = Pool::embedded(
             64 << 20,
             PoolConfig {
@@ -340,10 +347,19 @@ mod tests {
         .await
         .unwrap();
         let engine = Engine::new(dht, Arc::new(SystemClock), EngineConfig::default());
-        let names: Vec<_> = metrics(&engine).iter().map(|m| m.name).collect();
-        let set: std::collections::HashSet<_> = names.iter().collect();
-        assert_eq!(set.len(), names.len());
-        assert!(names.iter().all(|n| n.starts_with("dmc_agent_")));
+        let handle = dmc_process::metrics::install(dmc_process::metrics::agent::ALL);
+        metrics::CommandTimers::new().record(
+            dmc_engine::table::Family::Strings,
+            Duration::from_micros(30),
+            2,
+        );
+        metrics::collect(&engine);
+        let exported = dmc_process::metrics::names_in(&handle.render());
+        let declared: std::collections::BTreeSet<String> = dmc_process::metrics::agent::ALL
+            .iter()
+            .map(|d| d.name.to_string())
+            .collect();
+        assert_eq!(exported, declared);
     }
 
     #[test]

@@ -1,137 +1,91 @@
-//! The agent's Prometheus metrics, read from the engine's counters at scrape time.
-//! Served by [`crate::run`] on `metrics-listen`; it never changes what it reads.
+//! The agent's Prometheus metrics: the command-latency histograms the connection loop
+//! records (one handle per command family, resolved once), and the collect step that
+//! copies the engine's counters (the ones INFO reads too) into the recorder at scrape
+//! time. Names come from `dmc_proto::metrics::agent`; served by [`crate::run`] on
+//! `metrics-listen`. It never changes what it reads.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use dmc_engine::Engine;
+use dmc_engine::table::Family;
+use dmc_process::metrics::{Desc, agent};
+use metrics::Histogram;
 
-/// The agent's Prometheus metrics.
-pub fn metrics(engine: &Engine) -> Vec<dmc_process::Metric> {
-    use dmc_process::Metric;
-    let m = |name, help, kind, value: u64| Metric {
-        name,
-        help,
-        kind,
-        value: value as f64,
-    };
+/// Command latency per family, one histogram handle each, so the hot path records
+/// without looking a metric up.
+pub struct CommandTimers {
+    by_family: [Histogram; 6],
+}
+
+impl CommandTimers {
+    pub fn new() -> CommandTimers {
+        let h = |family: &'static str| metrics::histogram!(agent::COMMAND_DURATION.name, "family" => family);
+        CommandTimers {
+            by_family: [
+                h("server"),
+                h("strings"),
+                h("keys"),
+                h("introspect"),
+                h("cluster"),
+                h("internal"),
+            ],
+        }
+    }
+
+    /// Records `count` commands of `family` that took `took` each.
+    pub fn record(&self, family: Family, took: Duration, count: usize) {
+        let i = match family {
+            Family::Server => 0,
+            Family::Strings => 1,
+            Family::Keys => 2,
+            Family::Introspect => 3,
+            Family::Cluster => 4,
+            Family::Internal => 5,
+        };
+        self.by_family[i].record_many(took.as_secs_f64(), count);
+    }
+}
+
+impl Default for CommandTimers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter(d: Desc, value: u64) {
+    metrics::counter!(d.name).absolute(value);
+}
+
+fn gauge(d: Desc, value: u64) {
+    metrics::gauge!(d.name).set(value as f64);
+}
+
+/// Copies the engine's counters into the recorder (run before every scrape).
+pub fn collect(engine: &Engine) {
     let d = engine.dht.stats();
     let p = engine.dht.pool_stats();
     let c = engine.cache.as_ref().map(|c| c.stats()).unwrap_or_default();
     let st = &engine.stats;
-    vec![
-        m(
-            "dmc_agent_connected_clients",
-            "Client connections open.",
-            "gauge",
-            st.connected_clients.load(Ordering::Relaxed),
-        ),
-        m(
-            "dmc_agent_connections_received_total",
-            "Client connections accepted.",
-            "counter",
-            st.connections_received.load(Ordering::Relaxed),
-        ),
-        m(
-            "dmc_agent_rejected_connections_total",
-            "Connections refused over maxclients.",
-            "counter",
-            st.rejected_connections.load(Ordering::Relaxed),
-        ),
-        m(
-            "dmc_agent_commands_total",
-            "Commands executed.",
-            "counter",
-            st.commands.load(Ordering::Relaxed),
-        ),
-        m(
-            "dmc_agent_keyspace_hits_total",
-            "Reads that found their key in the pool.",
-            "counter",
-            d.hits,
-        ),
-        m(
-            "dmc_agent_keyspace_misses_total",
-            "Reads that did not find their key.",
-            "counter",
-            d.misses,
-        ),
-        m(
-            "dmc_agent_evicted_keys_total",
-            "Keys evicted to stay under maxmemory.",
-            "counter",
-            d.evicted,
-        ),
-        m(
-            "dmc_agent_expired_keys_total",
-            "Expired keys reclaimed.",
-            "counter",
-            d.expired,
-        ),
-        m(
-            "dmc_agent_keys",
-            "Keys in the hash slots this agent owns.",
-            "gauge",
-            d.keys.max(0) as u64,
-        ),
-        m(
-            "dmc_agent_used_memory_bytes",
-            "Pool bytes in use by this instance.",
-            "gauge",
-            d.used_memory,
-        ),
-        m(
-            "dmc_agent_maxmemory_bytes",
-            "The maxmemory setting (0: unlimited).",
-            "gauge",
-            engine.dht.maxmemory(),
-        ),
-        m(
-            "dmc_agent_pool_connections",
-            "Memory nodes this agent is connected to now (opened on first use).",
-            "gauge",
-            st.pool_connections.load(Ordering::Relaxed),
-        ),
-        m(
-            "dmc_agent_pool_regions",
-            "Regions of the pool.",
-            "gauge",
-            p.regions as u64,
-        ),
-        m(
-            "dmc_agent_table_splits_total",
-            "Hash-table subtable splits.",
-            "counter",
-            d.splits,
-        ),
-        m(
-            "dmc_agent_table_retries_total",
-            "Optimistic retries in the hash table.",
-            "counter",
-            d.retries,
-        ),
-        m(
-            "dmc_agent_local_cache_keys",
-            "Keys in the local DRAM cache.",
-            "gauge",
-            c.keys,
-        ),
-        m(
-            "dmc_agent_local_cache_bytes",
-            "Bytes in the local DRAM cache.",
-            "gauge",
-            c.bytes,
-        ),
-        m(
-            "dmc_agent_local_cache_hits_total",
-            "Reads served by the local cache.",
-            "counter",
-            c.hits,
-        ),
-        m(
-            "dmc_agent_local_cache_misses_total",
-            "Reads the local cache could not serve.",
-            "counter",
-            c.misses,
-        ),
-    ]
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    gauge(agent::CONNECTED_CLIENTS, load(&st.connected_clients));
+    counter(agent::CONNECTIONS_RECEIVED, load(&st.connections_received));
+    counter(agent::REJECTED_CONNECTIONS, load(&st.rejected_connections));
+    counter(agent::COMMANDS, load(&st.commands));
+    counter(agent::FORWARDED_COMMANDS, load(&st.forwarded_commands));
+    counter(agent::KEYSPACE_HITS, d.hits);
+    counter(agent::KEYSPACE_MISSES, d.misses);
+    counter(agent::EVICTED_KEYS, d.evicted);
+    counter(agent::EXPIRED_KEYS, d.expired);
+    gauge(agent::KEYS, d.keys.max(0) as u64);
+    gauge(agent::USED_MEMORY, d.used_memory);
+    gauge(agent::MAXMEMORY, engine.dht.maxmemory());
+    gauge(agent::POOL_CONNECTIONS, load(&st.pool_connections));
+    gauge(agent::POOL_REGIONS, u64::from(p.regions));
+    counter(agent::TABLE_SPLITS, d.splits);
+    counter(agent::TABLE_RETRIES, d.retries);
+    gauge(agent::LOCAL_CACHE_KEYS, c.keys);
+    gauge(agent::LOCAL_CACHE_BYTES, c.bytes);
+    counter(agent::LOCAL_CACHE_HITS, c.hits);
+    counter(agent::LOCAL_CACHE_MISSES, c.misses);
 }

@@ -398,3 +398,27 @@ pub fn info_field(port: &str, section: &str, field: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// `GET path` over HTTP/1.0 from `addr` (`host:port`): the response body, or an error
+/// if the status is not 200.
+pub fn http_get(addr: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    if !head.lines().next().is_some_and(|l| l.contains(" 200 ")) {
+        bail!("GET {path} from {addr}: {head}");
+    }
+    Ok(body.to_string())
+}
+
+/// The value of the Prometheus sample whose name and labels are exactly `series`
+/// (`name` or `name{label="v"}`) in an exposition-format `text`.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}

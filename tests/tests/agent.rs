@@ -562,4 +562,13 @@ fn prometheus_metrics_are_served() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(commands >= 1.0);
+    // The SET was timed under its command family.
+    let strings = body
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("dmc_agent_command_duration_seconds_count{family=\"strings\"} ")
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(strings >= 1.0, "{body}");
 }

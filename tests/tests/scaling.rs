@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dmc_e2e::{TestCluster, info_field, port_of};
+use dmc_e2e::{TestCluster, http_get, info_field, metric, port_of};
 
 /// Two memory nodes (`r = 2`) and launched agents in `routing` mode.
 fn cluster(routing: &str) -> TestCluster {
@@ -133,6 +133,27 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
     assert_eq!(c.region_files(), before, "rescaling allocated pool memory");
     let status = c.manager.status().unwrap();
     assert_eq!(status["agents"].as_array().unwrap().len(), 1, "{status}");
+    // The manager's own metrics saw the membership and the three scale operations.
+    let manager_addr = c.manager.url.trim_start_matches("http://");
+    let text = http_get(manager_addr, "/metrics").unwrap();
+    let names = dmc_process::metrics::names_in(&text);
+    let declared: std::collections::BTreeSet<String> = dmc_process::metrics::manager::ALL
+        .iter()
+        .map(|d| d.name.to_string())
+        .collect();
+    assert!(names.is_subset(&declared), "{text}");
+    assert_eq!(
+        metric(&text, "dmc_manager_scale_operations_total{result=\"ok\"}"),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "dmc_manager_memory_nodes{state=\"alive\"}"),
+        Some(2.0),
+        "{text}"
+    );
+    assert!(metric(&text, "dmc_manager_heartbeats_total").unwrap_or(0.0) > 0.0);
+    assert!(metric(&text, "dmc_manager_scale_duration_seconds_count").unwrap_or(0.0) >= 3.0);
 }
 
 /// Cluster mode: redis-py's RedisCluster and `redis-cli -c` follow `-MOVED` to the

@@ -211,6 +211,7 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
                 drain: Duration::from_millis(l_cfg.drain_ms),
             },
             scaling: tokio::sync::Mutex::new(()),
+            metrics: dmc_process::metrics::install(dmc_process::metrics::manager::ALL),
         });
         // Returns draining regions once every agent vacated them (after a grace
         // period for reads still in flight).

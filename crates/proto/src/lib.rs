@@ -3,10 +3,12 @@
 //! [`ByteSize`], the human-readable sizes (`"4gb"`, `"16mb"`, `1048576`) that every
 //! config file and flag accepts, with Redis's unit rules; and [`shards`], the logical
 //! shard map (hash slots → shards → agents, with epochs); [`cluster`], the map the
-//! cluster manager pushes to agents; [`policy`], the `maxmemory-policy` names; and
-//! [`rng`], the one random-number source.
+//! cluster manager pushes to agents; [`policy`], the `maxmemory-policy` names;
+//! [`metrics`], the catalog of every exported metric; and [`rng`], the one
+//! random-number source.
 
 pub mod cluster;
+pub mod metrics;
 pub mod policy;
 pub mod rng;
 pub mod shards;

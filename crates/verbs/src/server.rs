@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use dmc_proto::metrics::node as node_metrics;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::VerbsError;
@@ -156,6 +157,11 @@ async fn serve_conn(
                     continue;
                 }
             };
+            let started = std::time::Instant::now();
+            let kind = req.kind();
+            if let Request::Verbs(verbs) = &req {
+                count_verbs(verbs);
+            }
             let resp = match req {
                 Request::Hello { version, secret } => {
                     if version != WIRE_VERSION {
@@ -183,6 +189,8 @@ async fn serve_conn(
                 }
                 other => core.handle(session, other),
             };
+            metrics::histogram!(node_metrics::REQUEST_DURATION.name, "request" => kind)
+                .record(started.elapsed().as_secs_f64());
             resp.encode(frame.id, &mut out);
         }
         if !out.is_empty() {
@@ -193,6 +201,24 @@ async fn serve_conn(
         }
         if buf.capacity() > options.max_frame as usize + READ_SLACK && buf.is_empty() {
             buf = BytesMut::with_capacity(64 << 10);
+        }
+    }
+}
+
+/// Counts a batch's verbs by kind (one counter update per kind present).
+fn count_verbs(verbs: &[WireVerb]) {
+    let mut counts = [0u64; 4];
+    for v in verbs {
+        counts[match v {
+            WireVerb::Read { .. } => 0,
+            WireVerb::Write { .. } => 1,
+            WireVerb::Cas { .. } => 2,
+            WireVerb::Faa { .. } => 3,
+        }] += 1;
+    }
+    for (n, kind) in counts.into_iter().zip(["read", "write", "cas", "faa"]) {
+        if n > 0 {
+            metrics::counter!(node_metrics::VERBS.name, "verb" => kind).increment(n);
         }
     }
 }

@@ -155,6 +155,28 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The request's name, as metrics label it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Ping => "ping",
+            Request::Stats => "stats",
+            Request::CreateRegion { .. } => "create_region",
+            Request::DropRegion { .. } => "drop_region",
+            Request::OpenRegion { .. } => "open_region",
+            Request::ListRegions => "list_regions",
+            Request::Verbs(_) => "verbs",
+            Request::Prepare(_) => "prepare",
+            Request::Commit(_) => "commit",
+            Request::PrepareCommit(_) => "prepare_commit",
+            Request::Abort(_) => "abort",
+            Request::Fence { .. } => "fence",
+            Request::CopyRegion { .. } => "copy_region",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
     Error(VerbsError),
