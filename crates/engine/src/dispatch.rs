@@ -2,8 +2,11 @@
 //!
 //! Looks the command up in [`crate::table`], counts it for the client registry, checks
 //! arity and authentication before any handler runs, and hands it to the module its
-//! [`Family`] names. Called by [`Engine::execute`](crate::Engine::execute); it never
-//! parses wire bytes and never lets a family see a command of the wrong arity.
+//! [`Family`] names. [`Engine::execute`] (here) is the engine's entry for one command,
+//! called by the agent's router; it never parses wire bytes and never lets a family see
+//! a command of the wrong arity.
+
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use dmc_resp::Reply;
@@ -22,6 +25,18 @@ fn unknown(args: &[Bytes]) -> Reply {
         text.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
     }
     Reply::Error(text)
+}
+
+impl Engine {
+    /// Executes one command.
+    pub async fn execute(&self, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
+        self.stats.commands.fetch_add(1, Ordering::Relaxed);
+        let (reply, flow) = dispatch(self, session, args).await;
+        if matches!(reply, Reply::Error(_)) {
+            self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
+        }
+        (reply, flow)
+    }
 }
 
 pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {

@@ -1,0 +1,120 @@
+//! The engine's read path and the local cache's coherence: a read is answered by the
+//! local DRAM cache when it holds the key, else from the pool, and the value filled
+//! into the cache if no write overtook the read; every committed write tells the cache
+//! (write-through), and keys of slots that changed hands are dropped. Called by the
+//! command families and the pipelined fast paths; it never writes to the pool.
+
+use bytes::Bytes;
+use dmc_dht::DhtError;
+
+use crate::{Engine, REFRESH_ODDS};
+
+impl Engine {
+    /// A key's live value: from the local cache (the hit is reported to the pool's
+    /// metadata in a batch), else from the pool (and offered to the cache).
+    pub async fn read(&self, db: u8, key: &[u8]) -> Result<Option<Bytes>, DhtError> {
+        if let Some(value) = self.cached(db, key).await {
+            return Ok(Some(value));
+        }
+        let ticket = self.cache_ticket(db, key);
+        let Some(e) = self.dht.get(db, key).await? else {
+            return Ok(None);
+        };
+        let value = e.value.clone();
+        if let (Some(c), Some(t)) = (&self.cache, ticket) {
+            c.fill(t, db, key, e.into());
+        }
+        Ok(Some(value))
+    }
+
+    /// Whether this agent writes `key`'s hash slot. The local cache holds only such
+    /// keys (DESIGN.md §5): another agent's writes would leave a copy of its keys stale.
+    pub fn owns(&self, key: &[u8]) -> bool {
+        let own = self.dht.ownership();
+        // A standalone agent owns every slot: no hash-slot computation per read.
+        own.owns_all() || own.lease(dmc_dht::hash::key_slot(key)).is_some()
+    }
+
+    /// A fill ticket for a key this agent may cache.
+    fn cache_ticket(&self, db: u8, key: &[u8]) -> Option<u64> {
+        let c = self.cache.as_ref()?;
+        self.owns(key).then(|| c.fill_ticket(db, key))
+    }
+
+    /// Drops every cached key whose hash slot `changed` says moved (to or from this
+    /// agent): a slot's new owner may hold newer values than this cache.
+    pub fn forget_slots(&self, changed: &dyn Fn(u16) -> bool) {
+        if let Some(c) = &self.cache {
+            c.retain(&|_, key| !changed(dmc_dht::hash::key_slot(key)));
+        }
+    }
+
+    /// The key's value from the local cache, with the hit reported to the pool, or
+    /// `None` to read the pool. The cached value is right either way (the cache is
+    /// write-through); a hit whose reference to the key's pool metadata is too old to
+    /// write through, or unknown, sometimes goes to the pool instead, which records the
+    /// hit there; the other such hits go unreported rather than risk a stale write.
+    async fn cached(&self, db: u8, key: &[u8]) -> Option<Bytes> {
+        let cache = self.cache.as_ref()?;
+        if !self.owns(key) {
+            return None;
+        }
+        let (value, slot) = cache.get(db, key, self.now_ms(), dmc_proto::rng::next_f64())?;
+        let fresh = match slot {
+            Some(slot) => self.dht.record_hit(slot).await,
+            None => false,
+        };
+        (fresh || dmc_proto::rng::next_f64() >= REFRESH_ODDS).then_some(value)
+    }
+
+    /// The live values of many keys of `db`: cached ones from the local cache (hits
+    /// reported while the pool reference is fresh), the rest read from the pool in one
+    /// batch whose memory accesses overlap (and offered to the cache).
+    pub async fn read_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>, DhtError> {
+        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            match self.cached(db, k).await {
+                Some(v) => out[i] = Some(v),
+                None => missing.push(i),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let wanted: Vec<&[u8]> = missing.iter().map(|&i| keys[i]).collect();
+        let tickets: Vec<Option<u64>> = match &self.cache {
+            Some(_) => wanted.iter().map(|k| self.cache_ticket(db, k)).collect(),
+            None => Vec::new(),
+        };
+        let got = self.dht.get_many(db, &wanted).await?;
+        for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
+            if let Some(e) = e {
+                out[i] = Some(e.value.clone());
+                if let (Some(c), Some(Some(t))) = (&self.cache, tickets.get(n)) {
+                    c.fill(*t, db, keys[i], e.into());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tells the cache about a write the pool committed: the new value and expiry, or
+    /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
+    pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {
+        if let Some(c) = &self.cache {
+            if now.is_some() && !self.owns(key) {
+                c.remove(db, key);
+                return;
+            }
+            match now {
+                // A copy: the argument is a slice of the connection's read buffer, which
+                // a cached value must not keep alive.
+                Some((value, expire_at)) => {
+                    c.put(db, key, Bytes::copy_from_slice(value), expire_at)
+                }
+                None => c.remove(db, key),
+            }
+        }
+    }
+}
