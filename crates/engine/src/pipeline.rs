@@ -17,8 +17,7 @@ use crate::{Engine, Session, error_reply, strings};
 /// The fast path the table gives a command's name.
 fn fast_path(args: &[Bytes]) -> FastPath {
     args.first()
-        .and_then(|name| table::lookup(name))
-        .map_or(FastPath::None, |spec| spec.fast_path())
+        .map_or(FastPath::None, |name| table::fast_path_of(name))
 }
 
 impl Engine {

@@ -386,6 +386,23 @@ fn index() -> &'static hashbrown::HashMap<&'static [u8], usize> {
     })
 }
 
+/// The fast path of the command named `name` (case-insensitive), without a full
+/// lookup: only the few rows that have one are compared, so the connection loop can
+/// ask of every pipelined command at the cost of a length check.
+pub fn fast_path_of(name: &[u8]) -> FastPath {
+    static FAST: OnceLock<Vec<(&'static [u8], FastPath)>> = OnceLock::new();
+    let fast = FAST.get_or_init(|| {
+        TABLE
+            .iter()
+            .filter(|s| s.fast_path() != FastPath::None)
+            .map(|s| (s.name.as_bytes(), s.fast_path()))
+            .collect()
+    });
+    fast.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map_or(FastPath::None, |&(_, f)| f)
+}
+
 /// Looks a command up by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     lookup_index(name).map(|i| &TABLE[i])
@@ -438,6 +455,13 @@ mod tests {
         let spec = |n: &str| lookup(n.as_bytes()).expect(n);
         assert_eq!(spec("get").fast_path(), FastPath::Get);
         assert_eq!(spec("SET").fast_path(), FastPath::Set);
+        for s in TABLE {
+            assert_eq!(
+                fast_path_of(s.name.to_uppercase().as_bytes()),
+                s.fast_path()
+            );
+        }
+        assert_eq!(fast_path_of(b"nosuch"), FastPath::None);
         assert_eq!(spec("mset").split_width(), Some(2));
         assert_eq!(spec("rename").split_width(), None);
         assert_eq!(spec("cluster").family(), Family::Cluster);

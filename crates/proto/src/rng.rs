@@ -8,7 +8,9 @@
 use std::cell::Cell;
 
 thread_local! {
-    static STATE: Cell<u64> = Cell::new(seed());
+    // 0 until the thread's first draw seeds it (a const initializer needs no lazy-init
+    // check on every access; xorshift never reaches 0 from a non-zero state).
+    static STATE: Cell<u64> = const { Cell::new(0) };
 }
 
 fn seed() -> u64 {
@@ -29,6 +31,9 @@ fn seed() -> u64 {
 pub fn next_u64() -> u64 {
     STATE.with(|s| {
         let mut x = s.get();
+        if x == 0 {
+            x = seed();
+        }
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
