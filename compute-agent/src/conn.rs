@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use dmc_engine::{Engine, Flow};
-use dmc_resp::{Limits, Reply, parse_command};
+use dmc_resp::{Limits, Reply, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use dmc_engine::table::{self, Family};
@@ -23,6 +23,35 @@ const GET_BATCH: usize = 32;
 const SET_BATCH: usize = 32;
 /// Pipelined writes to one other agent are forwarded together, at most this many.
 const FORWARD_BATCH: usize = 64;
+
+/// A client's place in `connected_clients`: taken when its connection is accepted and
+/// given back when the connection's task ends, however it ends (a panic included), so
+/// the count INFO and `maxclients` see is exact.
+pub(crate) struct ClientSlot {
+    engine: std::sync::Arc<Engine>,
+    /// Connections open, this one included, when it was accepted.
+    pub open: u64,
+}
+
+impl ClientSlot {
+    pub fn take(engine: std::sync::Arc<Engine>) -> ClientSlot {
+        let open = engine
+            .stats
+            .connected_clients
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        ClientSlot { engine, open }
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.engine
+            .stats
+            .connected_clients
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// What every connection of the agent shares.
 pub(crate) struct ConnShared {
@@ -98,6 +127,7 @@ async fn serve_session(
     let (mut rd, mut wr) = stream.into_split();
     let client = session.client.clone();
     let mut buf = BytesMut::new();
+    let mut parser = RequestParser::default();
     let mut out = BytesMut::new();
     loop {
         buf.reserve(4096);
@@ -132,7 +162,7 @@ async fn serve_session(
         let mut commands: Vec<Vec<Bytes>> = Vec::new();
         let mut bad = None;
         loop {
-            match parse_command(&mut buf, limits) {
+            match parser.parse(&mut buf, limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => commands.push(args),
                 Ok(None) => break,
@@ -188,6 +218,13 @@ async fn serve_session(
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;
                 let family = table::lookup(&args[0]).map(|s| s.family());
+                // A command the tests use to panic this connection's task.
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!(
+                    "conn-panic",
+                    args[0].eq_ignore_ascii_case(b"dmc.test.panic"),
+                    |_| Ok(())
+                );
                 if family == Some(Family::Internal) {
                     peer = true;
                     Reply::ok().encode(session.proto, &mut out);

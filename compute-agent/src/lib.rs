@@ -240,12 +240,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                     }
                 };
                 engine.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                let clients = engine.stats.connected_clients.fetch_add(1, Ordering::Relaxed) + 1;
+                let slot = conn::ClientSlot::take(engine.clone());
                 let shared = shared.clone();
                 let drain = drain_rx.clone();
                 tokio::spawn(async move {
+                    // Held for the task's life: the count drops however it ends, a
+                    // panic included.
+                    let slot = slot;
                     let engine = shared.router.engine();
-                    if clients > engine.config.maxclients {
+                    if slot.open > engine.config.maxclients {
                         engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         let mut s = stream;
                         let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
@@ -255,7 +258,6 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                     }
-                    engine.stats.connected_clients.fetch_sub(1, Ordering::Relaxed);
                 });
             }
         }

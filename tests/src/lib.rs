@@ -29,9 +29,10 @@ pub fn bin(name: &str) -> Result<PathBuf> {
 
 /// Starts a binary that prints `<name> ready listen=ADDR` on stdout and returns the
 /// child and the address, waiting at most 20 s.
-fn start_ready(name: &str, args: &[String]) -> Result<(Child, String)> {
+fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Child, String)> {
     let mut child = Command::new(bin(name)?)
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -69,12 +70,17 @@ pub struct Agent {
 impl Agent {
     /// Starts an agent on a free loopback port with extra flags.
     pub fn start(extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts an agent with extra flags and environment variables (`FAILPOINTS`).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let mut args: Vec<String> = ["--port", "0", "--log", "warn"]
             .iter()
             .map(|s| s.to_string())
             .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, addr) = start_ready("compute-agent", &args)?;
+        let (child, addr) = start_ready("compute-agent", &args, env)?;
         Ok(Agent { child, addr })
     }
 
@@ -137,7 +143,7 @@ impl MemoryNode {
         .chain(std::iter::once(dir.display().to_string()))
         .chain(extra.iter().map(|s| s.to_string()))
         .collect();
-        let (child, endpoint) = start_ready("memory-node", &args)?;
+        let (child, endpoint) = start_ready("memory-node", &args, &[])?;
         Ok(MemoryNode {
             child,
             endpoint,
@@ -181,7 +187,7 @@ impl ClusterManager {
             dir.join("agents").display().to_string(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, addr) = start_ready("cluster-manager", &args)?;
+        let (child, addr) = start_ready("cluster-manager", &args, &[])?;
         Ok(ClusterManager {
             child,
             url: format!("http://{addr}"),
@@ -239,7 +245,7 @@ impl ClusterManager {
             .collect();
         args.extend(["--state".to_string(), self.state.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, _) = start_ready("cluster-manager", &args)?;
+        let (child, _) = start_ready("cluster-manager", &args, &[])?;
         self.child = child;
         Ok(())
     }

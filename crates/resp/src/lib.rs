@@ -9,5 +9,5 @@ mod parse;
 mod reply;
 
 pub use decode::{MAX_DEPTH, ReplyError, parse_reply};
-pub use parse::{Limits, ProtocolError, parse_command};
+pub use parse::{Limits, ProtocolError, RequestParser, parse_command};
 pub use reply::{Reply, format_double};

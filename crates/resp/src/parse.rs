@@ -80,69 +80,128 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
     Some(if neg { -n } else { n })
 }
 
-/// Parses one request off the front of `buf`. `Ok(None)`: incomplete, nothing
-/// consumed. `Ok(Some(args))`: consumed; an empty `args` is an empty request (Redis
-/// ignores those).
+/// Parses one request off the front of `buf` (no state kept between calls: a request
+/// that arrives in pieces is scanned again from its start each time; a connection uses
+/// a [`RequestParser`]). `Ok(None)`: incomplete, nothing consumed. `Ok(Some(args))`:
+/// consumed; an empty `args` is an empty request (Redis ignores those).
 pub fn parse_command(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    match buf.first() {
-        None => Ok(None),
-        Some(b'*') => parse_multibulk(buf, limits),
-        Some(_) => parse_inline(buf, limits),
-    }
+    RequestParser::default().parse(buf, limits)
 }
 
-fn parse_multibulk(
-    buf: &mut BytesMut,
-    limits: &Limits,
-) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-    let Some(end) = line_end(buf, 1) else {
-        if buf.len() > limits.max_inline {
-            return Err(ProtocolError::TooBigMbulkCount);
+/// A connection's request parser. It remembers how far into a multibulk request it
+/// got, so a large request arriving over many reads is scanned once, not from its
+/// start on every read (which made a 1 M-argument request cost quadratic time). The
+/// buffer must keep its front until the request completes: only appends between calls.
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    /// Arguments declared by the multibulk request in progress (0: between requests).
+    expected: usize,
+    /// Where the parsed arguments of the request in progress lie in the buffer.
+    spans: Vec<(usize, usize)>,
+    /// Where parsing resumes: the next argument's `$` line.
+    pos: usize,
+    /// Bytes examined, for the test that parsing is linear.
+    #[cfg(test)]
+    scanned: usize,
+}
+
+impl RequestParser {
+    /// Parses one request off the front of `buf`. `Ok(None)`: incomplete, nothing
+    /// consumed (call again once more bytes were appended). `Ok(Some(args))`: consumed;
+    /// an empty `args` is an empty request (Redis ignores those).
+    pub fn parse(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        if self.expected > 0 {
+            return self.resume(buf, limits);
         }
-        return Ok(None);
-    };
-    let n = parse_len(&buf[1..end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
-    if n > limits.max_args as i64 {
-        return Err(ProtocolError::InvalidMultibulkLength);
-    }
-    let mut pos = end + 2;
-    if n <= 0 {
-        let _ = buf.split_to(pos);
-        return Ok(Some(Vec::new()));
-    }
-    let mut spans = Vec::with_capacity((n as usize).min(1024));
-    for _ in 0..n {
-        let Some(&first) = buf.get(pos) else {
-            return Ok(None);
-        };
-        if first != b'$' {
-            return Err(ProtocolError::ExpectedDollar(first));
+        match buf.first() {
+            None => Ok(None),
+            Some(b'*') => self.start_multibulk(buf, limits),
+            Some(_) => parse_inline(buf, limits),
         }
-        let Some(end) = line_end(buf, pos + 1) else {
-            if buf.len() - pos > limits.max_inline {
-                return Err(ProtocolError::TooBigBulkCount);
+    }
+
+    fn line_end(&mut self, buf: &[u8], from: usize) -> Option<usize> {
+        let end = line_end(buf, from);
+        #[cfg(test)]
+        {
+            self.scanned += end.map_or(buf.len(), |e| e + 2).saturating_sub(from);
+        }
+        end
+    }
+
+    fn start_multibulk(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let Some(end) = self.line_end(buf, 1) else {
+            if buf.len() > limits.max_inline {
+                return Err(ProtocolError::TooBigMbulkCount);
             }
             return Ok(None);
         };
-        let len = parse_len(&buf[pos + 1..end]).ok_or(ProtocolError::InvalidBulkLength)?;
-        if len < 0 || len as u64 > limits.max_bulk as u64 {
-            return Err(ProtocolError::InvalidBulkLength);
+        let n = parse_len(&buf[1..end]).ok_or(ProtocolError::InvalidMultibulkLength)?;
+        if n > limits.max_args as i64 {
+            return Err(ProtocolError::InvalidMultibulkLength);
         }
-        let start = end + 2;
-        let stop = start + len as usize;
-        if buf.len() < stop + 2 {
-            return Ok(None);
+        if n <= 0 {
+            let _ = buf.split_to(end + 2);
+            return Ok(Some(Vec::new()));
         }
-        spans.push((start, stop));
-        pos = stop + 2;
+        self.expected = n as usize;
+        self.pos = end + 2;
+        self.spans.clear();
+        self.resume(buf, limits)
     }
-    let frame = buf.split_to(pos).freeze();
-    Ok(Some(
-        spans.into_iter().map(|(a, b)| frame.slice(a..b)).collect(),
-    ))
+
+    fn resume(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        while self.spans.len() < self.expected {
+            let pos = self.pos;
+            let Some(&first) = buf.get(pos) else {
+                return Ok(None);
+            };
+            if first != b'$' {
+                return Err(ProtocolError::ExpectedDollar(first));
+            }
+            let Some(end) = self.line_end(buf, pos + 1) else {
+                if buf.len() - pos > limits.max_inline {
+                    return Err(ProtocolError::TooBigBulkCount);
+                }
+                return Ok(None);
+            };
+            let len = parse_len(&buf[pos + 1..end]).ok_or(ProtocolError::InvalidBulkLength)?;
+            if len < 0 || len as u64 > limits.max_bulk as u64 {
+                return Err(ProtocolError::InvalidBulkLength);
+            }
+            let start = end + 2;
+            let stop = start + len as usize;
+            if buf.len() < stop + 2 {
+                return Ok(None);
+            }
+            self.spans.push((start, stop));
+            self.pos = stop + 2;
+        }
+        let frame = buf.split_to(self.pos).freeze();
+        let args = self.spans.iter().map(|&(a, b)| frame.slice(a..b)).collect();
+        self.expected = 0;
+        self.pos = 0;
+        self.spans.clear();
+        if self.spans.capacity() > 1024 {
+            self.spans = Vec::new();
+        }
+        Ok(Some(args))
+    }
 }
 
 fn parse_inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
@@ -313,8 +372,57 @@ mod tests {
         assert_eq!(parse(&big).unwrap_err(), ProtocolError::TooBigMbulkCount);
     }
 
+    /// A 200 000-argument request arriving in 4 KiB reads is scanned about once, not
+    /// from its start on every read (the stateless parse scanned it ~400 times).
+    #[test]
+    fn a_request_arriving_in_pieces_is_scanned_once() {
+        let args: Vec<Vec<u8>> = (0..200_000).map(|i| format!("a{i}").into_bytes()).collect();
+        let wire = encode(&args);
+        let mut parser = RequestParser::default();
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for chunk in wire.chunks(4096) {
+            buf.extend_from_slice(chunk);
+            if let Some(a) = parser.parse(&mut buf, &Limits::default()).unwrap() {
+                got = Some(a);
+            }
+        }
+        assert_eq!(got.map(|a| a.len()), Some(200_000));
+        assert!(
+            parser.scanned < 2 * wire.len(),
+            "scanned {} bytes of a {}-byte request",
+            parser.scanned,
+            wire.len()
+        );
+        assert!(buf.is_empty());
+    }
+
     proptest! {
+        /// A parser fed a pipeline in pieces of any size returns the same requests as
+        /// parsing it whole.
+        #[test]
+        fn resumable_parser_agrees(
+            requests in proptest::collection::vec(
+                proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 1..6),
+                1..5),
+            step in 1usize..40,
+        ) {
+            let wire: Vec<u8> = requests.iter().flat_map(|r| encode(r)).collect();
+            let mut parser = RequestParser::default();
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            for chunk in wire.chunks(step) {
+                buf.extend_from_slice(chunk);
+                while let Some(a) = parser.parse(&mut buf, &Limits::default()).unwrap() {
+                    got.push(a.iter().map(|b| b.to_vec()).collect::<Vec<_>>());
+                }
+            }
+            prop_assert_eq!(got, requests);
+            prop_assert!(buf.is_empty());
+        }
+
         /// Any request split at any point parses the same once it is all there.
+
         #[test]
         fn split_anywhere(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..8), cut in any::<prop::sample::Index>()) {
             let wire = encode(&args);
