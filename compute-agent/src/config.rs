@@ -11,6 +11,8 @@ use dmc_proto::ByteSize;
 use dmc_verbs::Endpoint;
 use serde::{Deserialize, Serialize};
 
+use dmc_engine::limits::{MIN_BUFFER_LIMIT, OutputLimits, out_of_range};
+
 use crate::routing::RoutingMode;
 
 /// Where the agent's memory pool is.
@@ -80,6 +82,12 @@ pub struct Config {
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
+    /// `proto-max-bulk-len`: the longest bulk string a request may carry.
+    pub proto_max_bulk_len: ByteSize,
+    /// `client-output-buffer-limit`, Redis's form (`normal 0 0 0` is no limit): a
+    /// client whose unsent replies pass the hard limit, or stay over the soft limit
+    /// longer than its seconds, is closed.
+    pub client_output_buffer_limit: String,
     /// The agent's local DRAM cache of hot keys (0: none).
     pub local_cache_size: ByteSize,
     pub log: String,
@@ -111,6 +119,8 @@ impl Default for Config {
             timeout: 0,
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
+            proto_max_bulk_len: ByteSize(512 << 20),
+            client_output_buffer_limit: OutputLimits::default().render(),
             local_cache_size: ByteSize(64 << 20),
             log: "info".into(),
             metrics_listen: None,
@@ -146,6 +156,15 @@ pub struct Args {
     pub requirepass: Option<String>,
     #[arg(long)]
     pub maxclients: Option<u64>,
+    /// Longest bulk string a request may carry, e.g. 512mb.
+    #[arg(long)]
+    pub proto_max_bulk_len: Option<ByteSize>,
+    /// Largest unparsed input a client may have buffered, e.g. 1gb.
+    #[arg(long)]
+    pub client_query_buffer_limit: Option<ByteSize>,
+    /// Redis's form, e.g. "normal 64mb 16mb 60".
+    #[arg(long)]
+    pub client_output_buffer_limit: Option<String>,
     /// Close clients idle this many seconds (0: never).
     #[arg(long)]
     pub timeout: Option<u64>,
@@ -207,6 +226,15 @@ impl Args {
         if let Some(v) = self.maxclients {
             cfg.maxclients = v;
         }
+        if let Some(v) = self.proto_max_bulk_len {
+            cfg.proto_max_bulk_len = v;
+        }
+        if let Some(v) = self.client_query_buffer_limit {
+            cfg.client_query_buffer_limit = v;
+        }
+        if let Some(v) = &self.client_output_buffer_limit {
+            cfg.client_output_buffer_limit = v.clone();
+        }
         if let Some(v) = self.timeout {
             cfg.timeout = v;
         }
@@ -246,6 +274,13 @@ impl Args {
 }
 
 impl Config {
+    /// `client-output-buffer-limit` parsed over Redis's defaults.
+    pub fn output_limits(&self) -> Result<OutputLimits> {
+        OutputLimits::default()
+            .parse_over(&self.client_output_buffer_limit)
+            .map_err(|e| anyhow::anyhow!("client-output-buffer-limit: {e}"))
+    }
+
     pub fn validate(&self) -> Result<()> {
         anyhow::ensure!(
             RedisPolicy::parse(&self.maxmemory_policy).is_some(),
@@ -261,6 +296,17 @@ impl Config {
             "databases must be 1..=255"
         );
         anyhow::ensure!(self.maxclients > 0, "maxclients must be positive");
+        for (name, v) in [
+            ("proto-max-bulk-len", self.proto_max_bulk_len),
+            ("client-query-buffer-limit", self.client_query_buffer_limit),
+        ] {
+            anyhow::ensure!(
+                v.0 >= MIN_BUFFER_LIMIT && v.0 <= i64::MAX as u64,
+                "{name}: {}",
+                out_of_range(MIN_BUFFER_LIMIT)
+            );
+        }
+        self.output_limits()?;
         anyhow::ensure!(
             dmc_proto::cluster::valid_instance_name(&self.instance),
             "instance {:?}: use 1 to 64 letters, digits, '-' or '_'",

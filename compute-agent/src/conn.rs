@@ -56,9 +56,6 @@ impl Drop for ClientSlot {
 /// What every connection of the agent shares.
 pub(crate) struct ConnShared {
     pub router: std::sync::Arc<Router>,
-    pub limits: Limits,
-    /// `client-query-buffer-limit`.
-    pub qbuf_limit: usize,
     pub timers: CommandTimers,
 }
 
@@ -90,7 +87,10 @@ pub(crate) async fn serve_conn(
 }
 
 /// Writes replies to the client, counted for INFO. A client that stops reading blocks
-/// this write; CLIENT KILL still ends it.
+/// this write (and so stops being read: its input cannot pile up replies); CLIENT KILL
+/// still ends it, and so does `client-output-buffer-limit normal`: replies over the
+/// hard limit close the client at once, and replies over the soft limit must be taken
+/// within its seconds.
 async fn send(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     out: &[u8],
@@ -98,13 +98,32 @@ async fn send(
     client: &dmc_engine::clients::Client,
 ) -> std::io::Result<()> {
     let stats = &engine.stats;
-    stats
-        .net_output_bytes
-        .fetch_add(out.len() as u64, Ordering::Relaxed);
+    let limit = engine.limits.normal_output();
+    let pending = out.len() as u64;
+    if limit.hard > 0 && pending > limit.hard {
+        tracing::warn!(
+            bytes = pending,
+            "closing a client over client-output-buffer-limit (hard)"
+        );
+        return Err(std::io::Error::other("client-output-buffer-limit"));
+    }
+    let deadline =
+        (limit.soft > 0 && pending > limit.soft).then(|| Duration::from_secs(limit.soft_seconds));
+    stats.net_output_bytes.fetch_add(pending, Ordering::Relaxed);
     stats.writes_processed.fetch_add(1, Ordering::Relaxed);
+    let soft_timer = async {
+        match deadline {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = wr.write_all(out) => r,
         _ = client.killed() => Err(std::io::Error::other("killed by CLIENT KILL")),
+        _ = soft_timer => {
+            tracing::warn!(bytes = pending, "closing a client over client-output-buffer-limit (soft)");
+            Err(std::io::Error::other("client-output-buffer-limit"))
+        }
     }
 }
 
@@ -114,13 +133,7 @@ async fn serve_session(
     session: &mut dmc_engine::Session,
     mut drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let ConnShared {
-        router,
-        limits,
-        qbuf_limit,
-        timers,
-    } = shared;
-    let qbuf_limit = *qbuf_limit;
+    let ConnShared { router, timers } = shared;
     let engine = router.engine();
     // Another agent forwarding writes to this one (see `routing`).
     let mut peer = false;
@@ -157,12 +170,17 @@ async fn serve_session(
             // Shutting down: every command this client sent was answered.
             _ = drain.wait_for(|d| *d) => return Ok(()),
         }
+        // Limits are read at every read, so CONFIG SET applies to open connections.
+        let limits = Limits {
+            max_bulk: usize::try_from(engine.limits.proto_max_bulk_len()).unwrap_or(usize::MAX),
+            ..Limits::default()
+        };
         // Parse every complete request first, so runs of pipelined GETs can be read
         // from the pool as one batch.
         let mut commands: Vec<Vec<Bytes>> = Vec::new();
         let mut bad = None;
         loop {
-            match parser.parse(&mut buf, limits) {
+            match parser.parse(&mut buf, &limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => commands.push(args),
                 Ok(None) => break,
@@ -259,7 +277,7 @@ async fn serve_session(
                 out = BytesMut::new();
             }
         }
-        if buf.len() > qbuf_limit {
+        if buf.len() as u64 > engine.limits.client_query_buffer_limit() {
             tracing::warn!(
                 bytes = buf.len(),
                 "closing a client over client-query-buffer-limit"

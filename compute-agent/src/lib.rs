@@ -35,7 +35,6 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use dmc_dht::{Dht, DhtConfig, Ownership, RedisPolicy, SystemClock};
 use dmc_engine::{Engine, EngineConfig};
-use dmc_resp::Limits;
 use routing::{Router, RoutingMode};
 use tokio::io::AsyncWriteExt;
 
@@ -106,6 +105,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             port: addr.port(),
             requirepass: password.clone(),
             maxclients: cfg.maxclients,
+            proto_max_bulk_len: cfg.proto_max_bulk_len.0,
+            client_query_buffer_limit: cfg.client_query_buffer_limit.0,
+            output_limits: cfg.output_limits()?,
             local_cache_bytes: cfg.local_cache_size.0 as usize,
             timeout_secs: cfg.timeout,
             cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
@@ -220,8 +222,6 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     }
     let shared = Arc::new(ConnShared {
         router: router.clone(),
-        limits: Limits::default(),
-        qbuf_limit: cfg.client_query_buffer_limit.0 as usize,
         timers: metrics::CommandTimers::new(),
     });
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
@@ -248,7 +248,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                     // panic included.
                     let slot = slot;
                     let engine = shared.router.engine();
-                    if slot.open > engine.config.maxclients {
+                    if slot.open > engine.limits.maxclients() {
                         engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         let mut s = stream;
                         let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;

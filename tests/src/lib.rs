@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
@@ -427,4 +427,67 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// `tests/py/scale_client.py` (redis-py) writing and reading through `port` until
+/// [`finish`](PyClient::finish): every error and wrong value is counted.
+pub struct PyClient {
+    child: Child,
+    ready: std::path::PathBuf,
+    stop: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PyClient {
+    pub fn start(port: &str, extra: &[&str]) -> PyClient {
+        let dir = tempfile::tempdir().unwrap();
+        let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
+        let child = Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/py/scale_client.py"))
+            .args([port, "2000"])
+            .arg(&ready)
+            .arg(&stop)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the client did not load its keys"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PyClient {
+            child,
+            ready,
+            stop,
+            _dir: dir,
+        }
+    }
+
+    /// Stops the client and returns its JSON report.
+    pub fn finish(self) -> serde_json::Value {
+        std::fs::write(&self.stop, "stop").unwrap();
+        let _ = &self.ready;
+        let out = self.child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "client failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim()).unwrap()
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds, failing the test after 30 s.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use dmc_e2e::{Agent, TestCluster, info_field, port_of, redis_cli};
+use dmc_e2e::{Agent, PyClient, TestCluster, info_field, port_of, redis_cli};
 
 /// A raw connection that sends bytes and reads one reply (or up to the timeout).
 struct Raw(TcpStream);
@@ -97,7 +97,13 @@ fn a_panicking_connection_leaks_no_count_and_hurts_no_other_client() {
         victim.send(&command(&[b"PING"]));
         assert_eq!(victim.reply(), "+PONG\r\n");
         victim.send(&command(&[b"DMC.TEST.PANIC"]));
-        assert_eq!(victim.reply(), "", "the panicking connection is closed");
+        let reply = victim.reply();
+        assert!(
+            !reply.contains("unknown command"),
+            "the agent was built without its fail points: run the workspace's tests \
+             (cargo test --workspace builds compute-agent with the failpoints feature)"
+        );
+        assert_eq!(reply, "", "the panicking connection is closed");
     }
     // The bystander and a redis-cli of INFO: exactly two clients.
     assert_eq!(info_field(&port, "clients", "connected_clients"), 2);
@@ -190,4 +196,198 @@ fn odd_arity_multi_key_writes_in_proxy_mode_get_the_arity_error() {
     let even: Vec<&str> = refs[..refs.len() - 1].to_vec();
     assert_eq!(redis_cli(&port, &even), "OK");
     assert_eq!(redis_cli(&port, &["GET", "key11"]), "v");
+}
+
+/// The client limits are settings with Redis's names, errors and bounds, and apply to
+/// open connections at once.
+#[test]
+fn client_limits_are_settings_that_bite() {
+    let agent = Agent::start(&[]).unwrap();
+    let port = agent.port();
+    let cli = |args: &[&str]| redis_cli(&port, args);
+    // proto-max-bulk-len: a longer bulk is a protocol error.
+    assert_eq!(cli(&["CONFIG", "SET", "proto-max-bulk-len", "1mb"]), "OK");
+    assert_eq!(
+        cli(&["CONFIG", "GET", "proto-max-bulk-len"]),
+        "proto-max-bulk-len\n1048576"
+    );
+    assert_eq!(
+        cli(&["CONFIG", "SET", "proto-max-bulk-len", "1000"]),
+        "ERR CONFIG SET failed (possibly related to argument 'proto-max-bulk-len') - \
+         argument must be between 1048576 and 9223372036854775807 inclusive"
+    );
+    let mut c = Raw::connect(&port);
+    c.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n");
+    assert_eq!(c.reply(), "-ERR Protocol error: invalid bulk length\r\n");
+    assert_eq!(cli(&["CONFIG", "SET", "proto-max-bulk-len", "512mb"]), "OK");
+
+    // client-query-buffer-limit: a client whose unparsed input passes it is closed.
+    assert_eq!(
+        cli(&["CONFIG", "SET", "client-query-buffer-limit", "1mb"]),
+        "OK"
+    );
+    let mut c = Raw::connect(&port);
+    c.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3000000\r\n");
+    let chunk = vec![b'x'; 1 << 20];
+    let mut closed = false;
+    for _ in 0..2 {
+        if c.0.write_all(&chunk).is_err() {
+            closed = true;
+        }
+    }
+    assert!(closed || c.reply().is_empty(), "the client was not closed");
+    assert_eq!(
+        cli(&["CONFIG", "SET", "client-query-buffer-limit", "1gb"]),
+        "OK"
+    );
+
+    // client-output-buffer-limit normal: replies over the hard limit close the client.
+    let mut setter = Raw::connect(&port);
+    setter.send(&command(&[b"SET", b"big", &vec![b'v'; 2 << 20]]));
+    assert_eq!(setter.reply(), "+OK\r\n");
+    drop(setter);
+    assert_eq!(
+        cli(&[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "normal 1mb 0 0"
+        ]),
+        "OK"
+    );
+    assert_eq!(
+        cli(&["CONFIG", "GET", "client-output-buffer-limit"]),
+        "client-output-buffer-limit\nnormal 1048576 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+    );
+    let mut c = Raw::connect(&port);
+    c.send(&command(&[b"GET", b"big"]));
+    assert_eq!(
+        c.reply(),
+        "",
+        "a reply over the hard limit closes the client"
+    );
+    assert_eq!(
+        cli(&[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "normal 0 0 0"
+        ]),
+        "OK"
+    );
+    assert_eq!(cli(&["STRLEN", "big"]), (2 << 20).to_string());
+
+    // maxclients: one more than allowed is refused with Redis's error.
+    assert_eq!(cli(&["CONFIG", "SET", "maxclients", "3"]), "OK");
+    let held: Vec<Raw> = (0..3).map(|_| Raw::connect(&port)).collect();
+    let mut refused = Raw::connect(&port);
+    refused.send(&command(&[b"PING"]));
+    assert_eq!(refused.reply(), "-ERR max number of clients reached\r\n");
+    drop(held);
+    drop(refused);
+    dmc_e2e::wait_until("the held clients to close", || {
+        info_field(&port, "clients", "connected_clients") == 1
+    });
+    assert_eq!(cli(&["CONFIG", "SET", "maxclients", "10000"]), "OK");
+}
+
+/// Raises this process's open-file limit as far as allowed (the agent it starts
+/// inherits it) and returns it.
+fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write and read the struct we own.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    lim.rlim_cur
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Many clients at once: a client that never reads its replies while another writes
+/// 100 MB of values, thousands of idle connections, half-sent requests — and a redis-py
+/// client alongside that sees no error. Afterwards the agent answers PING promptly,
+/// `connected_clients` is exact and its memory stayed bounded.
+#[test]
+fn hostile_clients_alongside_a_well_behaved_one() {
+    let fds = raise_fd_limit();
+    let agent = Agent::start(&["--maxclients", "20000"]).unwrap();
+    let port = agent.port();
+    let pid = agent.child.id();
+    let rss_before = rss_kib(pid);
+    let client = PyClient::start(&port, &[]);
+
+    // A slow reader: pipelines 2 000 GETs of a 1 MB value (2 GB of replies) and never
+    // reads them. Its connection stalls; nothing of it piles up in the agent.
+    let value = vec![b'x'; 1 << 20];
+    let mut writer = Raw::connect(&port);
+    writer.send(&command(&[b"SET", b"slow:v", &value]));
+    assert_eq!(writer.reply(), "+OK\r\n");
+    let mut slow = Raw::connect(&port);
+    slow.0.set_nonblocking(true).unwrap();
+    let get = command(&[b"GET", b"slow:v"]);
+    let mut sent = 0;
+    for _ in 0..2000 {
+        match slow.0.write(&get) {
+            Ok(n) if n == get.len() => sent += 1,
+            _ => break,
+        }
+    }
+    assert!(sent > 0);
+
+    // Meanwhile another client writes 100 MB of values.
+    for i in 0..100 {
+        writer.send(&command(&[b"SET", format!("bulk:{i}").as_bytes(), &value]));
+        assert_eq!(writer.reply(), "+OK\r\n");
+    }
+
+    // Thousands of idle connections.
+    let idle_count = 10_000.min(fds.saturating_sub(1_000) as usize / 2);
+    let idle: Vec<TcpStream> = (0..idle_count)
+        .map(|_| TcpStream::connect(format!("127.0.0.1:{port}")).unwrap())
+        .collect();
+    dmc_e2e::wait_until("the idle connections to be counted", || {
+        info_field(&port, "clients", "connected_clients") as usize >= idle_count
+    });
+    // Half-sent requests on a few of them.
+    for s in idle.iter().take(100) {
+        let mut s = s;
+        let _ = s.write_all(b"*3\r\n$3\r\nSET\r\n$4\r\nhalf");
+    }
+
+    let mut probe = Raw::connect(&port);
+    let start = std::time::Instant::now();
+    probe.send(&command(&[b"PING"]));
+    assert_eq!(probe.reply(), "+PONG\r\n");
+    let ping = start.elapsed();
+    eprintln!("PING with {idle_count} idle connections and a stalled reader: {ping:?}");
+    assert!(ping < Duration::from_millis(100), "PING took {ping:?}");
+    drop(probe);
+
+    drop(idle);
+    drop(slow);
+    drop(writer);
+    let result = client.finish();
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    dmc_e2e::wait_until("every hostile connection to be closed", || {
+        info_field(&port, "clients", "connected_clients") == 1
+    });
+    // 100 MB of values, the local cache (64 MB) and the runtime; not 2 GB of replies.
+    let grown = rss_kib(pid).saturating_sub(rss_before);
+    eprintln!("agent RSS grew by {} MiB", grown / 1024);
+    assert!(grown < 600 * 1024, "agent RSS grew by {} MiB", grown / 1024);
 }

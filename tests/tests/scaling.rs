@@ -2,10 +2,10 @@
 //! a manager, two memory nodes over `shm` with `r = 2`, and agents started by the
 //! manager's launcher.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use dmc_e2e::{TestCluster, http_get, info_field, metric, port_of};
+use dmc_e2e::{PyClient, TestCluster, http_get, info_field, metric, port_of};
 
 /// Two memory nodes (`r = 2`) and launched agents in `routing` mode.
 fn cluster(routing: &str) -> TestCluster {
@@ -23,58 +23,6 @@ fn cluster(routing: &str) -> TestCluster {
         "512mb",
     )
     .unwrap()
-}
-
-/// Runs `tests/py/scale_client.py` against `port` until `stop` is created.
-struct PyClient {
-    child: Child,
-    ready: std::path::PathBuf,
-    stop: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl PyClient {
-    fn start(port: &str, extra: &[&str]) -> PyClient {
-        let dir = tempfile::tempdir().unwrap();
-        let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
-        let child = Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/py/scale_client.py"))
-            .args([port, "2000"])
-            .arg(&ready)
-            .arg(&stop)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ready.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the client did not load its keys"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        PyClient {
-            child,
-            ready,
-            stop,
-            _dir: dir,
-        }
-    }
-
-    fn finish(self) -> serde_json::Value {
-        std::fs::write(&self.stop, "stop").unwrap();
-        let _ = &self.ready;
-        let out = self.child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "client failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.trim()).unwrap()
-    }
 }
 
 /// 600 SETs in one pipeline, then 600 GETs in another, through one agent: every reply

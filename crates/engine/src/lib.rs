@@ -22,6 +22,7 @@ pub mod docs;
 pub mod glob;
 pub mod introspect;
 pub mod keys;
+pub mod limits;
 pub mod pipeline;
 pub mod read;
 pub mod server;
@@ -47,6 +48,9 @@ pub struct EngineConfig {
     pub port: u16,
     pub requirepass: Option<Bytes>,
     pub maxclients: u64,
+    pub proto_max_bulk_len: u64,
+    pub client_query_buffer_limit: u64,
+    pub output_limits: limits::OutputLimits,
     /// Bytes of the local DRAM cache (0: none).
     pub local_cache_bytes: usize,
     /// Close clients idle this many seconds (0: never).
@@ -64,6 +68,9 @@ impl Default for EngineConfig {
             port: 6379,
             requirepass: None,
             maxclients: 10_000,
+            proto_max_bulk_len: 512 << 20,
+            client_query_buffer_limit: 1 << 30,
+            output_limits: limits::OutputLimits::default(),
             local_cache_bytes: 64 << 20,
             timeout_secs: 0,
             cluster_enabled: false,
@@ -114,6 +121,8 @@ pub struct Engine {
     pub stats: Stats,
     pub cache: Option<Arc<cache::LocalCache>>,
     pub clients: clients::Clients,
+    /// Client limits (`maxclients`, buffer limits), changed by CONFIG SET.
+    pub limits: limits::ClientLimits,
     /// Idle clients are closed after this many seconds (0: never), Redis's `timeout`.
     pub timeout_secs: AtomicU64,
     /// A random 40-hex-digit id of this process's run (INFO `run_id`).
@@ -138,6 +147,12 @@ impl Engine {
             let c = c.clone();
             dht.on_removed(move |db, key| c.remove(db, key));
         }
+        let limits = limits::ClientLimits::new(
+            config.proto_max_bulk_len,
+            config.client_query_buffer_limit,
+            config.maxclients,
+            config.output_limits,
+        );
         Arc::new(Engine {
             cache,
             dht,
@@ -146,8 +161,8 @@ impl Engine {
             config,
             stats: Stats::default(),
             clients: clients::Clients::default(),
+            limits,
             run_id: dmc_proto::rng::hex_id(40),
-
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)

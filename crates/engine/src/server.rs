@@ -34,15 +34,16 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
         ("maxmemory-samples", dht.samples().to_string()),
         ("databases", engine.config.databases.to_string()),
         ("port", engine.config.port.to_string()),
-        ("maxclients", engine.config.maxclients.to_string()),
         ("save", String::new()),
         ("appendonly", "no".into()),
         (
             "timeout",
             engine.timeout_secs.load(Ordering::Relaxed).to_string(),
         ),
-        ("proto-max-bulk-len", (512u64 << 20).to_string()),
     ]
+    .into_iter()
+    .chain(engine.limits.values())
+    .collect()
 }
 
 fn hello_map(engine: &Engine, s: &Session) -> Reply {
@@ -425,11 +426,19 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Ok(v) => engine.timeout_secs.store(v, Ordering::Relaxed),
                         Err(_) => return bad(),
                     },
-                    _ => {
-                        return Reply::Error(format!(
-                            "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-                        ));
-                    }
+                    other => match engine.limits.set(other, &value) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return Reply::Error(format!(
+                                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                            ));
+                        }
+                        Err(why) => {
+                            return Reply::Error(format!(
+                                "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                            ));
+                        }
+                    },
                 }
             }
             Reply::ok()
@@ -534,7 +543,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
             vec![
                 ("connected_clients", n(&st.connected_clients)),
                 ("cluster_connections", n(&st.peer_connections)),
-                ("maxclients", engine.config.maxclients.to_string()),
+                ("maxclients", engine.limits.maxclients().to_string()),
                 ("client_recent_max_input_buffer", "0".into()),
                 ("client_recent_max_output_buffer", "0".into()),
                 ("blocked_clients", "0".into()),

@@ -4,6 +4,7 @@
 
 pub mod membership;
 pub mod metrics;
+pub mod secret;
 
 /// Reads a TOML config file into `T`, or `T::default()` when no file is given. Errors
 /// name the file.

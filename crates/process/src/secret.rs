@@ -1,0 +1,144 @@
+//! The cluster secret: what every internal port of a DMC cluster demands of a peer
+//! (memory-node RPC, the manager's HTTP API, agent-to-agent forwarding).
+//!
+//! It is read from a file (`secret-file` in a process's config, or the flag of that
+//! name) or from the `DMC_CLUSTER_SECRET` environment variable, never from a command
+//! line argument, where `ps` would show it. A process installs it once at start
+//! ([`install`]); the manager client then sends it with every HTTP request, and the
+//! servers compare what peers present with [`ClusterSecret::matches`] in constant
+//! time. Nothing here logs or prints the secret.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+/// The environment variable that may hold the secret itself.
+pub const ENV: &str = "DMC_CLUSTER_SECRET";
+
+/// The shared secret of one cluster.
+#[derive(Clone)]
+pub struct ClusterSecret(Bytes);
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSecret(..)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("reading the cluster secret from {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the cluster secret in {0} is empty")]
+    Empty(String),
+    #[error(
+        "the cluster secret must be printable ASCII without spaces (it travels in HTTP headers and RESP)"
+    )]
+    Unprintable,
+}
+
+impl ClusterSecret {
+    /// A secret of printable ASCII without spaces (it travels in an HTTP header and
+    /// as a RESP argument); `Ok(None)` for an empty one.
+    pub fn new(secret: impl Into<Bytes>) -> Result<Option<ClusterSecret>, SecretError> {
+        let b: Bytes = secret.into();
+        if b.is_empty() {
+            return Ok(None);
+        }
+        if !b.iter().all(|c| (0x21..=0x7e).contains(c)) {
+            return Err(SecretError::Unprintable);
+        }
+        Ok(Some(ClusterSecret(b)))
+    }
+
+    /// The secret from `file` if given, else from `DMC_CLUSTER_SECRET`, else none.
+    /// Surrounding whitespace (a trailing newline) is not part of it.
+    pub fn load(file: Option<&Path>) -> Result<Option<ClusterSecret>, SecretError> {
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| SecretError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            return ClusterSecret::new(text.trim().to_string())?
+                .map(Some)
+                .ok_or_else(|| SecretError::Empty(path.display().to_string()));
+        }
+        match std::env::var(ENV) {
+            Ok(v) => ClusterSecret::new(v.trim().to_string()),
+            Err(_) => Ok(None),
+        }
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// Whether `presented` is the secret, in time that does not depend on where they
+    /// differ.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        constant_time_eq(&self.0, presented)
+    }
+}
+
+/// Equality of two byte strings whose running time depends only on their lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // Keep the optimiser from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+static INSTALLED: OnceLock<Option<ClusterSecret>> = OnceLock::new();
+
+/// Makes `secret` this process's cluster secret (the first call wins).
+pub fn install(secret: Option<ClusterSecret>) {
+    let _ = INSTALLED.set(secret);
+}
+
+/// This process's cluster secret, if one was installed.
+pub fn installed() -> Option<&'static ClusterSecret> {
+    INSTALLED.get().and_then(Option::as_ref)
+}
+
+/// The `Authorization` header value that carries `secret` over HTTP.
+pub fn bearer(secret: &ClusterSecret) -> String {
+    format!("Bearer {}", String::from_utf8_lossy(secret.bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_exactly() {
+        let s = ClusterSecret::new("s3cret").unwrap().unwrap();
+        assert!(s.matches(b"s3cret"));
+        assert!(!s.matches(b"s3cre"));
+        assert!(!s.matches(b"s3creT"));
+        assert!(!s.matches(b""));
+        assert!(ClusterSecret::new("").unwrap().is_none());
+        assert!(ClusterSecret::new("a b").is_err());
+        assert_eq!(format!("{s:?}"), "ClusterSecret(..)");
+    }
+
+    #[test]
+    fn a_secret_file_is_read_and_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "abc\n").unwrap();
+        let s = ClusterSecret::load(Some(&path)).unwrap().unwrap();
+        assert!(s.matches(b"abc"));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(matches!(
+            ClusterSecret::load(Some(&path)),
+            Err(SecretError::Empty(_))
+        ));
+        assert!(ClusterSecret::load(Some(&dir.path().join("missing"))).is_err());
+    }
+}
