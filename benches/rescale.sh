@@ -21,6 +21,8 @@ secs=${SECS:-40}
 at=${AT:-10}
 conns=${CONNS:-16}
 work=$(mktemp -d)
+# Every process of this run shares one cluster secret, through the environment.
+export DMC_CLUSTER_SECRET=${DMC_CLUSTER_SECRET:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 shm=/dev/shm/dmc-rescale-$$
 pids=()
 cleanup() {

@@ -164,6 +164,32 @@ impl From<ManagerError> for ApiError {
 
 type Shared = State<Arc<App>>;
 
+/// Refuses every request that does not carry the cluster secret as a bearer token
+/// (401, nothing changed). With no secret installed (tests of the library alone)
+/// every request passes.
+async fn require_secret(
+    headers: axum::http::HeaderMap,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(secret) = dmc_process::secret::installed() else {
+        return next.run(request).await;
+    };
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    if presented.is_some_and(|p| secret.matches(p)) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(serde_json::json!({
+            "error": "this cluster manager requires the cluster secret (secret-file or DMC_CLUSTER_SECRET)"
+        })),
+    )
+        .into_response()
+}
+
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(
@@ -334,5 +360,6 @@ pub fn router(app: Arc<App>) -> Router {
                 Ok::<_, ApiError>(Json(app.manager.wait_map(&q.instance, q.after, wait).await?))
             }),
         )
+        .layer(axum::middleware::from_fn(require_secret))
         .with_state(app)
 }

@@ -123,6 +123,37 @@ impl LocalLauncher {
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         pid > 0 && unsafe { libc::kill(pid as libc::pid_t, sig) } == 0
     }
+
+    /// Whether `agent`'s pid is still the process this launcher started: its child,
+    /// or (after a manager restart) a process with the recorded start time. A pid the
+    /// kernel has since given to another process is never signalled.
+    fn is_ours(&self, agent: &LaunchRecord) -> bool {
+        if self.children.lock().contains_key(&agent.pid) {
+            return true;
+        }
+        agent.proc_start != 0 && proc_start(agent.pid) == Some(agent.proc_start)
+    }
+
+    /// Signals `agent` if it is still ours.
+    fn signal_ours(&self, agent: &LaunchRecord, sig: libc::c_int) -> bool {
+        if !self.is_ours(agent) {
+            // Gone already, or the pid belongs to another process now.
+            if proc_start(agent.pid).is_some() {
+                tracing::warn!(pid = agent.pid, listen = %agent.listen,
+                    "not signalling a pid this launcher cannot prove it started");
+            }
+            return false;
+        }
+        Self::signal(agent.pid, sig)
+    }
+}
+
+/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn proc_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from its end.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl Launcher for LocalLauncher {
@@ -149,6 +180,14 @@ impl Launcher for LocalLauncher {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        // The agent joins with this process's cluster secret, through the environment
+        // (never its command line, which `ps` shows).
+        if let Some(secret) = dmc_process::secret::installed() {
+            cmd.env(
+                dmc_process::secret::ENV,
+                String::from_utf8_lossy(secret.bytes()).into_owned(),
+            );
+        }
         // Its own process group: a signal to the manager's group does not reach it.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
@@ -156,6 +195,7 @@ impl Launcher for LocalLauncher {
             source,
         })?;
         let pid = child.id();
+        let started = proc_start(pid).unwrap_or(0);
         self.children.lock().insert(pid, child);
         tracing::info!(pid, port, instance, log = %log.display(), "started an agent");
         Ok(LaunchRecord {
@@ -167,12 +207,13 @@ impl Launcher for LocalLauncher {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             instance: instance.to_string(),
+            proc_start: started,
         })
     }
 
     fn stop(&self, agent: &LaunchRecord) -> Result<(), LaunchError> {
         tracing::info!(pid = agent.pid, listen = %agent.listen, "stopping an agent (it drains first)");
-        Self::signal(agent.pid, libc::SIGTERM);
+        self.signal_ours(agent, libc::SIGTERM);
         Ok(())
     }
 
@@ -187,12 +228,14 @@ impl Launcher for LocalLauncher {
                 }
             };
         }
-        // Not our child (started before a manager restart): probe the pid.
-        Self::signal(agent.pid, 0)
+        // Not our child (started before a manager restart): probe the pid, if it is
+        // still the process we started.
+        drop(children);
+        self.signal_ours(agent, 0)
     }
 
     fn kill(&self, agent: &LaunchRecord) {
-        Self::signal(agent.pid, libc::SIGKILL);
+        self.signal_ours(agent, libc::SIGKILL);
         if let Some(mut child) = self.children.lock().remove(&agent.pid) {
             let _ = child.wait();
         }
@@ -200,12 +243,64 @@ impl Launcher for LocalLauncher {
 }
 
 fn open_log(path: &Path) -> Result<std::fs::File, LaunchError> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)
         .map_err(|source| LaunchError::Io {
             context: format!("opening {}", path.display()),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launcher() -> LocalLauncher {
+        LocalLauncher::new(LocalSettings {
+            binary: PathBuf::from("/nonexistent/compute-agent"),
+            config: None,
+            log_dir: std::env::temp_dir(),
+            bind: "127.0.0.1".into(),
+            manager_url: "http://127.0.0.1:1".into(),
+            port_base: 0,
+        })
+    }
+
+    /// A record whose pid now belongs to another process (its start time differs, as
+    /// after a manager restart and pid reuse) is never signalled: `running` says no
+    /// and `stop`/`kill` leave the process alone. This test process stands in for the
+    /// stranger.
+    #[test]
+    fn a_reused_pid_is_never_signalled() {
+        let me = std::process::id();
+        let started = proc_start(me).expect("this process has a start time");
+        assert!(proc_start(u32::MAX).is_none());
+        let l = launcher();
+        let stranger = LaunchRecord {
+            listen: "127.0.0.1:1".into(),
+            pid: me,
+            log: PathBuf::new(),
+            started_ms: 0,
+            instance: "default".into(),
+            proc_start: started + 1,
+        };
+        assert!(!l.running(&stranger));
+        l.stop(&stranger).unwrap();
+        l.kill(&stranger);
+        // Still alive to assert this; and a legacy record without a start time is not
+        // ours either.
+        assert!(!l.running(&LaunchRecord {
+            proc_start: 0,
+            ..stranger.clone()
+        }));
+        let ours = LaunchRecord {
+            proc_start: started,
+            ..stranger
+        };
+        assert!(l.running(&ours), "the recorded start time proves the pid");
+    }
 }

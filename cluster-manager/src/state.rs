@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use dmc_proto::ByteSize;
@@ -115,6 +116,10 @@ pub struct LaunchRecord {
     /// The instance it was started for.
     #[serde(default = "default_instance")]
     pub instance: String,
+    /// The process's start time (clock ticks since boot, `/proc/PID/stat`), so a pid
+    /// reused by another process after a manager restart is never signalled.
+    #[serde(default)]
+    pub proc_start: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -326,7 +331,14 @@ impl StateFile {
             message: e.to_string(),
         })?;
         {
-            let mut f = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+            // The state names every member and region: readable by this user only.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io("creating", &tmp))?;
             f.write_all(&text).map_err(io("writing", &tmp))?;
             f.sync_all().map_err(io("syncing", &tmp))?;
         }

@@ -7,6 +7,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+const SECRET: &str = "manager-test-secret";
+
 struct Manager {
     child: Child,
     url: String,
@@ -21,6 +23,7 @@ impl Drop for Manager {
 
 fn start(state: &std::path::Path) -> Manager {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
+        .env("DMC_CLUSTER_SECRET", SECRET)
         .args([
             "serve",
             "--listen",
@@ -56,6 +59,7 @@ fn start(state: &std::path::Path) -> Manager {
 
 fn cli(m: &Manager, args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
+        .env("DMC_CLUSTER_SECRET", SECRET)
         .args(["--manager", &m.url])
         .args(args)
         .output()
@@ -65,21 +69,89 @@ fn cli(m: &Manager, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// A minimal HTTP/1.1 POST with a JSON body; returns the response body.
-fn post(m: &Manager, path: &str, body: &str) -> String {
+/// A minimal HTTP/1.1 request with a JSON body and, if given, a bearer token; returns
+/// the whole response.
+fn request(m: &Manager, method: &str, path: &str, body: &str, token: Option<&str>) -> String {
     let addr = m.url.trim_start_matches("http://");
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A POST with the cluster secret; returns the response body.
+fn post(m: &Manager, path: &str, body: &str) -> String {
+    let out = request(m, "POST", path, body, Some(SECRET));
     assert!(out.starts_with("HTTP/1.1 2"), "{out}");
     out.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// Every route of the admin API, `/metrics` included, refuses a request without the
+/// cluster secret (401) and changes nothing; the CLI with the wrong secret fails and
+/// says why; the state file is readable by its owner only.
+#[test]
+fn every_route_needs_the_cluster_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cluster.json");
+    let m = start(&state);
+    for (method, path, body) in [
+        ("GET", "/v1/status", ""),
+        ("GET", "/metrics", ""),
+        ("GET", "/v1/map", ""),
+        ("POST", "/v1/agents", r#"{"listen":"127.0.0.1:6379"}"#),
+        (
+            "POST",
+            "/v1/nodes",
+            r#"{"id":1,"endpoint":"127.0.0.1:7000","capacity":1}"#,
+        ),
+        ("DELETE", "/v1/agents/1", ""),
+    ] {
+        for token in [None, Some("wrong-secret")] {
+            let out = request(&m, method, path, body, token);
+            assert!(out.starts_with("HTTP/1.1 401"), "{method} {path}: {out}");
+            assert!(out.contains("cluster secret"), "{out}");
+        }
+    }
+    let s = status(&m);
+    assert!(s["agents"].as_array().unwrap().is_empty(), "{s}");
+    assert!(s["nodes"].as_array().unwrap().is_empty(), "{s}");
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
+        .env("DMC_CLUSTER_SECRET", "wrong-secret")
+        .args(["--manager", &m.url, "status"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("cluster secret"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "state file mode {mode:o}");
+}
+
+/// `serve` without a cluster secret refuses to start, and says how to give one.
+#[test]
+fn the_manager_needs_a_secret_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-manager"))
+        .env_remove("DMC_CLUSTER_SECRET")
+        .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn"])
+        .arg("--state")
+        .arg(dir.path().join("c.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("DMC_CLUSTER_SECRET"), "{text}");
 }
 
 fn status(m: &Manager) -> serde_json::Value {

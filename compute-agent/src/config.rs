@@ -39,8 +39,6 @@ pub struct PoolSection {
     pub capacity: ByteSize,
     pub region_size: ByteSize,
     pub segment_size: ByteSize,
-    /// File holding the cluster secret memory nodes expect.
-    pub secret_file: Option<PathBuf>,
     /// The ids of `nodes`, in order (a cluster member gets them from the manager).
     /// With them the agent connects to a node only when it first needs it.
     pub node_ids: Vec<u32>,
@@ -58,7 +56,6 @@ impl Default for PoolSection {
             capacity: ByteSize(4 << 30),
             region_size: ByteSize(256 << 20),
             segment_size: ByteSize(16 << 20),
-            secret_file: None,
             node_ids: Vec::new(),
             idle_connection_timeout: 60,
         }
@@ -103,6 +100,10 @@ pub struct Config {
     pub routing: RoutingMode,
     /// On shutdown, how long client connections may take to finish.
     pub drain_timeout: u64,
+    /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): presented to
+    /// memory nodes, the manager and other agents, and demanded of agents forwarding
+    /// here. Required with a manager or memory nodes; unused by a standalone agent.
+    pub secret_file: Option<PathBuf>,
     pub pool: PoolSection,
 }
 
@@ -128,6 +129,7 @@ impl Default for Config {
             instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
             routing: RoutingMode::Proxy,
             drain_timeout: 10,
+            secret_file: None,
             pool: PoolSection::default(),
         }
     }
@@ -197,6 +199,9 @@ pub struct Args {
     /// Seconds client connections may take to finish on shutdown.
     #[arg(long)]
     pub drain_timeout: Option<u64>,
+    /// File holding the cluster secret (else DMC_CLUSTER_SECRET).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -225,6 +230,9 @@ impl Args {
         }
         if let Some(v) = self.maxclients {
             cfg.maxclients = v;
+        }
+        if let Some(v) = &self.secret_file {
+            cfg.secret_file = Some(v.clone());
         }
         if let Some(v) = self.proto_max_bulk_len {
             cfg.proto_max_bulk_len = v;

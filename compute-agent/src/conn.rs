@@ -244,8 +244,17 @@ async fn serve_session(
                     |_| Ok(())
                 );
                 if family == Some(Family::Internal) {
-                    peer = true;
-                    Reply::ok().encode(session.proto, &mut out);
+                    // DMC.PEER SECRET: another agent of the cluster, whose commands
+                    // are never forwarded again.
+                    let secret = dmc_process::secret::installed();
+                    let presented = args.get(1).map(|a| &a[..]).unwrap_or_default();
+                    if secret.is_some_and(|s| s.matches(presented)) {
+                        peer = true;
+                        Reply::ok().encode(session.proto, &mut out);
+                    } else {
+                        Reply::err("NOPERM DMC.PEER needs this cluster's secret")
+                            .encode(session.proto, &mut out);
+                    }
                     continue;
                 }
                 let (reply, flow) = router.execute(session, args, peer).await;

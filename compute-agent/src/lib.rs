@@ -46,6 +46,15 @@ use pool::{ManagerRegions, open_pool, pool_from_map};
 
 /// Runs the agent until `shutdown` completes.
 pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+    // A cluster member presents the cluster secret to the manager, the memory nodes
+    // and other agents, and demands it of agents forwarding to it.
+    let secret = dmc_process::secret::ClusterSecret::load(cfg.secret_file.as_deref())?;
+    anyhow::ensure!(
+        secret.is_some() || (cfg.manager.is_none() && cfg.pool.backend == PoolBackend::Embedded),
+        "an agent of a cluster (a manager or memory nodes) needs the cluster secret: set \
+         secret-file (or --secret-file) or DMC_CLUSTER_SECRET"
+    );
+    dmc_process::secret::install(secret);
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
         .await
         .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;

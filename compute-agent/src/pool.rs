@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use dmc_proto::cluster::{ClusterMap, PoolTransport};
 use dmc_umo::{Pool, PoolConfig};
 use dmc_verbs::{BackendKind, Endpoint, RpcOptions};
@@ -87,10 +86,10 @@ pub(crate) async fn open_pool(
             } else {
                 BackendKind::Tcp
             };
-            let secret = match &cfg.secret_file {
-                Some(p) => Bytes::from(std::fs::read_to_string(p)?.trim().to_string()),
-                None => Bytes::new(),
-            };
+            // Memory nodes demand the cluster secret (installed by `run`).
+            let secret = dmc_process::secret::installed()
+                .map(|s| s.bytes().clone())
+                .unwrap_or_default();
             let mut nodes: Vec<Arc<dyn dmc_verbs::Transport>> = Vec::new();
             let on_demand = cfg.node_ids.len() == cfg.nodes.len();
             for (i, n) in cfg.nodes.iter().enumerate() {

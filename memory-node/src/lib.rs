@@ -10,7 +10,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use clap::Parser;
 use dmc_proto::ByteSize;
 use dmc_verbs::server::{self, Listener, ServerOptions};
@@ -30,8 +29,9 @@ pub struct Config {
     pub dir: Option<PathBuf>,
     /// Most bytes of regions this node will hold.
     pub capacity: ByteSize,
-    /// The cluster secret peers must present (`secret_file` wins if both are set).
-    pub secret: String,
+    /// File holding the cluster secret every peer must present (else the
+    /// `DMC_CLUSTER_SECRET` environment variable). Required: the node serves no request
+    /// without it.
     pub secret_file: Option<PathBuf>,
     /// Largest RPC frame accepted.
     pub max_frame: ByteSize,
@@ -51,7 +51,6 @@ impl Default for Config {
             listen: "127.0.0.1:7000".into(),
             dir: None,
             capacity: ByteSize(4 << 30),
-            secret: String::new(),
             secret_file: None,
             max_frame: ByteSize(dmc_verbs::wire::DEFAULT_MAX_FRAME),
             log: "info".into(),
@@ -158,26 +157,26 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/dmc-node-{}", self.id)))
     }
 
-    fn secret_bytes(&self) -> Result<Option<Bytes>> {
-        let secret = match &self.secret_file {
-            Some(p) => std::fs::read_to_string(p)
-                .with_context(|| format!("reading secret file {}", p.display()))?
-                .trim()
-                .to_string(),
-            None => self.secret.clone(),
-        };
-        Ok((!secret.is_empty()).then(|| Bytes::from(secret)))
+    /// The cluster secret (required).
+    fn secret(&self) -> Result<dmc_process::secret::ClusterSecret> {
+        dmc_process::secret::ClusterSecret::load(self.secret_file.as_deref())?.context(
+            "a memory node needs the cluster secret: set secret_file (or --secret-file) \
+             or DMC_CLUSTER_SECRET",
+        )
     }
 }
 
 /// Runs the node until `shutdown` completes.
 pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+    let secret = cfg.secret()?;
+    // Heartbeats to the manager carry it too.
+    dmc_process::secret::install(Some(secret.clone()));
     let dir = cfg.dir();
     let core = NodeCore::open(NodeConfig {
         id: cfg.id,
         capacity: cfg.capacity.0,
         storage: Storage::Dir(dir.clone()),
-        secret: cfg.secret_bytes()?,
+        secret: Some(secret.bytes().clone()),
     })
     .with_context(|| format!("opening region directory {}", dir.display()))?;
     let endpoint: Endpoint = cfg

@@ -9,6 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+/// The cluster secret every process these tests start is given (through the
+/// environment, as an operator would, never on a command line).
+pub const TEST_SECRET: &str = "dmc-e2e-cluster-secret";
+/// The variable processes read the cluster secret from.
+pub const SECRET_ENV: &str = "DMC_CLUSTER_SECRET";
+
 /// Path of a binary of this workspace, built next to the test executable.
 pub fn bin(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
@@ -32,6 +38,7 @@ pub fn bin(name: &str) -> Result<PathBuf> {
 fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Child, String)> {
     let mut child = Command::new(bin(name)?)
         .args(args)
+        .env(SECRET_ENV, TEST_SECRET)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -199,6 +206,7 @@ impl ClusterManager {
     /// stderr if it failed.
     pub fn cli(&self, args: &[&str]) -> Result<String> {
         let out = Command::new(bin("cluster-manager")?)
+            .env(SECRET_ENV, TEST_SECRET)
             .args(["--manager", &self.url])
             .args(args)
             .output()?;
@@ -411,7 +419,12 @@ pub fn http_get(addr: &str, path: &str) -> Result<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    s.write_all(
+        format!(
+            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {TEST_SECRET}\r\n\r\n"
+        )
+        .as_bytes(),
+    )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

@@ -80,6 +80,9 @@ fn glob_bombs_answer_at_once() {
     ]));
     assert!(c.reply().starts_with("*2\r\n"));
     assert_eq!(redis_cli(&port, &["PING"]), "PONG");
+    // A standalone agent has no peers: no one may claim to be one.
+    c.send(&command(&[b"DMC.PEER", b""]));
+    assert!(c.reply().starts_with("-NOPERM"));
 }
 
 /// A panic in one connection's task closes that connection only, and gives its
@@ -192,6 +195,12 @@ fn odd_arity_multi_key_writes_in_proxy_mode_get_the_arity_error() {
         "ERR wrong number of arguments for 'mset' command"
     );
     assert_eq!(info_field(&port, "clients", "connected_clients"), before);
+    // Forwarding between agents needs the cluster secret.
+    let mut c = Raw::connect(&port);
+    c.send(&command(&[b"DMC.PEER", b"wrong-secret"]));
+    assert!(c.reply().starts_with("-NOPERM"));
+    c.send(&command(&[b"DMC.PEER", dmc_e2e::TEST_SECRET.as_bytes()]));
+    assert_eq!(c.reply(), "+OK\r\n");
     // The even form is split per owner and every key reads back through this agent.
     let even: Vec<&str> = refs[..refs.len() - 1].to_vec();
     assert_eq!(redis_cli(&port, &even), "OK");

@@ -27,7 +27,10 @@ async fn connect(node: &MemoryNode) -> Arc<dyn Transport> {
     backend::connect(
         BackendKind::Shm,
         node.endpoint.parse().unwrap(),
-        RpcOptions::default(),
+        RpcOptions {
+            secret: bytes::Bytes::from_static(dmc_e2e::TEST_SECRET.as_bytes()),
+            ..RpcOptions::default()
+        },
     )
     .await
     .unwrap()
@@ -110,7 +113,10 @@ fn race_child() {
         let t = backend::connect(
             BackendKind::Shm,
             endpoint.parse().unwrap(),
-            RpcOptions::default(),
+            RpcOptions {
+                secret: bytes::Bytes::from_static(dmc_e2e::TEST_SECRET.as_bytes()),
+                ..RpcOptions::default()
+            },
         )
         .await
         .unwrap();
@@ -207,4 +213,61 @@ async fn memory_node_survives_malformed_and_oversized_rpcs() {
         other => panic!("{other:?}"),
     }
     let _ = wire::WIRE_VERSION;
+}
+
+/// A peer without the cluster secret (none, or a wrong one) is refused before any
+/// request touches the node's state; the region directory and files are readable by
+/// their owner only; a node started without a secret refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_node_refuses_peers_without_the_cluster_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_dir = dir.path().join("node");
+    let node = MemoryNode::start(1, &node_dir, "64mb").unwrap();
+    for secret in [&b""[..], b"wrong-secret"] {
+        let t = backend::connect(
+            BackendKind::Tcp,
+            node.endpoint.parse().unwrap(),
+            RpcOptions {
+                secret: bytes::Bytes::copy_from_slice(secret),
+                ..RpcOptions::default()
+            },
+        )
+        .await;
+        let refused = match t {
+            Err(e) => e.to_string(),
+            Ok(t) => match t.create_region(7, 4096).await {
+                Err(e) => e.to_string(),
+                Ok(()) => panic!("a peer without the secret created a region"),
+            },
+        };
+        assert!(
+            refused.contains("authenticat") || refused.contains("secret"),
+            "{refused}"
+        );
+    }
+    let good = connect(&node).await;
+    assert!(
+        n1_regions(good.as_ref()).await.iter().all(|(r, _)| *r != 7),
+        "nothing was created"
+    );
+    good.create_region(1, 4096).await.unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&node_dir), 0o700);
+    for entry in std::fs::read_dir(&node_dir).unwrap() {
+        assert_eq!(mode(&entry.unwrap().path()), 0o600);
+    }
+    let out = Command::new(dmc_e2e::bin("memory-node").unwrap())
+        .env_remove(dmc_e2e::SECRET_ENV)
+        .args(["--id", "2", "--listen", "127.0.0.1:0", "--capacity", "8mb"])
+        .arg("--dir")
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("DMC_CLUSTER_SECRET"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -66,10 +66,18 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// This run's cluster secret.
+fn run_secret() -> &'static str {
+    static SECRET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| dmc_proto::rng::hex_id(32))
+}
+
 /// Spawns a DMC process and waits for its `ready listen=ADDR` line.
 fn spawn_ready(bin: &Path, args: &[String]) -> Result<(Child, String)> {
     let mut child = Command::new(bin)
         .args(args)
+        // Memory nodes and the agents that use them share one secret per run.
+        .env("DMC_CLUSTER_SECRET", run_secret())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -15,12 +15,8 @@ use crate::state::RegionRecord;
 
 pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
     // Error statuses are read, not raised, so the manager's own message is shown.
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        // `agents scale` waits for agents to start or drain.
-        .timeout_global(Some(Duration::from_secs(180)))
-        .build()
-        .into();
+    // `agents scale` waits for agents to start or drain.
+    let agent = dmc_process::membership::http(Duration::from_secs(180));
     let url = |path: &str| format!("{}{path}", base.trim_end_matches('/'));
     let fail = |e: ureq::Error| unreachable_manager(base, e);
     match cmd {

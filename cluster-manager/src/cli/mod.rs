@@ -30,6 +30,10 @@ pub struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// File holding the cluster secret (else the DMC_CLUSTER_SECRET environment
+    /// variable); every request to the manager carries it.
+    #[arg(long, global = true)]
+    pub secret_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -133,13 +137,20 @@ pub enum AgentsCmd {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Serve(args) => {
-            let config = args.resolve()?;
+            let mut config = args.resolve()?;
+            if config.secret_file.is_none() {
+                config.secret_file = cli.secret_file;
+            }
             if args.print_config {
                 print!("{}", toml::to_string(&config)?);
                 return Ok(());
             }
             serve(config)
         }
-        cmd => client(&cli.manager, cli.json, cmd),
+        cmd => {
+            let secret = dmc_process::secret::ClusterSecret::load(cli.secret_file.as_deref())?;
+            dmc_process::secret::install(secret);
+            client(&cli.manager, cli.json, cmd)
+        }
     }
 }

@@ -34,6 +34,9 @@ pub struct ServeConfig {
     /// The memory pool agents open.
     pub pool: PoolSettings,
     pub launcher: LauncherConfig,
+    /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): every API request,
+    /// every memory node and every agent must present it. Required.
+    pub secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,6 +68,7 @@ impl Default for ServeConfig {
             log: "info".into(),
             pool: PoolSettings::default(),
             launcher: LauncherConfig::default(),
+            secret_file: None,
         }
     }
 }
@@ -165,6 +169,11 @@ impl ServeArgs {
 }
 pub(super) fn serve(config: ServeConfig) -> Result<()> {
     dmc_process::init_logging(&config.log);
+    let secret = dmc_process::secret::ClusterSecret::load(config.secret_file.as_deref())?.context(
+        "the manager needs the cluster secret: set secret-file (or --secret-file) or \
+             DMC_CLUSTER_SECRET",
+    )?;
+    dmc_process::secret::install(Some(secret));
     let state = config.state.clone();
     let manager = Arc::new(
         Manager::open(

@@ -151,13 +151,16 @@ impl Manager {
             .endpoint
             .parse()
             .map_err(|e: dmc_verbs::VerbsError| fail(e.to_string()))?;
-        let t = dmc_verbs::backend::connect(
-            dmc_verbs::BackendKind::Tcp,
-            endpoint,
-            dmc_verbs::RpcOptions::default(),
-        )
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+        // Memory nodes demand the cluster secret this process was started with.
+        let options = dmc_verbs::RpcOptions {
+            secret: dmc_process::secret::installed()
+                .map(|s| s.bytes().clone())
+                .unwrap_or_default(),
+            ..dmc_verbs::RpcOptions::default()
+        };
+        let t = dmc_verbs::backend::connect(dmc_verbs::BackendKind::Tcp, endpoint, options)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         conns.insert(node, t.clone());
         Ok(t)
     }

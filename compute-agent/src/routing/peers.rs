@@ -281,14 +281,20 @@ impl Router {
         if let Some(pw) = &self.password {
             encode_command(&[Bytes::from_static(b"AUTH"), pw.clone()], &mut out);
         }
-        encode_command(&[Bytes::from_static(PEER_HELLO)], &mut out);
+        // The peer takes forwarded commands only with the cluster secret.
+        let secret = dmc_process::secret::installed()
+            .map(|s| s.bytes().clone())
+            .unwrap_or_default();
+        encode_command(&[Bytes::from_static(PEER_HELLO), secret], &mut out);
         conn.stream.write_all(&out).await?;
         if self.password.is_some()
             && let Reply::Error(e) = conn.read_reply().await?
         {
             return Err(std::io::Error::other(format!("peer refused AUTH: {e}")));
         }
-        conn.read_reply().await?;
+        if let Reply::Error(e) = conn.read_reply().await? {
+            return Err(std::io::Error::other(format!("peer refused DMC.PEER: {e}")));
+        }
         tracing::debug!(%addr, "opened a forwarding connection");
         Ok(conn)
     }

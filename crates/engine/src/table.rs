@@ -364,7 +364,7 @@ pub const TABLE: &[Spec] = &[
     spec!("asking", 1, &["fast"], 0, 0, 0, Asking),
     spec!(
         "dmc.peer",
-        1,
+        2,
         &["noscript", "loading", "stale", "fast"],
         0,
         0,

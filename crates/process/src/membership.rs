@@ -52,12 +52,27 @@ pub enum ManagerCallError {
     BadReply { what: &'static str, message: String },
 }
 
-fn http(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// An HTTP client for the manager's API: error statuses are read, not raised (so the
+/// manager's own message is shown), and every request carries this process's cluster
+/// secret ([`crate::secret::install`]) as a bearer token.
+pub fn http(timeout: Duration) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .into()
+        .timeout_global(Some(timeout));
+    if let Some(secret) = crate::secret::installed() {
+        let value = ureq::http::HeaderValue::from_str(&crate::secret::bearer(secret)).ok();
+        config = config.middleware(
+            move |mut req: ureq::http::Request<ureq::SendBody>,
+                  next: ureq::middleware::MiddlewareNext| {
+                if let Some(v) = &value {
+                    req.headers_mut()
+                        .insert(ureq::http::header::AUTHORIZATION, v.clone());
+                }
+                next.handle(req)
+            },
+        );
+    }
+    config.build().into()
 }
 
 fn base(url: &str) -> String {

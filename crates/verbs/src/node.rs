@@ -18,6 +18,7 @@
 //! It never interprets the bytes it stores: there is no caching logic here.
 
 use hashbrown::HashMap;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,8 +133,14 @@ impl NodeCore {
             fenced_grace: FENCED_TX_GRACE,
         };
         if let Storage::Dir(dir) = &core.config.storage {
-            std::fs::create_dir_all(dir)
+            // Only this user reads the pool: the directory 0700, region files 0600.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
                 .map_err(|e| VerbsError::io("creating region directory", e))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| VerbsError::io("restricting region directory", e))?;
             let entries = std::fs::read_dir(dir)
                 .map_err(|e| VerbsError::io("listing region directory", e))?;
             let mut regions = core.regions.write();
@@ -235,6 +242,7 @@ impl NodeCore {
                     .read(true)
                     .write(true)
                     .create_new(true)
+                    .mode(0o600)
                     .open(&path)
                     .map_err(|e| VerbsError::io("creating region file", e))?;
                 file.set_len(size)
