@@ -572,3 +572,62 @@ fn prometheus_metrics_are_served() {
         .unwrap_or(0.0);
     assert!(strings >= 1.0, "{body}");
 }
+
+/// `AUTH [user] password` and `HELLO 3 AUTH user password` follow Redis's rules for the
+/// `default` user: the password is `requirepass`; any other user name is refused.
+#[test]
+fn auth_checks_the_user_and_the_password() {
+    let agent = Agent::start(&["--requirepass", "s3cret"]).unwrap();
+    let port = agent.port();
+    let run = |script: &str| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(script.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        // redis-cli follows an error with an empty line when not on a terminal.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(run("GET k\n").trim(), "NOAUTH Authentication required.");
+    assert_eq!(
+        run("AUTH someone s3cret\nGET k\n"),
+        "WRONGPASS invalid username-password pair or user is disabled.\nNOAUTH Authentication required.\n"
+    );
+    assert_eq!(
+        run("AUTH default wrong\n").trim(),
+        "WRONGPASS invalid username-password pair or user is disabled."
+    );
+    assert_eq!(run("AUTH default s3cret\nSET k v\nGET k\n"), "OK\nOK\nv\n");
+    assert_eq!(run("AUTH s3cret\nGET k\n"), "OK\nv\n");
+    assert!(run("HELLO 3 AUTH default s3cret\nGET k\n").ends_with("v\n"));
+    assert!(
+        run("HELLO 3 AUTH other s3cret\n").starts_with("WRONGPASS"),
+        "HELLO AUTH checks the user too"
+    );
+    drop(agent);
+    // No requirepass: the default user is `nopass`.
+    let open = Agent::start(&[]).unwrap();
+    assert_eq!(
+        open.cli(&["AUTH", "default", "anything"]).unwrap().trim(),
+        "OK"
+    );
+    assert!(
+        open.cli(&["AUTH", "anything"])
+            .unwrap()
+            .starts_with("ERR AUTH <password> called without")
+    );
+    assert!(
+        open.cli(&["AUTH", "other", "x"])
+            .unwrap()
+            .starts_with("WRONGPASS")
+    );
+}

@@ -59,18 +59,33 @@ fn hello_map(engine: &Engine, s: &Session) -> Reply {
     ])
 }
 
-fn check_password(engine: &Engine, s: &mut Session, password: &[u8]) -> Result<(), Reply> {
-    match &engine.config.requirepass {
-        None => Err(Reply::err(
+/// `AUTH [user] password` and `HELLO ... AUTH user password`, with Redis's rules until
+/// ACL users exist: only the `default` user, whose password is `requirepass` (with
+/// none set it is `nopass`: any password of `AUTH default` works, while the one-argument
+/// form is an error). Passwords are compared in constant time.
+fn check_auth(
+    engine: &Engine,
+    s: &mut Session,
+    user: Option<&[u8]>,
+    password: &[u8],
+) -> Result<(), Reply> {
+    let wrong = || Reply::err("WRONGPASS invalid username-password pair or user is disabled.");
+    if user.is_some_and(|u| u != b"default") {
+        return Err(wrong());
+    }
+    match (&engine.config.requirepass, user) {
+        (None, None) => Err(Reply::err(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         )),
-        Some(p) if p[..] == *password => {
+        (None, Some(_)) => {
             s.authenticated = true;
             Ok(())
         }
-        Some(_) => Err(Reply::err(
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        )),
+        (Some(p), _) if dmc_proto::constant_time_eq(p, password) => {
+            s.authenticated = true;
+            Ok(())
+        }
+        (Some(_), _) => Err(wrong()),
     }
 }
 
@@ -99,7 +114,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             while i < args.len() {
                 match upper(&args[i]).as_str() {
                     "AUTH" if i + 2 < args.len() => {
-                        if let Err(r) = check_password(engine, s, &args[i + 2]) {
+                        if let Err(r) = check_auth(engine, s, Some(&args[i + 1]), &args[i + 2]) {
                             return r;
                         }
                         i += 3;
@@ -131,7 +146,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             if args.len() > 3 {
                 return Reply::err(crate::SYNTAX);
             }
-            match check_password(engine, s, password) {
+            let user = (args.len() == 3).then(|| &args[1][..]);
+            match check_auth(engine, s, user, password) {
                 Ok(()) => Reply::ok(),
                 Err(r) => r,
             }

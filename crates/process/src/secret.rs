@@ -80,18 +80,8 @@ impl ClusterSecret {
     /// Whether `presented` is the secret, in time that does not depend on where they
     /// differ.
     pub fn matches(&self, presented: &[u8]) -> bool {
-        constant_time_eq(&self.0, presented)
+        dmc_proto::constant_time_eq(&self.0, presented)
     }
-}
-
-/// Equality of two byte strings whose running time depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // Keep the optimiser from turning the fold into an early exit.
-    std::hint::black_box(diff) == 0
 }
 
 static INSTALLED: OnceLock<Option<ClusterSecret>> = OnceLock::new();

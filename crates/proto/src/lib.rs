@@ -8,6 +8,18 @@
 //! random-number source.
 
 pub mod cluster;
+
+/// Equality of two byte strings in time that depends only on their lengths: for
+/// passwords and the cluster secret, so a peer cannot learn them a byte at a time.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // Keep the optimiser from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
 pub mod metrics;
 pub mod policy;
 pub mod rng;

@@ -55,7 +55,18 @@ impl std::fmt::Display for Endpoint {
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-pub(crate) async fn dial(endpoint: &Endpoint) -> Result<Box<dyn Stream>, VerbsError> {
+/// Connects to `endpoint`, giving up after `within` (a node that does not answer SYNs
+/// must not hold a caller for the kernel's minutes of retries).
+pub(crate) async fn dial(
+    endpoint: &Endpoint,
+    within: Duration,
+) -> Result<Box<dyn Stream>, VerbsError> {
+    tokio::time::timeout(within, dial_now(endpoint))
+        .await
+        .map_err(|_| VerbsError::Timeout(within.as_millis() as u64))?
+}
+
+async fn dial_now(endpoint: &Endpoint) -> Result<Box<dyn Stream>, VerbsError> {
     Ok(match endpoint {
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
@@ -74,8 +85,12 @@ pub(crate) async fn dial(endpoint: &Endpoint) -> Result<Box<dyn Stream>, VerbsEr
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Response, VerbsError>>>>>;
 
+/// Requests queued for one connection's writer at most: a node that stops reading
+/// makes callers wait (up to their timeout), not the queue grow.
+const QUEUED_FRAMES: usize = 4096;
+
 struct Conn {
-    frames: mpsc::UnboundedSender<Bytes>,
+    frames: mpsc::Sender<Bytes>,
     waiters: Waiters,
     dead: Arc<AtomicBool>,
 }
@@ -84,7 +99,10 @@ struct Conn {
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
     pub secret: Bytes,
+    /// The longest a request waits for its response (and for room to be sent).
     pub timeout: Duration,
+    /// The longest a (re-)dial may take.
+    pub connect_timeout: Duration,
     pub max_frame: u64,
 }
 
@@ -93,6 +111,7 @@ impl Default for RpcOptions {
         Self {
             secret: Bytes::new(),
             timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
             max_frame: wire::DEFAULT_MAX_FRAME,
         }
     }
@@ -127,9 +146,9 @@ impl RpcClient {
     }
 
     async fn open(&self) -> Result<(Arc<Conn>, Response), VerbsError> {
-        let stream = dial(&self.endpoint).await?;
+        let stream = dial(&self.endpoint, self.options.connect_timeout).await?;
         let (rd, wr) = tokio::io::split(stream);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUED_FRAMES);
         let conn = Arc::new(Conn {
             frames: tx,
             waiters: Arc::new(Mutex::new(HashMap::new())),
@@ -173,9 +192,14 @@ impl RpcClient {
         conn.waiters.lock().insert(id, tx);
         let mut buf = BytesMut::new();
         req.encode(id, &mut buf);
-        if conn.frames.send(buf.freeze()).is_err() || conn.dead.load(Ordering::Acquire) {
+        let queued =
+            tokio::time::timeout(self.options.timeout, conn.frames.send(buf.freeze())).await;
+        if !matches!(queued, Ok(Ok(()))) || conn.dead.load(Ordering::Acquire) {
             conn.waiters.lock().remove(&id);
-            return Err(VerbsError::Closed);
+            return Err(match queued {
+                Err(_) => VerbsError::Timeout(self.options.timeout.as_millis() as u64),
+                _ => VerbsError::Closed,
+            });
         }
         match tokio::time::timeout(self.options.timeout, rx).await {
             Ok(Ok(Ok(Response::Error(e)))) => Err(e),
@@ -197,7 +221,7 @@ impl RpcClient {
 
 async fn write_loop(
     mut wr: tokio::io::WriteHalf<Box<dyn Stream>>,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: mpsc::Receiver<Bytes>,
     dead: Arc<AtomicBool>,
 ) {
     let mut out = BytesMut::with_capacity(64 << 10);
