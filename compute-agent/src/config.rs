@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use dmc_engine::limits::{MIN_BUFFER_LIMIT, OutputLimits, out_of_range};
 
 use crate::routing::RoutingMode;
+use crate::tls::{AuthClients, TlsSection};
 
 /// Where the agent's memory pool is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -100,6 +101,16 @@ pub struct Config {
     pub routing: RoutingMode,
     /// On shutdown, how long client connections may take to finish.
     pub drain_timeout: u64,
+    /// The TLS client port (0: none), Redis's `tls-port`.
+    pub tls_port: u16,
+    /// The server's certificate chain (PEM).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The server's private key (PEM).
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA that signs client certificates (PEM).
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// `yes` (a client certificate is required), `optional` or `no`.
+    pub tls_auth_clients: AuthClients,
     /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): presented to
     /// memory nodes, the manager and other agents, and demanded of agents forwarding
     /// here. Required with a manager or memory nodes; unused by a standalone agent.
@@ -129,6 +140,11 @@ impl Default for Config {
             instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
             routing: RoutingMode::Proxy,
             drain_timeout: 10,
+            tls_port: 0,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: AuthClients::Yes,
             secret_file: None,
             pool: PoolSection::default(),
         }
@@ -202,6 +218,21 @@ pub struct Args {
     /// File holding the cluster secret (else DMC_CLUSTER_SECRET).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
+    /// Serve TLS clients on this port (0: none).
+    #[arg(long)]
+    pub tls_port: Option<u16>,
+    /// The server certificate chain (PEM).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The server private key (PEM).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA certificate that signs client certificates (PEM).
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// yes (require a client certificate), optional or no.
+    #[arg(long, value_enum)]
+    pub tls_auth_clients: Option<AuthClients>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -233,6 +264,21 @@ impl Args {
         }
         if let Some(v) = &self.secret_file {
             cfg.secret_file = Some(v.clone());
+        }
+        if let Some(v) = self.tls_port {
+            cfg.tls_port = v;
+        }
+        for (flag, field) in [
+            (&self.tls_cert_file, &mut cfg.tls_cert_file),
+            (&self.tls_key_file, &mut cfg.tls_key_file),
+            (&self.tls_ca_cert_file, &mut cfg.tls_ca_cert_file),
+        ] {
+            if let Some(v) = flag {
+                *field = Some(v.clone());
+            }
+        }
+        if let Some(v) = self.tls_auth_clients {
+            cfg.tls_auth_clients = v;
         }
         if let Some(v) = self.proto_max_bulk_len {
             cfg.proto_max_bulk_len = v;
@@ -282,6 +328,17 @@ impl Args {
 }
 
 impl Config {
+    /// The TLS client port's settings.
+    pub fn tls(&self) -> TlsSection {
+        TlsSection {
+            tls_port: self.tls_port,
+            tls_cert_file: self.tls_cert_file.clone(),
+            tls_key_file: self.tls_key_file.clone(),
+            tls_ca_cert_file: self.tls_ca_cert_file.clone(),
+            tls_auth_clients: self.tls_auth_clients,
+        }
+    }
+
     /// `client-output-buffer-limit` parsed over Redis's defaults.
     pub fn output_limits(&self) -> Result<OutputLimits> {
         OutputLimits::default()
@@ -315,6 +372,7 @@ impl Config {
             );
         }
         self.output_limits()?;
+        self.tls().validate()?;
         anyhow::ensure!(
             dmc_proto::cluster::valid_instance_name(&self.instance),
             "instance {:?}: use 1 to 64 letters, digits, '-' or '_'",

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use dmc_engine::{Engine, Flow};
 use dmc_resp::{Limits, Reply, RequestParser};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use dmc_engine::table::{self, Family};
 
@@ -64,6 +64,7 @@ pub(crate) struct ConnShared {
 pub(crate) async fn serve_conn(
     shared: &ConnShared,
     stream: tokio::net::TcpStream,
+    tls: Option<&tokio_rustls::TlsAcceptor>,
     drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let engine = shared.router.engine();
@@ -83,7 +84,17 @@ pub(crate) async fn serve_conn(
         }
     }
     let _registered = Registered(engine, session.id);
-    serve_session(shared, stream, &mut session, drain).await
+    match tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            serve_session(shared, rd, wr, &mut session, drain).await
+        }
+        Some(acceptor) => {
+            let stream = crate::tls::handshake(acceptor, stream).await?;
+            let (rd, wr) = tokio::io::split(stream);
+            serve_session(shared, rd, wr, &mut session, drain).await
+        }
+    }
 }
 
 /// Writes replies to the client, counted for INFO. A client that stops reading blocks
@@ -92,7 +103,7 @@ pub(crate) async fn serve_conn(
 /// hard limit close the client at once, and replies over the soft limit must be taken
 /// within its seconds.
 async fn send(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut (impl AsyncWrite + Unpin),
     out: &[u8],
     engine: &Engine,
     client: &dmc_engine::clients::Client,
@@ -129,7 +140,8 @@ async fn send(
 
 async fn serve_session(
     shared: &ConnShared,
-    stream: tokio::net::TcpStream,
+    mut rd: impl AsyncRead + Unpin,
+    mut wr: impl AsyncWrite + Unpin,
     session: &mut dmc_engine::Session,
     mut drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -137,7 +149,6 @@ async fn serve_session(
     let engine = router.engine();
     // Another agent forwarding writes to this one (see `routing`).
     let mut peer = false;
-    let (mut rd, mut wr) = stream.into_split();
     let client = session.client.clone();
     let mut buf = BytesMut::new();
     let mut parser = RequestParser::default();

@@ -18,6 +18,7 @@
 //! | [`routing`] | where a command runs: here, forwarded, `-MOVED`; CLUSTER commands |
 //! | [`conn`] | one client connection: parse, batch, execute, reply |
 //! | [`metrics`] | Prometheus metrics |
+//! | [`tls`] | the TLS client port (rustls) |
 
 pub mod config;
 pub mod conn;
@@ -25,6 +26,7 @@ pub mod membership;
 pub mod metrics;
 pub mod pool;
 pub mod routing;
+pub mod tls;
 
 use std::io::Write;
 use std::sync::Arc;
@@ -223,10 +225,23 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             metrics::collect(&engine)
         }));
     }
-    tracing::info!(listen = %addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
+    let tls = tls::acceptor(&cfg.tls()).context("setting up TLS")?;
+    let tls_listener = match &tls {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.tls_port))
+                .await
+                .with_context(|| format!("binding tls-port {}:{}", cfg.bind, cfg.tls_port))?,
+        ),
+        None => None,
+    };
+    let tls_addr = tls_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    tracing::info!(listen = %addr, tls = ?tls_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "compute-agent ready listen={addr}")?;
+        match tls_addr {
+            Some(t) => writeln!(out, "compute-agent ready listen={addr} tls={t}")?,
+            None => writeln!(out, "compute-agent ready listen={addr}")?,
+        }
         out.flush()?;
     }
     let shared = Arc::new(ConnShared {
@@ -239,8 +254,8 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         tokio::select! {
             _ = &mut shutdown => break,
             _ = leave.notified() => break,
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
+            accepted = accept_either(&listener, tls_listener.as_ref()) => {
+                let ((stream, peer), secure) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -252,6 +267,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 let slot = conn::ClientSlot::take(engine.clone());
                 let shared = shared.clone();
                 let drain = drain_rx.clone();
+                let tls = if secure { tls.clone() } else { None };
                 tokio::spawn(async move {
                     // Held for the task's life: the count drops however it ends, a
                     // panic included.
@@ -259,11 +275,22 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                     let engine = shared.router.engine();
                     if slot.open > engine.limits.maxclients() {
                         engine.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        let mut s = stream;
-                        let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
+                        let refusal = b"-ERR max number of clients reached\r\n";
+                        match &tls {
+                            None => {
+                                let mut s = stream;
+                                let _ = s.write_all(refusal).await;
+                            }
+                            Some(acceptor) => {
+                                if let Ok(mut s) = tls::handshake(acceptor, stream).await {
+                                    let _ = s.write_all(refusal).await;
+                                    let _ = s.shutdown().await;
+                                }
+                            }
+                        }
                     } else {
                         let _ = stream.set_nodelay(true);
-                        if let Err(e) = serve_conn(&shared, stream, drain).await {
+                        if let Err(e) = serve_conn(&shared, stream, tls.as_ref(), drain).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                     }
@@ -302,6 +329,23 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     sampler.abort();
     dht.flush_hits().await;
     Ok(())
+}
+
+/// The next connection on the plain port or the TLS port; `true` for TLS.
+async fn accept_either(
+    plain: &tokio::net::TcpListener,
+    tls: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<((tokio::net::TcpStream, std::net::SocketAddr), bool)> {
+    let secure = async {
+        match tls {
+            Some(l) => l.accept().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        a = plain.accept() => a.map(|a| (a, false)),
+        a = secure => a.map(|a| (a, true)),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,127 @@
+//! The TLS client port, with Redis's settings: `tls-port`, `tls-cert-file`,
+//! `tls-key-file`, `tls-ca-cert-file` and `tls-auth-clients` (`yes` requires a client
+//! certificate signed by the CA, `optional` verifies one if presented, `no` asks for
+//! none). Built on rustls with the ring provider. [`crate::run`] builds the acceptor
+//! once; each TLS connection's handshake runs in its own task, bounded in time, before
+//! the connection loop sees a byte. It never reads a certificate after start.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::{Deserialize, Serialize};
+use tokio_rustls::TlsAcceptor;
+
+/// The longest a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `tls-auth-clients`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthClients {
+    /// A client must present a certificate the CA signed (Redis's default).
+    #[default]
+    Yes,
+    /// A certificate is verified if the client presents one.
+    Optional,
+    /// No client certificate is asked for.
+    No,
+}
+
+/// The TLS settings of the agent's config (`Config::tls`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsSection {
+    /// The TLS client port (0: none).
+    pub tls_port: u16,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_ca_cert_file: Option<PathBuf>,
+    pub tls_auth_clients: AuthClients,
+}
+
+impl TlsSection {
+    pub fn enabled(&self) -> bool {
+        self.tls_port != 0
+    }
+
+    /// Checks that the files a TLS port needs are named.
+    pub fn validate(&self) -> Result<()> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            self.tls_cert_file.is_some() && self.tls_key_file.is_some(),
+            "tls-port needs tls-cert-file and tls-key-file"
+        );
+        anyhow::ensure!(
+            self.tls_auth_clients == AuthClients::No || self.tls_ca_cert_file.is_some(),
+            "tls-ca-cert-file must be specified when tls-auth-clients is yes or optional"
+        );
+        Ok(())
+    }
+}
+
+fn certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing certificates in {}", path.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "no certificate in {}", path.display());
+    Ok(certs)
+}
+
+/// The acceptor for `tls`, or `None` when no TLS port is configured.
+pub fn acceptor(tls: &TlsSection) -> Result<Option<TlsAcceptor>> {
+    if !tls.enabled() {
+        return Ok(None);
+    }
+    tls.validate()?;
+    let (Some(cert_file), Some(key_file)) = (&tls.tls_cert_file, &tls.tls_key_file) else {
+        anyhow::bail!("tls-port needs tls-cert-file and tls-key-file");
+    };
+    let chain = certs(cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .with_context(|| format!("reading the private key in {}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?;
+    let builder = match (&tls.tls_ca_cert_file, tls.tls_auth_clients) {
+        (Some(ca), AuthClients::Yes | AuthClients::Optional) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in certs(ca)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("a CA certificate in {}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            let verifier = if tls.tls_auth_clients == AuthClients::Optional {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(verifier.build().context("client verifier")?)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .context("the TLS certificate and key do not match")?;
+    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+}
+
+/// Runs a client's TLS handshake, at most [`HANDSHAKE_TIMEOUT`].
+pub async fn handshake(
+    acceptor: &TlsAcceptor,
+    stream: tokio::net::TcpStream,
+) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| std::io::Error::other("TLS handshake timed out"))?
+}

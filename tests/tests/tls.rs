@@ -1,0 +1,119 @@
+//! The TLS client port (issue 13): `redis-cli --tls` and redis-py with `ssl=True` run
+//! the string commands over it, with client certificates required (Redis's default
+//! `tls-auth-clients yes`); a client without a certificate, or speaking plain RESP to
+//! the TLS port, is refused, and the plain port keeps working beside it.
+
+use std::path::Path;
+use std::process::Command;
+
+use dmc_e2e::Agent;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files.
+fn certificates(dir: &Path) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct names: a certificate whose subject is its issuer's looks self-signed.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "DMC test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    for (name, sans) in [
+        (
+            "server",
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+        ),
+        ("client", vec!["client".to_string()]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn redis_cli_and_redis_py_speak_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let tls_port = free_port().to_string();
+    let agent = Agent::start(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &p("server.pem"),
+        "--tls-key-file",
+        &p("server.key"),
+        "--tls-ca-cert-file",
+        &p("ca.pem"),
+    ])
+    .unwrap();
+    let tls_cli = |cert: bool, args: &[&str]| {
+        let mut c = Command::new("redis-cli");
+        c.args(["-p", &tls_port, "--tls", "--cacert", &p("ca.pem")]);
+        if cert {
+            c.args(["--cert", &p("client.pem"), "--key", &p("client.key")]);
+        }
+        let out = c.args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+            + &String::from_utf8_lossy(&out.stderr)
+    };
+    assert_eq!(tls_cli(true, &["SET", "k", "over-tls"]), "OK");
+    assert_eq!(tls_cli(true, &["GET", "k"]), "over-tls");
+    assert_eq!(tls_cli(true, &["INCRBY", "n", "5"]), "5");
+    assert_eq!(tls_cli(true, &["APPEND", "k", "!"]), "9");
+    // No client certificate: the handshake fails, nothing runs.
+    let refused = tls_cli(false, &["SET", "k", "nope"]);
+    assert!(!refused.starts_with("OK"), "{refused}");
+    // Plain RESP at the TLS port gets no reply.
+    assert_eq!(
+        dmc_e2e::redis_cli(&tls_port, &["PING"]),
+        "",
+        "the TLS port answered plain text"
+    );
+    // The plain port serves the same data.
+    assert_eq!(agent.cli(&["GET", "k"]).unwrap().trim(), "over-tls!");
+
+    let script = r#"
+import sys, redis
+port, ca, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+r = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca,
+                ssl_certfile=cert, ssl_keyfile=key, lib_name=None, lib_version=None)
+assert r.set("py", "value") is True
+assert r.get("py") == b"value"
+assert r.incr("counter") == 1
+assert r.mset({"a": "1", "b": "2"}) is True
+assert r.mget("a", "b", "missing") == [b"1", b"2", None]
+assert r.delete("a", "b") == 2
+print("ok")
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &tls_port,
+            &p("ca.pem"),
+            &p("client.pem"),
+            &p("client.key"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
