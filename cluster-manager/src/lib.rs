@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cli;
 pub mod launcher;
+pub mod listener;
 pub mod manager;
 pub mod metrics;
 pub mod scale;

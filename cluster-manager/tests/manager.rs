@@ -229,3 +229,48 @@ fn manager_tracks_members_and_resumes_after_restart() {
         "{table}"
     );
 }
+
+/// Hostile HTTP at the admin API: garbage, malformed JSON, an oversized body and
+/// hundreds of half-sent requests get errors or wait, and the manager keeps serving.
+#[test]
+fn hostile_http_leaves_the_manager_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = start(&dir.path().join("cluster.json"));
+    let addr = m.url.trim_start_matches("http://").to_string();
+    let raw = |bytes: &[u8]| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(bytes);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let garbage = raw(b"\x00\xff\x13GARBAGE\r\n\r\n");
+    assert!(
+        garbage.is_empty() || garbage.starts_with("HTTP/1.1 4"),
+        "{garbage}"
+    );
+    let malformed = request(&m, "POST", "/v1/agents", "{not json", Some(SECRET));
+    assert!(malformed.starts_with("HTTP/1.1 4"), "{malformed}");
+    let big = format!(
+        "POST /v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SECRET}\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{}",
+        "x".repeat(3 << 20)
+    );
+    let oversized = raw(big.as_bytes());
+    assert!(
+        oversized.is_empty() || oversized.starts_with("HTTP/1.1 413"),
+        "{}",
+        &oversized[..oversized.len().min(200)]
+    );
+    let half: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let s = status(&m);
+    assert!(s["nodes"].as_array().unwrap().is_empty(), "{s}");
+    drop(half);
+}

@@ -251,7 +251,7 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             writeln!(out, "cluster-manager ready listen={addr}")?;
             out.flush()?;
         }
-        axum::serve(l, router(app))
+        axum::serve(crate::listener::GuardedListener::new(l), router(app))
             .with_graceful_shutdown(dmc_process::shutdown_signal())
             .await?;
         Ok(())

@@ -86,6 +86,16 @@ impl VerbsError {
         }
     }
 
+    /// The text sent along with [`code`](Self::code): the message of the variants that
+    /// carry one (so a relayed error is not wrapped again at every hop, which made
+    /// `Remote("x")` arrive as `Remote("memory node error: x")`), else the display.
+    pub fn wire_message(&self) -> String {
+        match self {
+            VerbsError::Malformed(m) | VerbsError::Remote(m) => m.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// The numeric argument sent along with [`code`](Self::code).
     pub fn wire_arg(&self) -> u64 {
         match self {

@@ -268,7 +268,7 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 fn put_error(out: &mut BytesMut, e: &VerbsError) {
     out.put_u16_le(e.code());
     out.put_u64_le(e.wire_arg());
-    put_bytes(out, e.to_string().as_bytes());
+    put_bytes(out, e.wire_message().as_bytes());
 }
 
 fn get_error(d: &mut Dec) -> Result<VerbsError, VerbsError> {
@@ -402,6 +402,27 @@ mod tests {
             region: 4,
             peer: "127.0.0.1:7001".into(),
         });
+    }
+
+    /// An error relayed through a response keeps its message, not one more "memory
+    /// node error: " per hop (found by the rpc_frame fuzz target).
+    #[test]
+    fn error_responses_roundtrip_unchanged() {
+        for e in [
+            VerbsError::Remote(String::new()),
+            VerbsError::Remote("disk on fire".into()),
+            VerbsError::Malformed("bad tag".into()),
+            VerbsError::NoSuchRegion(7),
+            VerbsError::Unauthenticated,
+        ] {
+            let mut out = BytesMut::new();
+            Response::Error(e.clone()).encode(3, &mut out);
+            let f = split_frame(&mut out, u64::MAX).unwrap().unwrap();
+            assert_eq!(
+                Response::decode(f.tag, f.payload).unwrap(),
+                Response::Error(e)
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,162 @@
+//! The admin API's listener, hardened against peers that never authenticate: at most
+//! [`MAX_CONNECTIONS`] connections at once (a further one waits in the kernel's
+//! backlog), and a connection on which nothing arrives for [`IDLE_TIMEOUT`] is closed,
+//! so a client that opens connections and sends half a request (slowloris) cannot pin
+//! the manager's file descriptors. Used by `serve` in place of a bare `TcpListener`;
+//! it never looks at what the bytes say (the router and its secret check do).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Most admin-API connections open at once (agents and nodes use one or two each).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// A connection that sends nothing for this long is closed (long polls of the map
+/// wait at most 30 s server-side and write their answer before this).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `TcpListener` with a connection cap and an idle timeout per connection.
+pub struct GuardedListener {
+    inner: TcpListener,
+    slots: Arc<Semaphore>,
+    idle: Duration,
+}
+
+impl GuardedListener {
+    pub fn new(inner: TcpListener) -> GuardedListener {
+        GuardedListener::with_limits(inner, MAX_CONNECTIONS, IDLE_TIMEOUT)
+    }
+
+    pub fn with_limits(inner: TcpListener, max: usize, idle: Duration) -> GuardedListener {
+        GuardedListener {
+            inner,
+            slots: Arc::new(Semaphore::new(max)),
+            idle,
+        }
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = GuardedStream;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            // Wait for a free slot before accepting: excess connections queue in the
+            // kernel instead of costing this process anything.
+            let Ok(permit) = self.slots.clone().acquire_owned().await else {
+                std::future::pending::<()>().await;
+                continue;
+            };
+            match self.inner.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    return (
+                        GuardedStream {
+                            stream,
+                            _permit: permit,
+                            idle: self.idle,
+                            deadline: Box::pin(tokio::time::sleep(self.idle)),
+                        },
+                        addr,
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin API accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// One accepted connection: its slot is given back when it is dropped, and a read
+/// that waits longer than the idle timeout fails.
+pub struct GuardedStream {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    let next = tokio::time::Instant::now() + self.idle;
+                    self.deadline.as_mut().reset(next);
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "admin API connection idle",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+    use tokio::io::AsyncReadExt;
+
+    /// A silent connection is closed after the idle timeout, and its slot serves the
+    /// next connection; connections past the cap wait instead of being served.
+    #[tokio::test]
+    async fn idle_connections_are_closed_and_slots_reused() {
+        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = inner.local_addr().unwrap();
+        let mut l = GuardedListener::with_limits(inner, 1, Duration::from_millis(200));
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (mut io, _) = l.accept().await;
+        let mut buf = [0u8; 8];
+        let read = io.read(&mut buf).await;
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        // The only slot is taken until the first stream is gone.
+        let _second = TcpStream::connect(addr).await.unwrap();
+        let waiting = tokio::time::timeout(Duration::from_millis(300), l.accept()).await;
+        assert!(waiting.is_err(), "a connection past the cap was accepted");
+        drop(io);
+        let accepted = tokio::time::timeout(Duration::from_secs(10), l.accept()).await;
+        assert!(accepted.is_ok(), "the freed slot was not reused");
+    }
+}
