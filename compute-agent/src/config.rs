@@ -40,6 +40,9 @@ pub struct PoolSection {
     pub capacity: ByteSize,
     pub region_size: ByteSize,
     pub segment_size: ByteSize,
+    /// The CA of the memory nodes' certificates: dial them over TLS (plain TCP if
+    /// unset). Nodes serve TLS with `tls_cert_file`/`tls_key_file`.
+    pub tls_ca_cert_file: Option<PathBuf>,
     /// The ids of `nodes`, in order (a cluster member gets them from the manager).
     /// With them the agent connects to a node only when it first needs it.
     pub node_ids: Vec<u32>,
@@ -58,6 +61,7 @@ impl Default for PoolSection {
             region_size: ByteSize(256 << 20),
             segment_size: ByteSize(16 << 20),
             node_ids: Vec::new(),
+            tls_ca_cert_file: None,
             idle_connection_timeout: 60,
         }
     }

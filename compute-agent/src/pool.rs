@@ -90,6 +90,12 @@ pub(crate) async fn open_pool(
             let secret = dmc_process::secret::installed()
                 .map(|s| s.bytes().clone())
                 .unwrap_or_default();
+            let tls = cfg
+                .tls_ca_cert_file
+                .as_deref()
+                .map(dmc_verbs::tls::ClientTls::from_ca_file)
+                .transpose()
+                .context("the memory nodes' TLS CA")?;
             let mut nodes: Vec<Arc<dyn dmc_verbs::Transport>> = Vec::new();
             let on_demand = cfg.node_ids.len() == cfg.nodes.len();
             for (i, n) in cfg.nodes.iter().enumerate() {
@@ -98,6 +104,7 @@ pub(crate) async fn open_pool(
                     .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
                 let options = RpcOptions {
                     secret: secret.clone(),
+                    tls: tls.clone(),
                     ..RpcOptions::default()
                 };
                 if on_demand {

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
 use tokio_rustls::TlsAcceptor;
 
@@ -64,15 +62,6 @@ impl TlsSection {
     }
 }
 
-fn certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("parsing certificates in {}", path.display()))?;
-    anyhow::ensure!(!certs.is_empty(), "no certificate in {}", path.display());
-    Ok(certs)
-}
-
 /// The acceptor for `tls`, or `None` when no TLS port is configured.
 pub fn acceptor(tls: &TlsSection) -> Result<Option<TlsAcceptor>> {
     if !tls.enabled() {
@@ -82,21 +71,15 @@ pub fn acceptor(tls: &TlsSection) -> Result<Option<TlsAcceptor>> {
     let (Some(cert_file), Some(key_file)) = (&tls.tls_cert_file, &tls.tls_key_file) else {
         anyhow::bail!("tls-port needs tls-cert-file and tls-key-file");
     };
-    let chain = certs(cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(key_file)
-        .with_context(|| format!("reading the private key in {}", key_file.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = dmc_verbs::tls::load_certs(cert_file)?;
+    let key = dmc_verbs::tls::load_key(key_file)?;
+    let provider = dmc_verbs::tls::provider();
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?;
     let builder = match (&tls.tls_ca_cert_file, tls.tls_auth_clients) {
         (Some(ca), AuthClients::Yes | AuthClients::Optional) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in certs(ca)? {
-                roots
-                    .add(c)
-                    .with_context(|| format!("a CA certificate in {}", ca.display()))?;
-            }
+            let roots = dmc_verbs::tls::load_roots(ca)?;
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,

@@ -35,6 +35,13 @@ pub struct Config {
     pub secret_file: Option<PathBuf>,
     /// Largest RPC frame accepted.
     pub max_frame: ByteSize,
+    /// Serve the RPC port over TLS with this certificate chain (PEM) and key; plain
+    /// TCP if unset.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA of other nodes' certificates, for dialling a peer over TLS (region
+    /// copies).
+    pub tls_ca_cert_file: Option<PathBuf>,
     /// `tracing` filter, e.g. `info` or `dmc_verbs=debug`.
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
@@ -53,6 +60,9 @@ impl Default for Config {
             capacity: ByteSize(4 << 30),
             secret_file: None,
             max_frame: ByteSize(dmc_verbs::wire::DEFAULT_MAX_FRAME),
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
             log: "info".into(),
             metrics_listen: None,
             manager: None,
@@ -85,6 +95,15 @@ pub struct Args {
     /// Largest RPC frame accepted, e.g. 64mb.
     #[arg(long)]
     pub max_frame: Option<ByteSize>,
+    /// Serve the RPC port over TLS with this certificate chain (PEM).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The TLS private key (PEM).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA of peer nodes' certificates (for region copies over TLS).
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<PathBuf>,
     /// Log filter (also RUST_LOG).
     #[arg(long)]
     pub log: Option<String>,
@@ -124,6 +143,15 @@ impl Args {
         if let Some(v) = self.max_frame {
             cfg.max_frame = v;
         }
+        for (flag, field) in [
+            (&self.tls_cert_file, &mut cfg.tls_cert_file),
+            (&self.tls_key_file, &mut cfg.tls_key_file),
+            (&self.tls_ca_cert_file, &mut cfg.tls_ca_cert_file),
+        ] {
+            if let Some(v) = flag {
+                *field = Some(v.clone());
+            }
+        }
         if let Some(v) = &self.log {
             cfg.log = v.clone();
         }
@@ -147,6 +175,10 @@ impl Config {
         anyhow::ensure!(
             self.max_frame.0 >= 1 << 20,
             "max_frame must be at least 1mb"
+        );
+        anyhow::ensure!(
+            self.tls_cert_file.is_some() == self.tls_key_file.is_some(),
+            "tls_cert_file and tls_key_file go together"
         );
         Ok(())
     }
@@ -227,6 +259,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         listener,
         ServerOptions {
             max_frame: cfg.max_frame.0,
+            tls: match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+                (Some(c), Some(k)) => Some(dmc_verbs::tls::ServerTls::from_files(c, k)?),
+                _ => None,
+            },
+            peer_tls: cfg
+                .tls_ca_cert_file
+                .as_deref()
+                .map(dmc_verbs::tls::ClientTls::from_ca_file)
+                .transpose()?,
         },
         shutdown,
     )

@@ -504,3 +504,32 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A test CA (`ca.pem`), a server certificate for 127.0.0.1 and localhost
+/// (`server.pem`, `server.key`) and a client certificate (`client.pem`,
+/// `client.key`), as PEM files in `dir`.
+pub fn test_certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct names: a certificate whose subject is its issuer's looks self-signed.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "DMC test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    for (name, sans) in [
+        (
+            "server",
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+        ),
+        ("client", vec!["client".to_string()]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+}

@@ -205,6 +205,48 @@ fn odd_arity_multi_key_writes_in_proxy_mode_get_the_arity_error() {
     let even: Vec<&str> = refs[..refs.len() - 1].to_vec();
     assert_eq!(redis_cli(&port, &even), "OK");
     assert_eq!(redis_cli(&port, &["GET", "key11"]), "v");
+
+    // The rest of the hostile set against a cluster member, with redis-py alongside.
+    let client = PyClient::start(&port, &[]);
+    let mut c = Raw::connect(&port);
+    c.send(&command(&[b"CONFIG", b"GET", &vec![b'*'; 100_000]]));
+    assert!(c.reply().starts_with('*'));
+    let bomb = "*a".repeat(20) + "*b";
+    c.send(&command(&[b"KEYS", bomb.as_bytes()]));
+    assert!(c.reply().starts_with('*'));
+    for wire in [&b"*1\r\n$-5\r\n"[..], b"*x\r\n", b"*1\r\n$1073741824\r\n"] {
+        let mut bad = Raw::connect(&port);
+        bad.send(wire);
+        assert!(bad.reply().starts_with("-ERR Protocol error"));
+    }
+    // Odd-arity and cross-owner multi-key writes, pipelined, from one connection.
+    let mut odd = Raw::connect(&port);
+    let mut pipeline = Vec::new();
+    for i in 0..50 {
+        pipeline.extend(command(&[
+            b"MSET",
+            format!("p{i}").as_bytes(),
+            b"1",
+            format!("q{i}").as_bytes(),
+        ]));
+    }
+    odd.send(&pipeline);
+    let mut replies = String::new();
+    while replies.matches("\r\n").count() < 50 {
+        let more = odd.reply();
+        assert!(!more.is_empty(), "the connection closed after {replies:?}");
+        replies.push_str(&more);
+    }
+    assert_eq!(
+        replies
+            .matches("-ERR wrong number of arguments for 'mset' command")
+            .count(),
+        50
+    );
+    let result = client.finish();
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(redis_cli(&port, &["PING"]), "PONG");
 }
 
 /// The client limits are settings with Redis's names, errors and bounds, and apply to

@@ -271,3 +271,71 @@ async fn memory_node_refuses_peers_without_the_cluster_secret() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A memory node serving its RPC port over TLS: a client that trusts its CA works, a
+/// plain-TCP client gets nowhere, and an agent whose pool names the CA serves strings
+/// over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_node_rpc_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    dmc_e2e::test_certificates(dir.path());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let node = MemoryNode::start_with(
+        1,
+        &dir.path().join("node"),
+        "64mb",
+        &[
+            "--tls-cert-file",
+            &p("server.pem"),
+            "--tls-key-file",
+            &p("server.key"),
+        ],
+    )
+    .unwrap();
+    let secret = bytes::Bytes::from_static(dmc_e2e::TEST_SECRET.as_bytes());
+    let tls = dmc_verbs::tls::ClientTls::from_ca_file(&dir.path().join("ca.pem")).unwrap();
+    let t = backend::connect(
+        BackendKind::Tcp,
+        node.endpoint.parse().unwrap(),
+        RpcOptions {
+            secret: secret.clone(),
+            tls: Some(tls),
+            ..RpcOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    t.create_region(3, 4096).await.unwrap();
+    t.write(3, 0, b"over tls").await.unwrap();
+    let mut back = [0u8; 8];
+    t.read(3, 0, &mut back).await.unwrap();
+    assert_eq!(&back, b"over tls");
+    let plain = backend::connect(
+        BackendKind::Tcp,
+        node.endpoint.parse().unwrap(),
+        RpcOptions {
+            secret,
+            ..RpcOptions::default()
+        },
+    )
+    .await;
+    let refused = match plain {
+        Err(_) => true,
+        Ok(c) => c.list_regions().await.is_err(),
+    };
+    assert!(refused, "a plain-TCP client reached a TLS node");
+
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[pool]\nbackend = \"tcp\"\nnodes = [\"{}\"]\nreplicas = 1\nregion-size = \"8mb\"\nsegment-size = \"1mb\"\ntls-ca-cert-file = \"{}\"\n",
+            node.endpoint,
+            p("ca.pem")
+        ),
+    )
+    .unwrap();
+    let agent = dmc_e2e::Agent::start(&["--config", &config.display().to_string()]).unwrap();
+    assert_eq!(agent.cli(&["SET", "k", "via-tls"]).unwrap().trim(), "OK");
+    assert_eq!(agent.cli(&["GET", "k"]).unwrap().trim(), "via-tls");
+}

@@ -3,37 +3,9 @@
 //! `tls-auth-clients yes`); a client without a certificate, or speaking plain RESP to
 //! the TLS port, is refused, and the plain port keeps working beside it.
 
-use std::path::Path;
 use std::process::Command;
 
-use dmc_e2e::Agent;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files.
-fn certificates(dir: &Path) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // Distinct names: a certificate whose subject is its issuer's looks self-signed.
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "DMC test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    for (name, sans) in [
-        (
-            "server",
-            vec!["127.0.0.1".to_string(), "localhost".to_string()],
-        ),
-        ("client", vec!["client".to_string()]),
-    ] {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(sans).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.signed_by(&key, &ca).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
-    }
-}
+use dmc_e2e::{Agent, test_certificates as certificates};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -34,6 +34,9 @@ pub struct ServeConfig {
     /// The memory pool agents open.
     pub pool: PoolSettings,
     pub launcher: LauncherConfig,
+    /// The CA of the memory nodes' certificates: reach them over TLS (plain TCP if
+    /// unset).
+    pub node_tls_ca_cert_file: Option<PathBuf>,
     /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): every API request,
     /// every memory node and every agent must present it. Required.
     pub secret_file: Option<PathBuf>,
@@ -69,6 +72,7 @@ impl Default for ServeConfig {
             pool: PoolSettings::default(),
             launcher: LauncherConfig::default(),
             secret_file: None,
+            node_tls_ca_cert_file: None,
         }
     }
 }
@@ -182,7 +186,15 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             Duration::from_millis(config.lease_ms),
             config.pool.clone(),
         )
-        .with_context(|| format!("opening state {}", state.display()))?,
+        .with_context(|| format!("opening state {}", state.display()))?
+        .with_node_tls(
+            config
+                .node_tls_ca_cert_file
+                .as_deref()
+                .map(dmc_verbs::tls::ClientTls::from_ca_file)
+                .transpose()
+                .context("the memory nodes' TLS CA")?,
+        ),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

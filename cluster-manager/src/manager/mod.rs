@@ -97,8 +97,16 @@ pub struct Manager {
     vacated: Mutex<HashMap<u16, HashMap<AgentId, u64>>>,
     /// The map version of the last change of slot owners.
     shards_changed: Mutex<u64>,
+    /// Reach memory nodes over TLS with this CA (none: plain TCP).
+    node_tls: Option<dmc_verbs::tls::ClientTls>,
 }
 impl Manager {
+    /// Reaches memory nodes over TLS, trusting `tls`'s CA.
+    pub fn with_node_tls(mut self, tls: Option<dmc_verbs::tls::ClientTls>) -> Manager {
+        self.node_tls = tls;
+        self
+    }
+
     /// Opens the state file (or starts a cluster of `shards` shards) with leases of
     /// `lease`.
     pub fn open(
@@ -144,6 +152,7 @@ impl Manager {
             granting: tokio::sync::Mutex::new(()),
             vacated: Mutex::new(HashMap::new()),
             shards_changed: Mutex::new(0),
+            node_tls: None,
         };
         // Vacate reports are not persisted: after a restart, a new map version makes
         // the agents vacate (and report) draining regions again.

@@ -156,6 +156,7 @@ impl Manager {
             secret: dmc_process::secret::installed()
                 .map(|s| s.bytes().clone())
                 .unwrap_or_default(),
+            tls: self.node_tls.clone(),
             ..dmc_verbs::RpcOptions::default()
         };
         let t = dmc_verbs::backend::connect(dmc_verbs::BackendKind::Tcp, endpoint, options)

@@ -27,6 +27,7 @@ pub mod memory;
 pub mod node;
 pub mod rpc;
 pub mod server;
+pub mod tls;
 pub mod transport;
 pub mod wire;
 

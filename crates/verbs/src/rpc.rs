@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::VerbsError;
+use crate::tls::ClientTls;
 use crate::wire::{self, Request, Response, WIRE_VERSION};
 
 /// Where a memory node listens: `host:port` (or `tcp://host:port`) or `unix:/path`.
@@ -60,20 +61,27 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 pub(crate) async fn dial(
     endpoint: &Endpoint,
     within: Duration,
+    tls: Option<&ClientTls>,
 ) -> Result<Box<dyn Stream>, VerbsError> {
-    tokio::time::timeout(within, dial_now(endpoint))
+    tokio::time::timeout(within, dial_now(endpoint, tls))
         .await
         .map_err(|_| VerbsError::Timeout(within.as_millis() as u64))?
 }
 
-async fn dial_now(endpoint: &Endpoint) -> Result<Box<dyn Stream>, VerbsError> {
+async fn dial_now(
+    endpoint: &Endpoint,
+    tls: Option<&ClientTls>,
+) -> Result<Box<dyn Stream>, VerbsError> {
     Ok(match endpoint {
         Endpoint::Tcp(addr) => {
             let s = tokio::net::TcpStream::connect(addr)
                 .await
                 .map_err(|e| VerbsError::io(&format!("connecting to memory node {addr}"), e))?;
             let _ = s.set_nodelay(true);
-            Box::new(s)
+            match tls {
+                Some(t) => Box::new(t.connect(addr, s).await?),
+                None => Box::new(s),
+            }
         }
         Endpoint::Unix(path) => Box::new(
             tokio::net::UnixStream::connect(path)
@@ -104,6 +112,8 @@ pub struct RpcOptions {
     /// The longest a (re-)dial may take.
     pub connect_timeout: Duration,
     pub max_frame: u64,
+    /// Dial TCP endpoints with TLS, trusting this CA (none: plain TCP).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for RpcOptions {
@@ -113,6 +123,7 @@ impl Default for RpcOptions {
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
             max_frame: wire::DEFAULT_MAX_FRAME,
+            tls: None,
         }
     }
 }
@@ -146,7 +157,12 @@ impl RpcClient {
     }
 
     async fn open(&self) -> Result<(Arc<Conn>, Response), VerbsError> {
-        let stream = dial(&self.endpoint, self.options.connect_timeout).await?;
+        let stream = dial(
+            &self.endpoint,
+            self.options.connect_timeout,
+            self.options.tls.as_ref(),
+        )
+        .await?;
         let (rd, wr) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel(QUEUED_FRAMES);
         let conn = Arc::new(Conn {

@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::error::VerbsError;
 use crate::node::NodeCore;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions, Stream};
+use crate::tls::{ClientTls, ServerTls};
 use crate::wire::{self, Request, Response, WIRE_VERSION, WireVerb};
 
 /// Receive buffer ceiling beyond the frame limit: a peer cannot grow a connection's
@@ -62,28 +63,40 @@ impl Listener {
         }
     }
 
-    async fn accept(&self) -> std::io::Result<Box<dyn Stream>> {
+    async fn accept(&self) -> std::io::Result<Accepted> {
         Ok(match self {
             Listener::Tcp(l) => {
                 let (s, _) = l.accept().await?;
                 let _ = s.set_nodelay(true);
-                Box::new(s)
+                Accepted::Tcp(s)
             }
-            Listener::Unix(l, _) => Box::new(l.accept().await?.0),
+            Listener::Unix(l, _) => Accepted::Other(Box::new(l.accept().await?.0)),
         })
     }
 }
 
-/// Limits of the server side.
+/// An accepted connection, before any TLS handshake.
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Other(Box<dyn Stream>),
+}
+
+/// Limits and TLS of the server side.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub max_frame: u64,
+    /// Serve TLS on the TCP port (none: plain TCP).
+    pub tls: Option<ServerTls>,
+    /// How this node dials a peer it copies a region to.
+    pub peer_tls: Option<ClientTls>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             max_frame: wire::DEFAULT_MAX_FRAME,
+            tls: None,
+            peer_tls: None,
         }
     }
 }
@@ -100,10 +113,21 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok(stream) => {
+                Ok(accepted) => {
                     let core = core.clone();
                     let options = options.clone();
                     tokio::spawn(async move {
+                        let stream: Box<dyn Stream> = match (accepted, &options.tls) {
+                            (Accepted::Tcp(s), Some(tls)) => match tls.accept(s).await {
+                                Ok(s) => Box::new(s),
+                                Err(e) => {
+                                    tracing::debug!(error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                            },
+                            (Accepted::Tcp(s), None) => Box::new(s),
+                            (Accepted::Other(s), _) => s,
+                        };
                         let session = core.new_session();
                         if let Err(e) = serve_conn(&core, session, stream, &options).await {
                             tracing::debug!(session, error = %e, "connection ended");
@@ -182,7 +206,7 @@ async fn serve_conn(
                     return Err(VerbsError::Unauthenticated);
                 }
                 Request::CopyRegion { region, peer } => {
-                    match copy_region(core, region, &peer).await {
+                    match copy_region(core, region, &peer, options.peer_tls.clone()).await {
                         Ok(()) => Response::Ok,
                         Err(e) => Response::Error(e),
                     }
@@ -224,13 +248,19 @@ fn count_verbs(verbs: &[WireVerb]) {
 }
 
 /// Creates `region` on `peer` and streams this node's copy of it there.
-async fn copy_region(core: &NodeCore, region: u16, peer: &str) -> Result<(), VerbsError> {
+async fn copy_region(
+    core: &NodeCore,
+    region: u16,
+    peer: &str,
+    tls: Option<ClientTls>,
+) -> Result<(), VerbsError> {
     let mem = core.region(region)?;
     let endpoint: Endpoint = peer.parse()?;
     let (client, _) = RpcClient::connect(
         endpoint,
         RpcOptions {
             secret: core.secret().cloned().unwrap_or_default(),
+            tls,
             ..RpcOptions::default()
         },
     )

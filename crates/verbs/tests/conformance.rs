@@ -32,7 +32,10 @@ async fn start_node(
     tokio::spawn(server::serve(
         core,
         listener,
-        ServerOptions { max_frame: 1 << 20 },
+        ServerOptions {
+            max_frame: 1 << 20,
+            ..ServerOptions::default()
+        },
         async {
             let _ = stopped.await;
         },
