@@ -1,7 +1,8 @@
 //! The TLS client port, with Redis's settings: `tls-port`, `tls-cert-file`,
 //! `tls-key-file`, `tls-ca-cert-file` and `tls-auth-clients` (`yes` requires a client
 //! certificate signed by the CA, `optional` verifies one if presented, `no` asks for
-//! none). Built on rustls with the ring provider. [`crate::run`] builds the acceptor
+//! none). Built on rustls with the ring provider and the PEM loaders of the memory-node
+//! RPC channel (`dmc_verbs::tls`). [`crate::run`] builds the acceptor
 //! once; each TLS connection's handshake runs in its own task, bounded in time, before
 //! the connection loop sees a byte. It never reads a certificate after start.
 
