@@ -52,6 +52,8 @@ pub struct LocalSettings {
     pub bind: String,
     /// The manager's URL, passed to agents as `--manager`.
     pub manager_url: String,
+    /// The CA of an https manager's certificate, passed as `--manager-ca-cert-file`.
+    pub manager_ca: Option<PathBuf>,
     /// First port to try for agents (the next free one from here); 0: any free port.
     pub port_base: u16,
 }
@@ -176,6 +178,12 @@ impl Launcher for LocalLauncher {
         }
         cmd.args(["--bind", &s.bind, "--port", &port.to_string()])
             .args(["--manager", &s.manager_url])
+            .args(s.manager_ca.iter().flat_map(|ca| {
+                [
+                    std::ffi::OsStr::new("--manager-ca-cert-file"),
+                    ca.as_os_str(),
+                ]
+            }))
             .args(["--instance", instance])
             .stdin(Stdio::null())
             .stdout(out)
@@ -266,6 +274,7 @@ mod tests {
             log_dir: std::env::temp_dir(),
             bind: "127.0.0.1".into(),
             manager_url: "http://127.0.0.1:1".into(),
+            manager_ca: None,
             port_base: 0,
         })
     }

@@ -2,8 +2,10 @@
 //! [`MAX_CONNECTIONS`] connections at once (a further one waits in the kernel's
 //! backlog), and a connection on which nothing arrives for [`IDLE_TIMEOUT`] is closed,
 //! so a client that opens connections and sends half a request (slowloris) cannot pin
-//! the manager's file descriptors. Used by `serve` in place of a bare `TcpListener`;
-//! it never looks at what the bytes say (the router and its secret check do).
+//! the manager's file descriptors; with a certificate, each connection's TLS handshake
+//! runs in its own task (bounded in time) before axum sees it. Used by `serve` in place
+//! of a bare `TcpListener`; it never looks at what the bytes say (the router and its
+//! secret check do).
 
 use std::io;
 use std::pin::Pin;
@@ -12,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Most admin-API connections open at once (agents and nodes use one or two each).
@@ -21,24 +23,82 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// wait at most 30 s server-side and write their answer before this).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A `TcpListener` with a connection cap and an idle timeout per connection.
+/// The byte stream of one accepted connection: plain TCP or TLS over it.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// A `TcpListener` with a connection cap, an idle timeout per connection, and TLS if
+/// it has a certificate.
 pub struct GuardedListener {
-    inner: TcpListener,
-    slots: Arc<Semaphore>,
-    idle: Duration,
+    local: std::net::SocketAddr,
+    /// Connections ready for axum (handshaken, if TLS), each holding its slot.
+    ready: tokio::sync::mpsc::Receiver<(GuardedStream, std::net::SocketAddr)>,
 }
 
 impl GuardedListener {
-    pub fn new(inner: TcpListener) -> GuardedListener {
-        GuardedListener::with_limits(inner, MAX_CONNECTIONS, IDLE_TIMEOUT)
+    pub fn new(
+        inner: TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> io::Result<GuardedListener> {
+        GuardedListener::with_limits(inner, tls, MAX_CONNECTIONS, IDLE_TIMEOUT)
     }
 
-    pub fn with_limits(inner: TcpListener, max: usize, idle: Duration) -> GuardedListener {
-        GuardedListener {
-            inner,
-            slots: Arc::new(Semaphore::new(max)),
-            idle,
-        }
+    pub fn with_limits(
+        inner: TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        max: usize,
+        idle: Duration,
+    ) -> io::Result<GuardedListener> {
+        let local = inner.local_addr()?;
+        let slots = Arc::new(Semaphore::new(max));
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(accept_loop(inner, tls, slots, idle, tx));
+        Ok(GuardedListener { local, ready })
+    }
+}
+
+/// Accepts connections while a slot is free, handshakes TLS ones in tasks of their
+/// own (a slow handshake delays no one else), and hands them to the listener.
+async fn accept_loop(
+    inner: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    slots: Arc<Semaphore>,
+    idle: Duration,
+    ready: tokio::sync::mpsc::Sender<(GuardedStream, std::net::SocketAddr)>,
+) {
+    loop {
+        // Wait for a free slot before accepting: excess connections queue in the
+        // kernel instead of costing this process anything.
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, addr) = match inner.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin API accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let ready = ready.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let io: Box<dyn Io> = match tls {
+                None => Box::new(stream),
+                Some(acceptor) => match tokio::time::timeout(idle, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    _ => return,
+                },
+            };
+            let guarded = GuardedStream {
+                stream: io,
+                _permit: permit,
+                idle,
+                deadline: Box::pin(tokio::time::sleep(idle)),
+            };
+            let _ = ready.send((guarded, addr)).await;
+        });
     }
 }
 
@@ -47,43 +107,22 @@ impl axum::serve::Listener for GuardedListener {
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            // Wait for a free slot before accepting: excess connections queue in the
-            // kernel instead of costing this process anything.
-            let Ok(permit) = self.slots.clone().acquire_owned().await else {
-                std::future::pending::<()>().await;
-                continue;
-            };
-            match self.inner.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    return (
-                        GuardedStream {
-                            stream,
-                            _permit: permit,
-                            idle: self.idle,
-                            deadline: Box::pin(tokio::time::sleep(self.idle)),
-                        },
-                        addr,
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin API accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accept loop ended (the runtime is shutting down).
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(self.local)
     }
 }
 
 /// One accepted connection: its slot is given back when it is dropped, and a read
 /// that waits longer than the idle timeout fails.
 pub struct GuardedStream {
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     _permit: OwnedSemaphorePermit,
     idle: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
@@ -138,6 +177,7 @@ mod tests {
     use super::*;
     use axum::serve::Listener;
     use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
 
     /// A silent connection is closed after the idle timeout, and its slot serves the
     /// next connection; connections past the cap wait instead of being served.
@@ -145,7 +185,8 @@ mod tests {
     async fn idle_connections_are_closed_and_slots_reused() {
         let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = inner.local_addr().unwrap();
-        let mut l = GuardedListener::with_limits(inner, 1, Duration::from_millis(200));
+        let mut l =
+            GuardedListener::with_limits(inner, None, 1, Duration::from_millis(200)).unwrap();
         let _client = TcpStream::connect(addr).await.unwrap();
         let (mut io, _) = l.accept().await;
         let mut buf = [0u8; 8];

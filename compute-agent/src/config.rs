@@ -105,6 +105,8 @@ pub struct Config {
     pub routing: RoutingMode,
     /// On shutdown, how long client connections may take to finish.
     pub drain_timeout: u64,
+    /// The CA (PEM) of an `https://` manager's certificate.
+    pub manager_ca_cert_file: Option<PathBuf>,
     /// The TLS client port (0: none), Redis's `tls-port`.
     pub tls_port: u16,
     /// The server's certificate chain (PEM).
@@ -144,6 +146,7 @@ impl Default for Config {
             instance: dmc_proto::cluster::DEFAULT_INSTANCE.into(),
             routing: RoutingMode::Proxy,
             drain_timeout: 10,
+            manager_ca_cert_file: None,
             tls_port: 0,
             tls_cert_file: None,
             tls_key_file: None,
@@ -222,6 +225,9 @@ pub struct Args {
     /// File holding the cluster secret (else DMC_CLUSTER_SECRET).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
+    /// The CA (PEM) of an https manager's certificate.
+    #[arg(long)]
+    pub manager_ca_cert_file: Option<PathBuf>,
     /// Serve TLS clients on this port (0: none).
     #[arg(long)]
     pub tls_port: Option<u16>,
@@ -268,6 +274,9 @@ impl Args {
         }
         if let Some(v) = &self.secret_file {
             cfg.secret_file = Some(v.clone());
+        }
+        if let Some(v) = &self.manager_ca_cert_file {
+            cfg.manager_ca_cert_file = Some(v.clone());
         }
         if let Some(v) = self.tls_port {
             cfg.tls_port = v;

@@ -57,6 +57,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
          secret-file (or --secret-file) or DMC_CLUSTER_SECRET"
     );
     dmc_process::secret::install(secret);
+    dmc_process::secret::install_manager_ca(cfg.manager_ca_cert_file.as_deref())?;
     let listener = tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
         .await
         .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;

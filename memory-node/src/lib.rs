@@ -42,6 +42,8 @@ pub struct Config {
     /// The CA of other nodes' certificates, for dialling a peer over TLS (region
     /// copies).
     pub tls_ca_cert_file: Option<PathBuf>,
+    /// The CA (PEM) of an `https://` manager's certificate.
+    pub manager_ca_cert_file: Option<PathBuf>,
     /// `tracing` filter, e.g. `info` or `dmc_verbs=debug`.
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
@@ -63,6 +65,7 @@ impl Default for Config {
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_cert_file: None,
+            manager_ca_cert_file: None,
             log: "info".into(),
             metrics_listen: None,
             manager: None,
@@ -104,6 +107,9 @@ pub struct Args {
     /// The CA of peer nodes' certificates (for region copies over TLS).
     #[arg(long)]
     pub tls_ca_cert_file: Option<PathBuf>,
+    /// The CA (PEM) of an https manager's certificate.
+    #[arg(long)]
+    pub manager_ca_cert_file: Option<PathBuf>,
     /// Log filter (also RUST_LOG).
     #[arg(long)]
     pub log: Option<String>,
@@ -147,6 +153,7 @@ impl Args {
             (&self.tls_cert_file, &mut cfg.tls_cert_file),
             (&self.tls_key_file, &mut cfg.tls_key_file),
             (&self.tls_ca_cert_file, &mut cfg.tls_ca_cert_file),
+            (&self.manager_ca_cert_file, &mut cfg.manager_ca_cert_file),
         ] {
             if let Some(v) = flag {
                 *field = Some(v.clone());
@@ -203,6 +210,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let secret = cfg.secret()?;
     // Heartbeats to the manager carry it too.
     dmc_process::secret::install(Some(secret.clone()));
+    dmc_process::secret::install_manager_ca(cfg.manager_ca_cert_file.as_deref())?;
     let dir = cfg.dir();
     let core = NodeCore::open(NodeConfig {
         id: cfg.id,

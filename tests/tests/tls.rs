@@ -89,3 +89,78 @@ print("ok")
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The manager's admin API over https: memory nodes register, the CLI scales agents
+/// and the launched agents join, all through `https://` with the test CA; a client
+/// speaking plain HTTP to it gets nothing.
+#[test]
+fn the_manager_api_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let mut manager = dmc_e2e::ClusterManager::start(
+        dir.path(),
+        &[
+            "--tls-cert-file",
+            &p("server.pem"),
+            "--tls-key-file",
+            &p("server.key"),
+            "--tls-ca-cert-file",
+            &p("ca.pem"),
+            "--region-size",
+            "64mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "16",
+        ],
+    )
+    .unwrap();
+    let addr = manager.url.trim_start_matches("http://").to_string();
+    manager.url = format!("https://{addr}");
+    let node_dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let _nodes: Vec<_> = node_dirs
+        .iter()
+        .zip(1..)
+        .map(|(d, id)| {
+            dmc_e2e::MemoryNode::start_with(
+                id,
+                d.path(),
+                "256mb",
+                &["--manager", &manager.url, "--manager-ca-cert-file", &p("ca.pem")],
+            )
+            .unwrap()
+        })
+        .collect();
+    let cli = |args: &[&str]| {
+        let out = Command::new(dmc_e2e::bin("cluster-manager").unwrap())
+            .env(dmc_e2e::SECRET_ENV, dmc_e2e::TEST_SECRET)
+            .args(["--manager", &manager.url, "--manager-ca-cert-file", &p("ca.pem")])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    dmc_e2e::wait_until("both memory nodes to register over https", || {
+        let (ok, text) = cli(&["status", "--json"]);
+        ok && serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|s| s["nodes"].as_array().map(|n| n.len() == 2))
+            .unwrap_or(false)
+    });
+    let (ok, text) = cli(&["agents", "scale", "1", "--json"]);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let port = dmc_e2e::port_of(&report["started"][0]);
+    assert_eq!(dmc_e2e::redis_cli(&port, &["SET", "k", "v"]), "OK");
+    assert_eq!(dmc_e2e::redis_cli(&port, &["GET", "k"]), "v");
+    // Plain HTTP at the https port: no HTTP answer.
+    let plain = dmc_e2e::http_get(&addr, "/v1/status");
+    assert!(plain.is_err(), "{plain:?}");
+    let (ok, text) = cli(&["agents", "scale", "0"]);
+    assert!(ok, "{text}");
+}

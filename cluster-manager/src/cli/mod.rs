@@ -34,6 +34,9 @@ pub struct Cli {
     /// variable); every request to the manager carries it.
     #[arg(long, global = true)]
     pub secret_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) of an `https://` manager's certificate.
+    #[arg(long, global = true)]
+    pub manager_ca_cert_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -150,6 +153,7 @@ pub fn run(cli: Cli) -> Result<()> {
         cmd => {
             let secret = dmc_process::secret::ClusterSecret::load(cli.secret_file.as_deref())?;
             dmc_process::secret::install(secret);
+            dmc_process::secret::install_manager_ca(cli.manager_ca_cert_file.as_deref())?;
             client(&cli.manager, cli.json, cmd)
         }
     }

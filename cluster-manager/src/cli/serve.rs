@@ -37,6 +37,12 @@ pub struct ServeConfig {
     /// The CA of the memory nodes' certificates: reach them over TLS (plain TCP if
     /// unset).
     pub node_tls_ca_cert_file: Option<PathBuf>,
+    /// Serve the admin API over https with this certificate chain and key (PEM);
+    /// clients then use an `https://` URL and trust its CA (`manager-ca-cert-file`).
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA that signed `tls-cert-file`, which launched agents are told to trust.
+    pub tls_ca_cert_file: Option<PathBuf>,
     /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): every API request,
     /// every memory node and every agent must present it. Required.
     pub secret_file: Option<PathBuf>,
@@ -73,6 +79,9 @@ impl Default for ServeConfig {
             launcher: LauncherConfig::default(),
             secret_file: None,
             node_tls_ca_cert_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
         }
     }
 }
@@ -134,6 +143,18 @@ pub struct ServeArgs {
     /// Launched agents get the first free port from here (0: any).
     #[arg(long)]
     agent_port_base: Option<u16>,
+    /// Serve the admin API over https with this certificate chain (PEM).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// The https private key (PEM).
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// The CA of the API's certificate, handed to launched agents.
+    #[arg(long)]
+    tls_ca_cert_file: Option<PathBuf>,
+    /// Reach memory nodes over TLS, trusting this CA (PEM).
+    #[arg(long)]
+    node_tls_ca_cert_file: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub(super) print_config: bool,
@@ -167,6 +188,16 @@ impl ServeArgs {
         }
         if let Some(v) = &self.log_dir {
             c.launcher.log_dir = Some(v.clone());
+        }
+        for (flag, field) in [
+            (&self.tls_cert_file, &mut c.tls_cert_file),
+            (&self.tls_key_file, &mut c.tls_key_file),
+            (&self.tls_ca_cert_file, &mut c.tls_ca_cert_file),
+            (&self.node_tls_ca_cert_file, &mut c.node_tls_ca_cert_file),
+        ] {
+            if let Some(v) = flag {
+                *field = Some(v.clone());
+            }
         }
         Ok(c)
     }
@@ -221,7 +252,11 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             config: l_cfg.agent_config.clone(),
             log_dir,
             bind: l_cfg.bind.clone(),
-            manager_url: format!("http://{addr}"),
+            manager_url: match config.tls_cert_file {
+                Some(_) => format!("https://{addr}"),
+                None => format!("http://{addr}"),
+            },
+            manager_ca: config.tls_ca_cert_file.clone(),
             port_base: l_cfg.port_base,
         });
         let app = Arc::new(App {
@@ -263,7 +298,22 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             writeln!(out, "cluster-manager ready listen={addr}")?;
             out.flush()?;
         }
-        axum::serve(crate::listener::GuardedListener::new(l), router(app))
+        let tls = match (&config.tls_cert_file, &config.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                let server = rustls::ServerConfig::builder_with_provider(dmc_verbs::tls::provider())
+                    .with_safe_default_protocol_versions()?
+                    .with_no_client_auth()
+                    .with_single_cert(
+                        dmc_verbs::tls::load_certs(cert)?,
+                        dmc_verbs::tls::load_key(key)?,
+                    )
+                    .context("the admin API's certificate and key do not match")?;
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
+            }
+            (None, None) => None,
+            _ => anyhow::bail!("tls-cert-file and tls-key-file go together"),
+        };
+        axum::serve(crate::listener::GuardedListener::new(l, tls)?, router(app))
             .with_graceful_shutdown(dmc_process::shutdown_signal())
             .await?;
         Ok(())

@@ -59,6 +59,17 @@ pub fn http(timeout: Duration) -> ureq::Agent {
     let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(timeout));
+    if let Some(ca) = crate::secret::manager_ca() {
+        let certs: Vec<ureq::tls::Certificate<'static>> = ca
+            .iter()
+            .map(|der| ureq::tls::Certificate::from_der(der).to_owned())
+            .collect();
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+                .build(),
+        );
+    }
     if let Some(secret) = crate::secret::installed() {
         let value = ureq::http::HeaderValue::from_str(&crate::secret::bearer(secret)).ok();
         config = config.middleware(

@@ -96,6 +96,42 @@ pub fn installed() -> Option<&'static ClusterSecret> {
     INSTALLED.get().and_then(Option::as_ref)
 }
 
+static MANAGER_CA: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+
+/// Trusts the CA certificates (PEM) in `file` for an `https://` manager URL (the
+/// first call wins; none installed: the manager is reached over plain HTTP, or
+/// `https` with the web's public roots).
+pub fn install_manager_ca(file: Option<&Path>) -> Result<(), SecretError> {
+    let Some(path) = file else {
+        return Ok(());
+    };
+    let read = |e: String| SecretError::Read {
+        path: path.display().to_string(),
+        source: std::io::Error::other(e),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+    let ders = pem_certificates(&text).map_err(read)?;
+    let _ = MANAGER_CA.set(ders);
+    Ok(())
+}
+
+/// The DER certificates of a PEM text.
+fn pem_certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
+    use rustls_pki_types::pem::PemObject;
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(text.as_bytes())
+        .map(|c| c.map(|c| c.to_vec()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if certs.is_empty() {
+        return Err("no certificate".into());
+    }
+    Ok(certs)
+}
+
+/// The manager's CA certificates (DER), if installed.
+pub fn manager_ca() -> Option<&'static [Vec<u8>]> {
+    MANAGER_CA.get().map(Vec::as_slice)
+}
+
 /// The `Authorization` header value that carries `secret` over HTTP.
 pub fn bearer(secret: &ClusterSecret) -> String {
     format!("Bearer {}", String::from_utf8_lossy(secret.bytes()))
