@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dmc_engine::Engine;
 use dmc_engine::table::Family;
-use dmc_process::metrics::{Desc, agent};
+use dmc_process::metrics::{agent, set_counter as counter, set_gauge as gauge};
 use metrics::Histogram;
 
 /// Command latency per family, one histogram handle each, so the hot path records
@@ -51,14 +51,6 @@ impl Default for CommandTimers {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn counter(d: Desc, value: u64) {
-    metrics::counter!(d.name).absolute(value);
-}
-
-fn gauge(d: Desc, value: u64) {
-    metrics::gauge!(d.name).set(value as f64);
 }
 
 /// Copies the engine's counters into the recorder (run before every scrape).

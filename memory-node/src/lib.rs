@@ -287,9 +287,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
 /// Copies the node's counters into the metrics recorder (run before every scrape);
 /// request latencies and verb counts are recorded as requests are served.
 pub fn collect(s: &dmc_verbs::wire::NodeStats) {
-    use dmc_process::metrics::node;
-    let counter = |d: dmc_process::metrics::Desc, v: u64| metrics::counter!(d.name).absolute(v);
-    let gauge = |d: dmc_process::metrics::Desc, v: u64| metrics::gauge!(d.name).set(v as f64);
+    use dmc_process::metrics::{node, set_counter as counter, set_gauge as gauge};
     gauge(node::CAPACITY, s.capacity);
     gauge(node::USED, s.used);
     gauge(node::REGIONS, u64::from(s.regions));

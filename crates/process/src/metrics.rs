@@ -52,6 +52,16 @@ pub fn install(catalog: &[Desc]) -> PrometheusHandle {
     handle
 }
 
+/// Sets counter `d` to `value` (a count kept elsewhere, copied in at scrape time).
+pub fn set_counter(d: Desc, value: u64) {
+    metrics::counter!(d.name).absolute(value);
+}
+
+/// Sets gauge `d` to `value`.
+pub fn set_gauge(d: Desc, value: u64) {
+    metrics::gauge!(d.name).set(value as f64);
+}
+
 /// The metric names (without `_bucket`, `_sum`, `_count` suffixes or labels) in a
 /// rendering of the exposition format, for tests that hold a process to its catalog.
 pub fn names_in(text: &str) -> std::collections::BTreeSet<String> {
