@@ -126,6 +126,9 @@ pub struct AddNode {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RegisterAgent {
     pub listen: String,
+    /// Its TLS client port, if any.
+    #[serde(default)]
+    pub tls_listen: Option<String>,
     #[serde(default = "crate::state::default_instance")]
     pub instance: String,
 }
@@ -240,7 +243,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/agents",
             post(
                 |State(app): Shared, Json(a): Json<RegisterAgent>| async move {
-                    let id = app.manager.register_agent(a.listen, &a.instance)?;
+                    let id = app.manager.register_agent_with_tls(a.listen, a.tls_listen, &a.instance)?;
                     Ok::<_, ApiError>(Json(Registered { id }))
                 },
             ),

@@ -47,6 +47,9 @@ pub struct AgentRecord {
     /// The instance it serves.
     #[serde(default = "default_instance")]
     pub instance: String,
+    /// Its TLS client port, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_listen: Option<String>,
 }
 
 /// The instance a record without one belongs to (serde default).
@@ -374,6 +377,7 @@ mod tests {
                 id: 1,
                 listen: "127.0.0.1:6379".into(),
                 instance: DEFAULT_INSTANCE.into(),
+                tls_listen: None,
             },
         );
         s.rebalance(DEFAULT_INSTANCE);

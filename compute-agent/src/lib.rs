@@ -62,6 +62,16 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         .await
         .with_context(|| format!("binding {}:{}", cfg.bind, cfg.port))?;
     let addr = listener.local_addr()?;
+    let tls = tls::acceptor(&cfg.tls()).context("setting up TLS")?;
+    let tls_listener = match &tls {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.tls_port))
+                .await
+                .with_context(|| format!("binding tls-port {}:{}", cfg.bind, cfg.tls_port))?,
+        ),
+        None => None,
+    };
+    let tls_addr = tls_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     use dmc_process::membership;
     // A cluster member learns its pool from the manager first, and registers (taking
     // its share of slots) only once it can serve them.
@@ -131,6 +141,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         cfg.routing,
         password,
         cfg.manager.clone(),
+        tls::peer_connector(&cfg.tls()).context("setting up TLS to peer agents")?,
     ));
     let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let region_used = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -138,8 +149,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let leave = Arc::new(tokio::sync::Notify::new());
     if let Some(url) = cfg.manager.clone() {
         let (u, listen, i) = (url.clone(), addr.to_string(), cfg.instance.clone());
+        let tls_listen = tls_addr.map(|a| a.to_string());
         let id = with_manager("registering with the cluster manager", move || {
-            membership::register_agent(&u, &listen, &i)
+            membership::register_agent(&u, &listen, tls_listen.as_deref(), &i)
         })
         .await?;
         let (u, i) = (url.clone(), cfg.instance.clone());
@@ -226,16 +238,6 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             metrics::collect(&engine)
         }));
     }
-    let tls = tls::acceptor(&cfg.tls()).context("setting up TLS")?;
-    let tls_listener = match &tls {
-        Some(_) => Some(
-            tokio::net::TcpListener::bind((cfg.bind.as_str(), cfg.tls_port))
-                .await
-                .with_context(|| format!("binding tls-port {}:{}", cfg.bind, cfg.tls_port))?,
-        ),
-        None => None,
-    };
-    let tls_addr = tls_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     tracing::info!(listen = %addr, tls = ?tls_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
     {
         let mut out = std::io::stdout().lock();

@@ -109,3 +109,27 @@ pub async fn handshake(
         .await
         .map_err(|_| std::io::Error::other("TLS handshake timed out"))?
 }
+
+/// How this agent reaches other agents' TLS ports: their certificates are checked
+/// against `tls-ca-cert-file` (one CA for the cluster's agents), and this agent's own
+/// certificate is presented as the client's. `None` without a TLS port or a CA.
+pub fn peer_connector(tls: &TlsSection) -> Result<Option<tokio_rustls::TlsConnector>> {
+    let (true, Some(ca), Some(cert), Some(key)) = (
+        tls.enabled(),
+        &tls.tls_ca_cert_file,
+        &tls.tls_cert_file,
+        &tls.tls_key_file,
+    ) else {
+        return Ok(None);
+    };
+    let config = rustls::ClientConfig::builder_with_provider(dmc_verbs::tls::provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(dmc_verbs::tls::load_roots(ca)?)
+        .with_client_auth_cert(
+            dmc_verbs::tls::load_certs(cert)?,
+            dmc_verbs::tls::load_key(key)?,
+        )
+        .context("this agent's certificate and key do not match")?;
+    Ok(Some(tokio_rustls::TlsConnector::from(Arc::new(config))))
+}

@@ -127,7 +127,12 @@ fn the_manager_api_over_https() {
                 id,
                 d.path(),
                 "256mb",
-                &["--manager", &manager.url, "--manager-ca-cert-file", &p("ca.pem")],
+                &[
+                    "--manager",
+                    &manager.url,
+                    "--manager-ca-cert-file",
+                    &p("ca.pem"),
+                ],
             )
             .unwrap()
         })
@@ -135,7 +140,12 @@ fn the_manager_api_over_https() {
     let cli = |args: &[&str]| {
         let out = Command::new(dmc_e2e::bin("cluster-manager").unwrap())
             .env(dmc_e2e::SECRET_ENV, dmc_e2e::TEST_SECRET)
-            .args(["--manager", &manager.url, "--manager-ca-cert-file", &p("ca.pem")])
+            .args([
+                "--manager",
+                &manager.url,
+                "--manager-ca-cert-file",
+                &p("ca.pem"),
+            ])
             .args(args)
             .output()
             .unwrap();
@@ -163,4 +173,89 @@ fn the_manager_api_over_https() {
     assert!(plain.is_err(), "{plain:?}");
     let (ok, text) = cli(&["agents", "scale", "0"]);
     assert!(ok, "{text}");
+}
+
+/// Established TCP connections (IPv4) whose remote port is `port`.
+fn connections_to(port: u16) -> usize {
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "01"
+                && f[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+        })
+        .count()
+}
+
+/// Two agents with TLS client ports forward writes to each other over TLS (each
+/// checks the other's certificate against the cluster CA and presents its own), and
+/// the writes read back through either agent.
+#[test]
+fn agents_forward_to_each_other_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let c = dmc_e2e::TestCluster::start(
+        &["--region-size", "64mb", "--segment-size", "1mb", "--shards", "16"],
+        "log = \"warn\"\n",
+        2,
+        "256mb",
+    )
+    .unwrap();
+    let tls_ports: Vec<String> = (0..2).map(|_| free_port().to_string()).collect();
+    let agents: Vec<Agent> = tls_ports
+        .iter()
+        .map(|tp| {
+            Agent::start(&[
+                "--manager",
+                &c.manager.url,
+                "--tls-port",
+                tp,
+                "--tls-cert-file",
+                &p("server.pem"),
+                "--tls-key-file",
+                &p("server.key"),
+                "--tls-ca-cert-file",
+                &p("ca.pem"),
+            ])
+            .unwrap()
+        })
+        .collect();
+    c.manager
+        .wait_for("both agents to own slots", |s| {
+            s["agents"].as_array().is_some_and(|a| {
+                a.len() == 2 && a.iter().all(|x| x["shards"].as_u64().unwrap_or(0) > 0)
+            })
+        })
+        .unwrap();
+    let a = agents[0].port();
+    for i in 0..64 {
+        let k = format!("tls-fwd:{i}");
+        let mut ok = false;
+        for _ in 0..50 {
+            if dmc_e2e::redis_cli(&a, &["SET", &k, "v"]) == "OK" {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(ok, "SET {k} through agent a");
+    }
+    assert!(dmc_e2e::info_field(&a, "cluster", "dmc_forwarded_commands") > 0);
+    let b_tls: u16 = tls_ports[1].parse().unwrap();
+    assert!(
+        connections_to(b_tls) > 0,
+        "agent a's forwarding connection is not on b's TLS port"
+    );
+    for i in 0..64 {
+        let k = format!("tls-fwd:{i}");
+        assert_eq!(dmc_e2e::redis_cli(&agents[1].port(), &["GET", &k]), "v");
+    }
 }

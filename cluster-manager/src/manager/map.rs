@@ -26,6 +26,7 @@ impl Manager {
                 .map(|a| AgentInfo {
                     id: a.id,
                     listen: a.listen.clone(),
+                    tls_listen: a.tls_listen.clone(),
                 })
                 .collect(),
             pool: PoolSpec {

@@ -94,6 +94,17 @@ impl Manager {
     /// Registers an agent of `instance` serving clients at `listen`, gives it its
     /// share of the instance's shards, and returns its id.
     pub fn register_agent(&self, listen: String, instance: &str) -> Result<AgentId, ManagerError> {
+        self.register_agent_with_tls(listen, None, instance)
+    }
+
+    /// Registers an agent that also serves TLS clients at `tls_listen` (other agents
+    /// forward to it there).
+    pub fn register_agent_with_tls(
+        &self,
+        listen: String,
+        tls_listen: Option<String>,
+        instance: &str,
+    ) -> Result<AgentId, ManagerError> {
         if listen.is_empty() {
             return Err(ManagerError::Invalid(
                 "an agent needs a listen address".into(),
@@ -111,6 +122,7 @@ impl Manager {
                     id,
                     listen,
                     instance: instance.to_string(),
+                    tls_listen,
                 },
             );
             s.rebalance(instance);

@@ -104,6 +104,8 @@ pub struct Router {
     draining: Mutex<Vec<u16>>,
     /// One vacating pass at a time.
     vacating: tokio::sync::Mutex<()>,
+    /// Forward to peers' TLS ports with this (when they have one).
+    peer_tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Router {
@@ -112,8 +114,10 @@ impl Router {
         mode: RoutingMode,
         password: Option<Bytes>,
         manager: Option<String>,
+        peer_tls: Option<tokio_rustls::TlsConnector>,
     ) -> Router {
         Router {
+            peer_tls,
             manager,
             draining: Mutex::new(Vec::new()),
             vacating: tokio::sync::Mutex::new(()),

@@ -16,6 +16,13 @@ use tokio::net::TcpStream;
 
 use super::{PEER_HELLO, Route, Router, RoutingMode, not_owner, redirected};
 
+/// A forwarding connection's byte stream: plain TCP or TLS over it.
+pub(super) trait PeerIo:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync
+{
+}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync> PeerIo for T {}
+
 /// The longest a forwarded command may take before its connection is dropped.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle forwarding connections kept per peer.
@@ -23,7 +30,7 @@ const IDLE_PER_PEER: usize = 16;
 
 /// An internal connection to another agent.
 pub(super) struct PeerConn {
-    stream: TcpStream,
+    stream: Box<dyn PeerIo>,
     buf: BytesMut,
     /// The database the connection has selected.
     db: u8,
@@ -262,11 +269,37 @@ impl Router {
         replies
     }
 
+    /// Opens a forwarding connection to the agent listening at `addr`: to its TLS port
+    /// when both ends have TLS (the peer's certificate checked against the cluster CA,
+    /// this agent's presented as the client's), else to its plain port.
     async fn connect(&self, addr: &str) -> std::io::Result<PeerConn> {
-        let stream = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+        let tls_addr = self.map().and_then(|m| {
+            m.agents
+                .iter()
+                .find(|a| a.listen == addr)?
+                .tls_listen
+                .clone()
+        });
+        let target = match (&self.peer_tls, &tls_addr) {
+            (Some(_), Some(t)) => t.as_str(),
+            _ => addr,
+        };
+        let tcp = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(target))
             .await
             .map_err(|_| std::io::Error::other("connecting timed out"))??;
-        stream.set_nodelay(true)?;
+        tcp.set_nodelay(true)?;
+        let stream: Box<dyn PeerIo> = match (&self.peer_tls, &tls_addr) {
+            (Some(connector), Some(t)) => {
+                let host = t.rsplit_once(':').map_or(t.as_str(), |(h, _)| h);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(std::io::Error::other)?;
+                let s = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| std::io::Error::other("TLS handshake with a peer timed out"))??;
+                Box::new(s)
+            }
+            _ => Box::new(tcp),
+        };
         self.engine
             .stats
             .peer_connections

@@ -130,12 +130,13 @@ fn json_reply<T: serde::de::DeserializeOwned>(
 pub fn register_agent(
     url: &str,
     listen: &str,
+    tls_listen: Option<&str>,
     instance: &str,
 ) -> Result<AgentId, ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(5))
         .post(format!("{b}/v1/agents"))
-        .send_json(json!({ "listen": listen, "instance": instance }));
+        .send_json(json!({ "listen": listen, "tls_listen": tls_listen, "instance": instance }));
     let v: serde_json::Value = json_reply("the registration", &b, r)?;
     v["id"].as_u64().ok_or(ManagerCallError::BadReply {
         what: "the registration",

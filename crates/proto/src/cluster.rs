@@ -38,6 +38,9 @@ pub struct AgentInfo {
     pub id: AgentId,
     /// `host:port` clients connect to.
     pub listen: String,
+    /// Its TLS client port, if it has one: other agents forward to it over TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_listen: Option<String>,
 }
 
 /// The cache instance agents serve: its memory limit and eviction policy.
@@ -138,10 +141,12 @@ mod tests {
                 AgentInfo {
                     id: 7,
                     listen: "127.0.0.1:1".into(),
+                    tls_listen: None,
                 },
                 AgentInfo {
                     id: 9,
                     listen: "127.0.0.1:2".into(),
+                    tls_listen: None,
                 },
             ],
             pool: PoolSpec {
