@@ -161,10 +161,13 @@ pub fn proc_start(pid: u32) -> Option<u64> {
 impl Launcher for LocalLauncher {
     fn start(&self, instance: &str) -> Result<LaunchRecord, LaunchError> {
         let s = &self.settings;
-        std::fs::create_dir_all(&s.log_dir).map_err(|source| LaunchError::Io {
-            context: format!("creating {}", s.log_dir.display()),
-            source,
-        })?;
+        // Agents' logs name keys and clients: readable by this user only.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&s.log_dir)
+            .map_err(|source| LaunchError::Io {
+                context: format!("creating {}", s.log_dir.display()),
+                source,
+            })?;
         let port = self.free_port(&s.bind, s.port_base)?;
         let log = s.log_dir.join(format!("agent-{port}.log"));
         let out = open_log(&log)?;
