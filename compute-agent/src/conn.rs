@@ -246,7 +246,9 @@ async fn serve_session(
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;
-                let family = table::lookup(&args[0]).map(|s| s.family());
+                // The command is looked up once here; the router and the engine reuse it.
+                let index = table::lookup_index(&args[0]);
+                let family = index.and_then(|i| table::TABLE.get(i)).map(|s| s.family());
                 // A command the tests use to panic this connection's task.
                 #[cfg(feature = "failpoints")]
                 fail::fail_point!(
@@ -268,7 +270,7 @@ async fn serve_session(
                     }
                     continue;
                 }
-                let (reply, flow) = router.execute(session, args, peer).await;
+                let (reply, flow) = router.execute_at(session, index, args, peer).await;
                 if session.should_reply() {
                     reply.encode(session.proto, &mut out);
                 }

@@ -156,11 +156,16 @@ impl Router {
     /// commands of the wrong arity run here (the engine answers the arity error); a
     /// write runs at the owner of its keys' slots.
     fn route(&self, args: &[Bytes]) -> Route {
+        self.route_spec(args.first().and_then(|name| table::lookup(name)), args)
+    }
+
+    /// [`route`](Self::route) of a command already looked up.
+    fn route_spec(&self, spec: Option<&'static table::Spec>, args: &[Bytes]) -> Route {
         let guard = self.map.read();
         let Some(map) = guard.as_ref() else {
             return Route::Local;
         };
-        let Some(spec) = args.first().and_then(|name| table::lookup(name)) else {
+        let Some(spec) = spec else {
             return Route::Local;
         };
         if !spec.is_write() || !spec.arity_ok(args.len()) {
@@ -221,10 +226,23 @@ impl Router {
         args: Vec<Bytes>,
         peer: bool,
     ) -> (Reply, Flow) {
+        let index = args.first().and_then(|name| table::lookup_index(name));
+        self.execute_at(session, index, args, peer).await
+    }
+
+    /// [`execute`](Self::execute) of a command the caller looked up already: `index`
+    /// is its row in the command table.
+    pub async fn execute_at(
+        &self,
+        session: &mut Session,
+        index: Option<usize>,
+        args: Vec<Bytes>,
+        peer: bool,
+    ) -> (Reply, Flow) {
         if self.map.read().is_none() || !session.authenticated {
-            return self.engine.execute(session, args).await;
+            return self.engine.execute_at(session, index, args).await;
         }
-        let spec = args.first().and_then(|name| table::lookup(name));
+        let spec = index.and_then(|i| table::TABLE.get(i));
         if let Some(spec) = spec.filter(|s| s.family() == Family::Cluster && s.arity_ok(args.len()))
         {
             return (
@@ -238,9 +256,9 @@ impl Router {
         for attempt in 0..ATTEMPTS {
             let last = attempt + 1 == ATTEMPTS;
             let seen = self.version();
-            match self.route(&args) {
+            match self.route_spec(spec, &args) {
                 Route::Local => {
-                    let (reply, flow) = self.engine.execute(session, args.clone()).await;
+                    let (reply, flow) = self.engine.execute_at(session, index, args.clone()).await;
                     if !last && not_owner(&reply) {
                         // Fenced: a newer map moved the slot. Nothing was written.
                         self.newer_map(seen, Duration::from_millis(500)).await;

@@ -30,8 +30,20 @@ fn unknown(args: &[Bytes]) -> Reply {
 impl Engine {
     /// Executes one command.
     pub async fn execute(&self, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
+        let index = args.first().and_then(|name| lookup_index(name));
+        self.execute_at(session, index, args).await
+    }
+
+    /// Executes one command whose row in the command table the caller looked up
+    /// already (`None`: not a command), so a command is looked up once per request.
+    pub async fn execute_at(
+        &self,
+        session: &mut Session,
+        index: Option<usize>,
+        args: Vec<Bytes>,
+    ) -> (Reply, Flow) {
         self.stats.commands.fetch_add(1, Ordering::Relaxed);
-        let (reply, flow) = dispatch(self, session, args).await;
+        let (reply, flow) = dispatch_at(self, session, index, args).await;
         if matches!(reply, Reply::Error(_)) {
             self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
         }
@@ -40,10 +52,21 @@ impl Engine {
 }
 
 pub async fn dispatch(engine: &Engine, session: &mut Session, args: Vec<Bytes>) -> (Reply, Flow) {
-    let Some(index) = args.first().and_then(|name| lookup_index(name)) else {
+    let index = args.first().and_then(|name| lookup_index(name));
+    dispatch_at(engine, session, index, args).await
+}
+
+/// [`dispatch`] of a command already looked up: `index` is its row in [`TABLE`].
+pub async fn dispatch_at(
+    engine: &Engine,
+    session: &mut Session,
+    index: Option<usize>,
+    args: Vec<Bytes>,
+) -> (Reply, Flow) {
+    let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
         return (unknown(&args), Flow::Continue);
     };
-    let spec = &TABLE[index];
+    let index = index.unwrap_or_default();
     session
         .client
         .touch(&engine.clients, index, session.db, session.proto);
