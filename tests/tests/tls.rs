@@ -203,7 +203,14 @@ fn agents_forward_to_each_other_over_tls() {
     certificates(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
     let c = dmc_e2e::TestCluster::start(
-        &["--region-size", "64mb", "--segment-size", "1mb", "--shards", "16"],
+        &[
+            "--region-size",
+            "64mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "16",
+        ],
         "log = \"warn\"\n",
         2,
         "256mb",
