@@ -186,9 +186,12 @@ impl Manager {
         Ok(())
     }
 
-    /// Draining regions every live agent of their instance has vacated under the
-    /// current shard map (a rescale after a report means the new owners must vacate
-    /// their slots too).
+    /// Draining regions every agent of their instance has vacated under the current
+    /// shard map (a rescale after a report means the new owners must vacate their
+    /// slots too). Every agent counts, alive or not: a dead owner's slots still point
+    /// into the region until they are given to an agent that moves them out. A region
+    /// of an instance without agents is never vacated: nobody moved its blocks, and
+    /// returning it would drop part of the instance's hash table.
     pub fn vacated_regions(&self) -> Vec<u16> {
         let s = self.snapshot();
         let since = *self.shards_changed.lock();
@@ -198,9 +201,9 @@ impl Manager {
             .filter(|r| r.draining)
             .filter(|r| {
                 let got = reports.get(&r.id);
-                s.agents_of(&r.instance)
-                    .filter(|a| self.alive(Member::Agent(*a)))
-                    .all(|a| got.and_then(|g| g.get(&a)).is_some_and(|v| *v >= since))
+                let mut owners = s.agents_of(&r.instance).peekable();
+                owners.peek().is_some()
+                    && owners.all(|a| got.and_then(|g| g.get(&a)).is_some_and(|v| *v >= since))
             })
             .map(|r| r.id)
             .collect()
@@ -255,5 +258,61 @@ impl Manager {
 
     pub fn regions(&self) -> Vec<RegionRecord> {
         self.snapshot().regions.into_values().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dmc_proto::ByteSize;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
+
+    use crate::manager::{Manager, PoolSettings};
+    use crate::state::{RegionRecord, StateFile};
+
+    /// A draining region is returned only once every agent of its instance moved its
+    /// slots out: not while the instance has no agent at all (it was returned at once
+    /// before, dropping blocks of the hash table nobody had moved), and not while a
+    /// dead agent that owns slots has not reported.
+    #[test]
+    fn a_draining_region_waits_for_every_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = Duration::from_millis(50);
+        let m = Manager::open(
+            StateFile::new(dir.path().join("s.json")),
+            8,
+            lease,
+            PoolSettings::default(),
+        )
+        .unwrap();
+        m.update(|s| {
+            s.regions.insert(
+                9,
+                RegionRecord {
+                    id: 9,
+                    instance: D.into(),
+                    primary: 1,
+                    backups: vec![],
+                    size: ByteSize(1 << 20),
+                    draining: true,
+                },
+            );
+            Ok(())
+        })
+        .unwrap();
+        assert!(m.vacated_regions().is_empty(), "an instance without agents");
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let v = m.map_version();
+        m.vacated(9, a, v).unwrap();
+        // b's lease lapses without a report: its slots still point into region 9.
+        std::thread::sleep(lease * 3);
+        assert!(
+            m.vacated_regions().is_empty(),
+            "a dead owner has not vacated"
+        );
+        m.vacated(9, b, v).unwrap();
+        assert_eq!(m.vacated_regions(), vec![9]);
     }
 }
