@@ -80,8 +80,22 @@ impl Manager {
         Ok(())
     }
 
+    /// Forgets a memory node that holds no region copy. One that does is refused:
+    /// the regions would keep naming a node no one knows (and one being returned
+    /// could never be), so its copies must move first.
     pub fn remove_node(&self, id: u32) -> Result<(), ManagerError> {
         self.update(|s| {
+            let held: Vec<u16> = s
+                .regions
+                .values()
+                .filter(|r| r.copies().any(|n| n == id))
+                .map(|r| r.id)
+                .collect();
+            if !held.is_empty() {
+                return Err(ManagerError::Invalid(format!(
+                    "node {id} holds copies of regions {held:?}; move them off it first"
+                )));
+            }
             s.nodes
                 .remove(&id)
                 .map(|_| ())

@@ -315,4 +315,41 @@ mod tests {
         m.vacated(9, b, v).unwrap();
         assert_eq!(m.vacated_regions(), vec![9]);
     }
+
+    /// A memory node that holds region copies cannot be removed (the regions would
+    /// name a node no one knows); an empty one can.
+    #[test]
+    fn a_node_holding_copies_is_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("s.json")),
+            8,
+            Duration::from_secs(5),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        m.add_node(1, "127.0.0.1:7001".into(), ByteSize(1 << 30))
+            .unwrap();
+        m.add_node(2, "127.0.0.1:7002".into(), ByteSize(1 << 30))
+            .unwrap();
+        m.update(|s| {
+            s.regions.insert(
+                3,
+                RegionRecord {
+                    id: 3,
+                    instance: D.into(),
+                    primary: 1,
+                    backups: vec![],
+                    size: ByteSize(1 << 20),
+                    draining: false,
+                },
+            );
+            Ok(())
+        })
+        .unwrap();
+        let refused = m.remove_node(1).unwrap_err().to_string();
+        assert!(refused.contains("holds copies of regions [3]"), "{refused}");
+        m.remove_node(2).unwrap();
+        assert_eq!(m.status().nodes.len(), 1);
+    }
 }
