@@ -64,7 +64,7 @@ pub(crate) struct ConnShared {
 pub(crate) async fn serve_conn(
     shared: &ConnShared,
     stream: tokio::net::TcpStream,
-    tls: Option<&tokio_rustls::TlsAcceptor>,
+    tls: Option<&dmc_verbs::tls::ServerTls>,
     drain: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let engine = shared.router.engine();
@@ -90,7 +90,7 @@ pub(crate) async fn serve_conn(
             serve_session(shared, rd, wr, &mut session, drain).await
         }
         Some(acceptor) => {
-            let stream = crate::tls::handshake(acceptor, stream).await?;
+            let stream = acceptor.accept(stream).await?;
             let (rd, wr) = tokio::io::split(stream);
             serve_session(shared, rd, wr, &mut session, drain).await
         }

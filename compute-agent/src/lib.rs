@@ -285,7 +285,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                                 let _ = s.write_all(refusal).await;
                             }
                             Some(acceptor) => {
-                                if let Ok(mut s) = tls::handshake(acceptor, stream).await {
+                                if let Ok(mut s) = acceptor.accept(stream).await {
                                     let _ = s.write_all(refusal).await;
                                     let _ = s.shutdown().await;
                                 }

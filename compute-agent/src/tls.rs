@@ -1,21 +1,17 @@
 //! The TLS client port, with Redis's settings: `tls-port`, `tls-cert-file`,
 //! `tls-key-file`, `tls-ca-cert-file` and `tls-auth-clients` (`yes` requires a client
 //! certificate signed by the CA, `optional` verifies one if presented, `no` asks for
-//! none). Built on rustls with the ring provider and the PEM loaders of the memory-node
-//! RPC channel (`dmc_verbs::tls`). [`crate::run`] builds the acceptor
-//! once; each TLS connection's handshake runs in its own task, bounded in time, before
-//! the connection loop sees a byte. It never reads a certificate after start.
+//! none). Built on rustls with the ring provider and the TLS helpers of the memory-node
+//! RPC channel (`dmc_verbs::tls`). [`crate::run`] builds the acceptor once; each TLS
+//! connection's handshake (`ServerTls::accept`, bounded in time) runs in its own task
+//! before the connection loop sees a byte. It never reads a certificate after start.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dmc_verbs::tls::ServerTls;
 use serde::{Deserialize, Serialize};
-use tokio_rustls::TlsAcceptor;
-
-/// The longest a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `tls-auth-clients`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -64,7 +60,7 @@ impl TlsSection {
 }
 
 /// The acceptor for `tls`, or `None` when no TLS port is configured.
-pub fn acceptor(tls: &TlsSection) -> Result<Option<TlsAcceptor>> {
+pub fn acceptor(tls: &TlsSection) -> Result<Option<ServerTls>> {
     if !tls.enabled() {
         return Ok(None);
     }
@@ -97,17 +93,7 @@ pub fn acceptor(tls: &TlsSection) -> Result<Option<TlsAcceptor>> {
     let config = builder
         .with_single_cert(chain, key)
         .context("the TLS certificate and key do not match")?;
-    Ok(Some(TlsAcceptor::from(Arc::new(config))))
-}
-
-/// Runs a client's TLS handshake, at most [`HANDSHAKE_TIMEOUT`].
-pub async fn handshake(
-    acceptor: &TlsAcceptor,
-    stream: tokio::net::TcpStream,
-) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-        .await
-        .map_err(|_| std::io::Error::other("TLS handshake timed out"))?
+    Ok(Some(ServerTls::new(config)))
 }
 
 /// How this agent reaches other agents' TLS ports: their certificates are checked

@@ -7,6 +7,20 @@ use std::process::Command;
 
 use dmc_e2e::{Agent, test_certificates as certificates};
 
+/// The flags naming the test certificates in `dir`: this process's certificate and
+/// key, and the CA it trusts.
+fn tls_files(dir: &std::path::Path) -> Vec<String> {
+    let p = |f: &str| dir.join(f).display().to_string();
+    vec![
+        "--tls-cert-file".into(),
+        p("server.pem"),
+        "--tls-key-file".into(),
+        p("server.key"),
+        "--tls-ca-cert-file".into(),
+        p("ca.pem"),
+    ]
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -21,17 +35,9 @@ fn redis_cli_and_redis_py_speak_tls() {
     certificates(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
     let tls_port = free_port().to_string();
-    let agent = Agent::start(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &p("server.pem"),
-        "--tls-key-file",
-        &p("server.key"),
-        "--tls-ca-cert-file",
-        &p("ca.pem"),
-    ])
-    .unwrap();
+    let mut args = vec!["--tls-port".to_string(), tls_port.clone()];
+    args.extend(tls_files(dir.path()));
+    let agent = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
     let tls_cli = |cert: bool, args: &[&str]| {
         let mut c = Command::new("redis-cli");
         c.args(["-p", &tls_port, "--tls", "--cacert", &p("ca.pem")]);
@@ -98,22 +104,21 @@ fn the_manager_api_over_https() {
     let dir = tempfile::tempdir().unwrap();
     certificates(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let mut manager = dmc_e2e::ClusterManager::start(
-        dir.path(),
-        &[
-            "--tls-cert-file",
-            &p("server.pem"),
-            "--tls-key-file",
-            &p("server.key"),
-            "--tls-ca-cert-file",
-            &p("ca.pem"),
+    let mut args = tls_files(dir.path());
+    args.extend(
+        [
             "--region-size",
             "64mb",
             "--segment-size",
             "1mb",
             "--shards",
             "16",
-        ],
+        ]
+        .map(String::from),
+    );
+    let mut manager = dmc_e2e::ClusterManager::start(
+        dir.path(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
     )
     .unwrap();
     let addr = manager.url.trim_start_matches("http://").to_string();
@@ -201,7 +206,6 @@ fn connections_to(port: u16) -> usize {
 fn agents_forward_to_each_other_over_tls() {
     let dir = tempfile::tempdir().unwrap();
     certificates(dir.path());
-    let p = |f: &str| dir.path().join(f).display().to_string();
     let c = dmc_e2e::TestCluster::start(
         &[
             "--region-size",
@@ -220,19 +224,14 @@ fn agents_forward_to_each_other_over_tls() {
     let agents: Vec<Agent> = tls_ports
         .iter()
         .map(|tp| {
-            Agent::start(&[
-                "--manager",
-                &c.manager.url,
-                "--tls-port",
-                tp,
-                "--tls-cert-file",
-                &p("server.pem"),
-                "--tls-key-file",
-                &p("server.key"),
-                "--tls-ca-cert-file",
-                &p("ca.pem"),
-            ])
-            .unwrap()
+            let mut args = vec![
+                "--manager".to_string(),
+                c.manager.url.clone(),
+                "--tls-port".to_string(),
+                tp.clone(),
+            ];
+            args.extend(tls_files(dir.path()));
+            Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap()
         })
         .collect();
     c.manager

@@ -299,17 +299,11 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             out.flush()?;
         }
         let tls = match (&config.tls_cert_file, &config.tls_key_file) {
-            (Some(cert), Some(key)) => {
-                let server = rustls::ServerConfig::builder_with_provider(dmc_verbs::tls::provider())
-                    .with_safe_default_protocol_versions()?
-                    .with_no_client_auth()
-                    .with_single_cert(
-                        dmc_verbs::tls::load_certs(cert)?,
-                        dmc_verbs::tls::load_key(key)?,
-                    )
-                    .context("the admin API's certificate and key do not match")?;
-                Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
-            }
+            (Some(cert), Some(key)) => Some(
+                dmc_verbs::tls::ServerTls::from_files(cert, key)
+                    .context("the admin API's TLS certificate")?
+                    .acceptor(),
+            ),
             (None, None) => None,
             _ => anyhow::bail!("tls-cert-file and tls-key-file go together"),
         };

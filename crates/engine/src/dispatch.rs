@@ -63,10 +63,9 @@ pub async fn dispatch_at(
     index: Option<usize>,
     args: Vec<Bytes>,
 ) -> (Reply, Flow) {
-    let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
+    let Some((index, spec)) = index.and_then(|i| TABLE.get(i).map(|s| (i, s))) else {
         return (unknown(&args), Flow::Continue);
     };
-    let index = index.unwrap_or_default();
     session
         .client
         .touch(&engine.clients, index, session.db, session.proto);

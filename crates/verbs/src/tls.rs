@@ -116,6 +116,12 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
+    /// A server of `config` (the agent's client port builds its own, with client
+    /// certificate verification).
+    pub fn new(config: rustls::ServerConfig) -> ServerTls {
+        ServerTls(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+    }
+
     pub fn from_files(cert_file: &Path, key_file: &Path) -> Result<ServerTls, VerbsError> {
         let config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -124,6 +130,11 @@ impl ServerTls {
             .with_single_cert(load_certs(cert_file)?, load_key(key_file)?)
             .map_err(|e| bad(format!("the certificate and key do not match: {e}")))?;
         Ok(ServerTls(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+    }
+
+    /// The acceptor, for a server that runs its handshakes itself (the manager's API).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.0.clone()
     }
 
     /// Runs a client's handshake, at most [`HANDSHAKE_TIMEOUT`].
