@@ -23,9 +23,13 @@
 //! +----------------+-------------+---------------------------------------+
 //! header: local_depth:8 | suffix:32 << 8 | hash slot:14 << 40 | MOVED << 63
 //!
-//! slot word (changed only by committed transactions):
+//! slot word (changed only by its shard's owner):
 //!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
 //!   size = object head class + 1, | 0x80 when the object is chained
+//!   bit 0 of the pointer = LOCK (every size class is a multiple of 4 bytes from an
+//!   aligned segment, so a committed pointer has it clear): set while a writer updates the slot (the one-sided single-key
+//!   write, or a two-phase commit's prepare), and for good in a retired subtable.
+//!   Readers ignore it; writers wait for it.
 //! slot meta (eviction metadata):
 //!   lfu:8 << 56 | access:16 << 40 | expire:40
 //!   expire = ms since the pool was formatted + 1 (0 = no TTL);
@@ -58,6 +62,9 @@ const _: () = assert!(BUCKET_HEADER + SLOT * SLOTS_PER_BUCKET as u64 == BUCKET);
 const _: () = assert!(ROOT_HEADER >= 16);
 
 pub const MOVED: u64 = 1 << 63;
+/// A slot word's lock bit (see the diagram).
+pub const LOCK: u64 = dmc_umo::WORD_LOCK;
+const _: () = assert!(LOCK == 1);
 const CHAINED: u8 = 0x80;
 
 pub const EXPIRE_BITS: u32 = 40;
@@ -105,8 +112,19 @@ impl SlotWord {
         SlotWord(((fp as u64) << 56) | ((size as u64) << 48) | obj.block.addr.bits())
     }
 
+    /// No key, locked or not.
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.0 & !LOCK == 0
+    }
+
+    /// A writer holds the slot (or its subtable was retired).
+    pub fn is_locked(self) -> bool {
+        self.0 & LOCK != 0
+    }
+
+    /// The committed value, without the lock bit.
+    pub fn unlocked(self) -> Self {
+        SlotWord(self.0 & !LOCK)
     }
 
     pub fn fp(self) -> u8 {
@@ -120,7 +138,7 @@ impl SlotWord {
         if class as usize >= dmc_umo::classes::NUM_CLASSES {
             return None;
         }
-        let addr = GlobalAddr::from_bits(self.0);
+        let addr = GlobalAddr::from_bits(self.0 & !LOCK);
         (!addr.is_null()).then_some(ObjectRef {
             block: Block { addr, class },
             chained: size & CHAINED != 0,

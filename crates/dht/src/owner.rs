@@ -2,11 +2,16 @@
 //!
 //! Logical sharding: every client reads every key, but only the owner of a hash slot
 //! writes its part of the table (inserts, updates, deletes, evictions, splits). Each
-//! write carries the owning shard's epoch, so a client that lost a slot is fenced by the
-//! memory nodes. Until the cluster manager assigns shards, a standalone client owns all
-//! slots as shard 0.
+//! two-phase commit carries the owning shard's epoch, so a client that lost a slot is
+//! fenced by the memory nodes. One-sided single-key writes cannot be refused by a node:
+//! each runs inside a [`WriteGuard`] taken under the lease, and giving slots up
+//! ([`Ownership::release`]) waits for the guards of those slots to end, so after it
+//! returns this client writes none of them (the agent then tells the new owner, which
+//! writes only after that). Until the cluster manager assigns shards, a standalone
+//! client owns all slots as shard 0.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::layout::HASH_SLOTS;
 
@@ -26,6 +31,21 @@ pub struct Ownership {
     epochs: Box<[AtomicU64]>,
     /// How many slots are owned, so "every slot" (a standalone agent) is one load.
     owned: AtomicU32,
+    /// One-sided writes in flight per slot ([`WriteGuard`]s).
+    writing: Box<[AtomicU32]>,
+}
+
+/// A one-sided write of a slot in flight under its lease; [`Ownership::release`] waits
+/// for it to end.
+#[must_use]
+pub struct WriteGuard<'a> {
+    count: &'a AtomicU32,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 const NONE: u32 = u32::MAX;
@@ -44,6 +64,41 @@ impl Ownership {
             } else {
                 0
             }),
+            writing: (0..HASH_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// Starts a one-sided write of `slot` if this client still holds it under `lease`.
+    /// The count goes up before the lease is checked, and [`release`](Self::release)
+    /// clears the lease before it reads the count (both sequentially consistent), so
+    /// either the release waits for this write or this write sees the release.
+    pub fn begin_write(&self, slot: u16, lease: Lease) -> Option<WriteGuard<'_>> {
+        let count = self.writing.get(slot as usize)?;
+        count.fetch_add(1, Ordering::SeqCst);
+        let guard = WriteGuard { count };
+        let held = self.shards[slot as usize].load(Ordering::SeqCst) == lease.shard
+            && self.epochs[slot as usize].load(Ordering::SeqCst) == lease.epoch;
+        held.then_some(guard)
+    }
+
+    /// Gives up slots `range` and waits until no one-sided write of them is in flight:
+    /// from its return this client writes none of them. A write in flight ends within
+    /// its verbs' timeout, so this returns.
+    pub async fn release(&self, range: std::ops::Range<u16>) {
+        self.assign(range.clone(), None);
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        for s in range {
+            let Some(count) = self.writing.get(s as usize) else {
+                break;
+            };
+            while count.load(Ordering::SeqCst) != 0 {
+                if !warned && started.elapsed() > Duration::from_secs(1) {
+                    tracing::warn!(slot = s, "waiting for writes in flight to a released slot");
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
         }
     }
 
@@ -74,10 +129,10 @@ impl Ownership {
             }
             let was = match lease {
                 Some(l) => {
-                    self.epochs[s].store(l.epoch, Ordering::Release);
-                    self.shards[s].swap(l.shard, Ordering::AcqRel)
+                    self.epochs[s].store(l.epoch, Ordering::SeqCst);
+                    self.shards[s].swap(l.shard, Ordering::SeqCst)
                 }
-                None => self.shards[s].swap(NONE, Ordering::AcqRel),
+                None => self.shards[s].swap(NONE, Ordering::SeqCst),
             };
             match (was == NONE, lease.is_some()) {
                 (true, true) => self.owned.fetch_add(1, Ordering::AcqRel),

@@ -22,8 +22,10 @@ pub mod pool;
 
 pub use addr::GlobalAddr;
 pub use alloc::Block;
+pub use dmc_verbs::node::WORD_LOCK;
 pub use error::UmoError;
 pub use layout::RegionRecord;
 pub use pool::{
-    ObjectRef, Pool, PoolConfig, PoolStats, ReadObject, RegionSource, Tx, TxOutcome, TxWrite,
+    ObjectRef, Pool, PoolConfig, PoolStats, ReadObject, RegionSource, SlotWrite, Tx, TxOutcome,
+    TxWrite,
 };

@@ -124,6 +124,7 @@ async fn commits_validate_and_fence() {
             addr: word,
             expect,
             new,
+            in_word_lock: false,
         }],
     };
     assert_eq!(
@@ -163,6 +164,7 @@ async fn commits_validate_and_fence() {
                     addr: other,
                     expect: Some(1),
                     new: 2,
+                    in_word_lock: false,
                 }],
             },
         ])

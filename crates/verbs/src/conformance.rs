@@ -186,6 +186,7 @@ pub async fn transactions(t: &dyn Transport, region: RegionId) {
             offset: 128,
             expect,
             new,
+            in_word_lock: false,
         }],
     };
     let votes = |r: Response| match r {

@@ -181,8 +181,19 @@ impl RegionMemory {
         let _ = at;
     }
 
-    /// Copies `data` to `offset` (a one-sided WRITE).
+    /// Copies `data` to `offset` (a one-sided WRITE). One or two aligned words are
+    /// stored atomically, in order (a slot's metadata word, or a backup's slot word
+    /// and metadata), as a NIC writes an aligned word whole.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VerbsError> {
+        if offset.is_multiple_of(8) && (data.len() == 8 || data.len() == 16) {
+            self.check(offset, data.len())?;
+            for (i, w) in data.chunks_exact(8).enumerate() {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(w);
+                self.store(offset + 8 * i as u64, u64::from_le_bytes(word))?;
+            }
+            return Ok(());
+        }
         let at = self.check(offset, data.len())?;
         // SAFETY: the destination range is inside the region (checked) and does not
         // overlap `data`, a local buffer. See `read` for the concurrency contract.

@@ -5,7 +5,10 @@
 //!
 //! * the regions, as heap memory or as files under a directory that `shm` clients map;
 //! * the commit protocol: `Prepare` locks and validates a transaction's words under its
-//!   shard epoch, `Commit` applies and unlocks, `Abort` unlocks. A shard's epoch only
+//!   shard epoch, `Commit` applies and unlocks, `Abort` unlocks. A word marked
+//!   `in_word_lock` also carries the lock in place (its lowest bit, [`WORD_LOCK`], set
+//!   by a compare-and-swap at prepare), so writers that bypass this table with
+//!   one-sided verbs (single-key writes) see it and wait. A shard's epoch only
 //!   rises (on `Fence` or on a prepare carrying a newer epoch), and a prepare with an
 //!   older epoch is refused, so a coordinator that lost its shard cannot start a change.
 //!   A transaction it prepared before the fence holds its locks (the successor's writes
@@ -61,11 +64,23 @@ struct HeldRegion {
 /// the node drops it (a live coordinator commits within a round trip).
 pub const FENCED_TX_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The lock bit of a word locked in place ([`WordWrite::in_word_lock`]): its lowest.
+pub const WORD_LOCK: u64 = 1;
+
+struct PendingWrite {
+    mem: Arc<RegionMemory>,
+    offset: u64,
+    new: u64,
+    /// The unlocked value, when the word itself carries this transaction's lock (its
+    /// [`WORD_LOCK`] bit was set by the prepare): restored on abort.
+    in_word: Option<u64>,
+}
+
 struct PendingTx {
     shard: u32,
     epoch: u64,
     prepared_at: Instant,
-    writes: Vec<(Arc<RegionMemory>, u64, u64)>,
+    writes: Vec<PendingWrite>,
 }
 
 /// A session is one connection (or one in-process coordinator); transaction ids are
@@ -193,7 +208,7 @@ impl NodeCore {
             .copied()
             .collect();
         for key in keys {
-            Self::release(&mut tx, key);
+            Self::drop_tx(&mut tx, key);
             self.counters.aborted.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -298,15 +313,51 @@ impl NodeCore {
         self.tx.lock().epochs.get(&shard).copied().unwrap_or(0)
     }
 
+    /// Takes transaction `key` out of the lock table. Its in-word locks stay set: the
+    /// caller applies the transaction ([`apply`](Self::apply)) or undoes it
+    /// ([`unlock_words`](Self::unlock_words)).
     fn release(tx: &mut TxState, key: TxKey) -> Option<PendingTx> {
         let pending = tx.pending.remove(&key)?;
-        for (mem, offset, _) in &pending.writes {
-            let word = (mem.region(), *offset);
+        for w in &pending.writes {
+            let word = (w.mem.region(), w.offset);
             if tx.locks.get(&word) == Some(&key) {
                 tx.locks.remove(&word);
             }
         }
         Some(pending)
+    }
+
+    /// Releases and undoes transaction `key`: its in-word locks are cleared.
+    fn drop_tx(tx: &mut TxState, key: TxKey) -> bool {
+        match Self::release(tx, key) {
+            Some(p) => {
+                Self::unlock_words(&p.writes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Clears the in-word locks `writes` set (a word another writer changed since is
+    /// left alone: the lock was not ours any more).
+    fn unlock_words(writes: &[PendingWrite]) {
+        for w in writes {
+            if let Some(old) = w.in_word {
+                // Bounds and alignment were checked by the prepare.
+                let _ = w.mem.cas(w.offset, old | WORD_LOCK, old);
+            }
+        }
+    }
+
+    /// Applies a released transaction: the plain words first, then the words that
+    /// carry its lock, so storing those (which unlocks them) publishes the rest.
+    fn apply(writes: &[PendingWrite]) {
+        for last in [false, true] {
+            for w in writes.iter().filter(|w| w.in_word.is_some() == last) {
+                // Bounds and alignment were checked by the prepare.
+                let _ = w.mem.store(w.offset, w.new);
+            }
+        }
     }
 
     fn prepare_one(&self, tx: &mut TxState, session: u64, p: &TxPrepare) -> TxVote {
@@ -347,7 +398,7 @@ impl NodeCore {
                     self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
                     return TxVote::Locked { index: i as u32 };
                 }
-                Self::release(tx, holder);
+                Self::drop_tx(tx, holder);
                 self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(expect) = w.expect
@@ -359,7 +410,47 @@ impl NodeCore {
                     actual,
                 };
             }
-            writes.push((mem, w.offset, w.new));
+            let in_word = match (w.in_word_lock, w.expect) {
+                (false, _) => None,
+                // A word locked in place by a writer outside this table (a one-sided
+                // single-key write) or retired for good.
+                (true, Some(e)) if e & WORD_LOCK != 0 => {
+                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    return TxVote::Locked { index: i as u32 };
+                }
+                (true, Some(e)) => Some(e),
+                (true, None) => {
+                    return TxVote::Failed(VerbsError::Malformed(
+                        "a word locked in place needs an expected value".into(),
+                    ));
+                }
+            };
+            writes.push(PendingWrite {
+                mem,
+                offset: w.offset,
+                new: w.new,
+                in_word,
+            });
+        }
+        // Set the in-word locks: a one-sided writer may change a word between the
+        // check above and here, so each is a compare-and-swap, undone on failure.
+        for (i, w) in writes.iter().enumerate() {
+            let Some(old) = w.in_word else { continue };
+            match w.mem.cas(w.offset, old, old | WORD_LOCK) {
+                Ok(seen) if seen == old => {}
+                seen => {
+                    Self::unlock_words(&writes[..i]);
+                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    return match seen {
+                        Ok(actual) if actual & WORD_LOCK != 0 => TxVote::Locked { index: i as u32 },
+                        Ok(actual) => TxVote::Conflict {
+                            index: i as u32,
+                            actual,
+                        },
+                        Err(e) => TxVote::Failed(e),
+                    };
+                }
+            }
         }
         for w in &p.writes {
             tx.locks.insert((w.region, w.offset), key);
@@ -396,10 +487,7 @@ impl NodeCore {
                 if vote == TxVote::Yes
                     && let Some(prepared) = Self::release(&mut tx, (session, p.txid))
                 {
-                    for (mem, offset, new) in &prepared.writes {
-                        // Bounds and alignment were checked by the prepare.
-                        let _ = mem.store(*offset, *new);
-                    }
+                    Self::apply(&prepared.writes);
                     self.counters.committed.fetch_add(1, Ordering::Relaxed);
                 }
                 vote
@@ -415,10 +503,7 @@ impl NodeCore {
             .iter()
             .map(|&id| match Self::release(&mut tx, (session, id)) {
                 Some(p) => {
-                    for (mem, offset, new) in &p.writes {
-                        // Bounds and alignment were checked at prepare.
-                        let _ = mem.store(*offset, *new);
-                    }
+                    Self::apply(&p.writes);
                     self.counters.committed.fetch_add(1, Ordering::Relaxed);
                     TxVote::Yes
                 }
@@ -430,7 +515,7 @@ impl NodeCore {
     pub fn abort(&self, session: u64, txids: &[u64]) {
         let mut tx = self.tx.lock();
         for &id in txids {
-            if Self::release(&mut tx, (session, id)).is_some() {
+            if Self::drop_tx(&mut tx, (session, id)) {
                 self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -461,7 +546,7 @@ impl NodeCore {
             .map(|(k, _)| *k)
             .collect();
         for key in victims {
-            Self::release(tx, key);
+            Self::drop_tx(tx, key);
             self.counters.aborted.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -586,216 +671,4 @@ impl NodeCore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::WordWrite;
-
-    fn heap_node() -> Arc<NodeCore> {
-        NodeCore::open(NodeConfig {
-            id: 1,
-            capacity: 1 << 20,
-            storage: Storage::Heap,
-            secret: None,
-        })
-        .unwrap()
-    }
-
-    fn tx(txid: u64, epoch: u64, expect: Option<u64>, new: u64) -> TxPrepare {
-        TxPrepare {
-            txid,
-            shard: 7,
-            epoch,
-            writes: vec![WordWrite {
-                region: 1,
-                offset: 8,
-                expect,
-                new,
-            }],
-        }
-    }
-
-    #[test]
-    fn prepare_commit_and_conflicts() {
-        let n = heap_node();
-        n.create_region(1, 4096).unwrap();
-        assert_eq!(n.prepare(1, &[tx(1, 1, Some(0), 5)]), vec![TxVote::Yes]);
-        // A second transaction on the locked word is refused, not queued.
-        assert_eq!(
-            n.prepare(2, &[tx(1, 1, Some(0), 6)]),
-            vec![TxVote::Locked { index: 0 }]
-        );
-        assert_eq!(n.commit(1, &[1]), vec![TxVote::Yes]);
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 5);
-        assert_eq!(
-            n.prepare(2, &[tx(2, 1, Some(0), 6)]),
-            vec![TxVote::Conflict {
-                index: 0,
-                actual: 5
-            }]
-        );
-        assert_eq!(
-            n.commit(2, &[2]),
-            vec![TxVote::Failed(VerbsError::UnknownTx(2))]
-        );
-    }
-
-    #[test]
-    fn one_round_commits_apply_yes_votes_and_hold_no_locks() {
-        let n = heap_node();
-        n.create_region(1, 4096).unwrap();
-        // Two transactions on one word in one batch: the first applies (and releases
-        // its lock at once), so the second sees the new value and conflicts.
-        assert_eq!(
-            n.prepare_commit(1, &[tx(1, 1, Some(0), 5), tx(2, 1, Some(0), 6)]),
-            vec![
-                TxVote::Yes,
-                TxVote::Conflict {
-                    index: 0,
-                    actual: 5
-                }
-            ]
-        );
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 5);
-        // No lock is left behind: a later transaction on the word proceeds.
-        assert_eq!(
-            n.prepare_commit(2, &[tx(3, 1, Some(5), 7)]),
-            vec![TxVote::Yes]
-        );
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 7);
-        // A word locked by a two-phase transaction refuses a one-round one.
-        assert_eq!(n.prepare(3, &[tx(4, 1, Some(7), 8)]), vec![TxVote::Yes]);
-        assert_eq!(
-            n.prepare_commit(4, &[tx(5, 1, Some(7), 9)]),
-            vec![TxVote::Locked { index: 0 }]
-        );
-        n.fence(7, 3);
-        assert_eq!(
-            n.prepare_commit(5, &[tx(6, 1, None, 9)]),
-            vec![TxVote::StaleEpoch { current: 3 }]
-        );
-    }
-
-    #[test]
-    fn stale_epoch_changes_nothing() {
-        let n = heap_node();
-        n.create_region(1, 4096).unwrap();
-        n.fence(7, 5);
-        assert_eq!(
-            n.prepare(1, &[tx(1, 4, None, 9)]),
-            vec![TxVote::StaleEpoch { current: 5 }]
-        );
-        assert_eq!(
-            n.commit(1, &[1]),
-            vec![TxVote::Failed(VerbsError::UnknownTx(1))]
-        );
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
-    }
-
-    #[test]
-    fn a_transaction_prepared_before_a_fence_still_commits_and_blocks_the_successor() {
-        let n = heap_node();
-        n.create_region(1, 4096).unwrap();
-        assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
-        n.fence(7, 4);
-        // The old owner starts nothing new...
-        assert_eq!(
-            n.prepare(1, &[tx(2, 3, None, 5)]),
-            vec![TxVote::StaleEpoch { current: 4 }]
-        );
-        // ...and the successor waits for the word the old owner holds.
-        assert_eq!(
-            n.prepare(2, &[tx(1, 4, Some(0), 1)]),
-            vec![TxVote::Locked { index: 0 }]
-        );
-        // What it prepared before the fence commits on every copy alike.
-        assert_eq!(n.commit(1, &[1]), vec![TxVote::Yes]);
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 9);
-        assert_eq!(n.prepare(2, &[tx(1, 4, Some(9), 1)]), vec![TxVote::Yes]);
-    }
-
-    /// A node whose fenced transactions count as hanging after `grace`.
-    fn node_with_grace(grace: std::time::Duration) -> Arc<NodeCore> {
-        let mut n = heap_node();
-        Arc::get_mut(&mut n).unwrap().fenced_grace = grace;
-        n.create_region(1, 4096).unwrap();
-        n
-    }
-
-    #[test]
-    fn a_fence_drops_older_transactions_left_hanging() {
-        let n = node_with_grace(std::time::Duration::ZERO);
-        assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
-        n.fence(7, 4);
-        assert_eq!(
-            n.commit(1, &[1]),
-            vec![TxVote::Failed(VerbsError::UnknownTx(1))]
-        );
-        assert_eq!(n.region(1).unwrap().load(8).unwrap(), 0);
-        // The lock went with it.
-        assert_eq!(n.prepare(2, &[tx(1, 4, Some(0), 1)]), vec![TxVote::Yes]);
-    }
-
-    #[test]
-    fn a_lock_of_a_fenced_transaction_left_hanging_is_released_by_the_successor() {
-        let n = node_with_grace(std::time::Duration::from_millis(50));
-        assert_eq!(n.prepare(1, &[tx(1, 3, None, 9)]), vec![TxVote::Yes]);
-        n.fence(7, 4);
-        assert_eq!(
-            n.prepare(2, &[tx(1, 4, Some(0), 1)]),
-            vec![TxVote::Locked { index: 0 }],
-            "within the grace the old owner may still commit"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        assert_eq!(n.prepare(2, &[tx(1, 4, Some(0), 1)]), vec![TxVote::Yes]);
-        assert_eq!(
-            n.commit(1, &[1]),
-            vec![TxVote::Failed(VerbsError::UnknownTx(1))]
-        );
-    }
-
-    #[test]
-    fn ended_session_releases_locks() {
-        let n = heap_node();
-        n.create_region(1, 4096).unwrap();
-        assert_eq!(n.prepare(1, &[tx(1, 1, None, 9)]), vec![TxVote::Yes]);
-        n.end_session(1);
-        assert_eq!(n.prepare(2, &[tx(1, 1, Some(0), 1)]), vec![TxVote::Yes]);
-    }
-
-    #[test]
-    fn capacity_and_region_errors() {
-        let n = heap_node();
-        assert_eq!(
-            n.create_region(1, 2 << 20),
-            Err(VerbsError::CapacityExceeded {
-                need: 2 << 20,
-                free: 1 << 20
-            })
-        );
-        assert_eq!(n.create_region(1, 12), Err(VerbsError::BadRegionSize(12)));
-        n.create_region(1, 4096).unwrap();
-        assert_eq!(n.create_region(1, 4096), Err(VerbsError::RegionExists(1)));
-        assert!(matches!(
-            n.handle(1, Request::DropRegion { region: 9 }),
-            Response::Error(VerbsError::NoSuchRegion(9))
-        ));
-    }
-
-    #[test]
-    fn dir_storage_reloads_regions() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = NodeConfig {
-            id: 1,
-            capacity: 1 << 20,
-            storage: Storage::Dir(dir.path().to_path_buf()),
-            secret: None,
-        };
-        {
-            let n = NodeCore::open(cfg.clone()).unwrap();
-            n.create_region(3, 4096).unwrap();
-            n.region(3).unwrap().store(16, 77).unwrap();
-        }
-        let n = NodeCore::open(cfg).unwrap();
-        assert_eq!(n.region(3).unwrap().load(16).unwrap(), 77);
-    }
-}
+mod tests;

@@ -59,6 +59,7 @@ impl Dht {
                     addr: self.root.offset_by(layout::DB_MAP + 8 * w as u64),
                     expect: Some(le64(&old, w * 8)),
                     new: le64(&new, w * 8),
+                    in_word_lock: false,
                 })
                 .collect::<Vec<_>>();
             if writes.is_empty() {

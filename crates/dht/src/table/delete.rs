@@ -29,11 +29,13 @@ impl Dht {
                     addr: probe_bucket.0,
                     expect: Some(probe_bucket.1),
                     new: probe_bucket.1,
+                    in_word_lock: false,
                 },
                 TxWrite {
                     addr: f.addr,
                     expect: Some(f.word.0),
                     new: 0,
+                    in_word_lock: true,
                 },
                 TxWrite {
                     addr: f.addr.offset_by(8),
@@ -41,6 +43,7 @@ impl Dht {
                     // word with the old, expired metadata): validate the metadata too.
                     expect: expect_meta.then_some(f.meta.0),
                     new: 0,
+                    in_word_lock: false,
                 },
             ],
         };

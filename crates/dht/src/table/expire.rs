@@ -36,7 +36,7 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         // Only the metadata word changes, which a split copies without validating: hold
         // the hash slot's split lock so a split cannot carry the old metadata over.
-        let _split_guard = self.locks[loc.slot as usize].lock().await;
+        let _split_guard = self.locks[loc.slot as usize].read().await;
         for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {
@@ -64,11 +64,13 @@ impl Dht {
                         addr: f.addr,
                         expect: Some(f.word.0),
                         new: f.word.0,
+                        in_word_lock: true,
                     },
                     TxWrite {
                         addr: f.addr.offset_by(8),
                         expect: None,
                         new: meta.0,
+                        in_word_lock: false,
                     },
                 ],
             };

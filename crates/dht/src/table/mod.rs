@@ -129,7 +129,10 @@ pub struct Dht {
     owner: Ownership,
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
     flat: FlatDirs,
-    locks: Vec<tokio::sync::Mutex<()>>,
+    /// Per hash slot: held exclusively while its subtables are rebuilt (split, moved),
+    /// shared by writers that must not race a rebuild (one-sided single-key writes,
+    /// which no bucket-header validation protects, and metadata-only changes).
+    locks: Vec<tokio::sync::RwLock<()>>,
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
     hits: Mutex<Vec<PendingHit>>,

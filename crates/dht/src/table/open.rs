@@ -53,7 +53,7 @@ impl Dht {
             dirs: (0..HASH_SLOTS).map(|_| RwLock::new(None)).collect(),
             flat: FlatDirs::new(),
             locks: (0..HASH_SLOTS)
-                .map(|_| tokio::sync::Mutex::new(()))
+                .map(|_| tokio::sync::RwLock::new(()))
                 .collect(),
             partitions: RwLock::new(Vec::new()),
             commits: tx,

@@ -56,7 +56,7 @@ impl Dht {
     }
 
     pub(super) async fn create_partition(&self, slot: u16, lease: Lease) -> Result<(), DhtError> {
-        let _guard = self.locks[slot as usize].lock().await;
+        let _guard = self.locks[slot as usize].write().await;
         if self.load_dir(slot).await?.is_some() {
             return Ok(());
         }
@@ -80,6 +80,7 @@ impl Dht {
                 addr: self.slot_entry(slot),
                 expect: Some(0),
                 new: layout::dir_ref(dir),
+                in_word_lock: false,
             }],
         };
         match self.commit(tx).await {
@@ -105,7 +106,7 @@ impl Dht {
 
     /// Splits the subtable `loc` maps to in two (extendible hashing).
     pub(super) async fn split(&self, loc: &Loc, lease: Lease) -> Result<(), DhtError> {
-        let _guard = self.locks[loc.slot as usize].lock().await;
+        let _guard = self.locks[loc.slot as usize].write().await;
         let Some(dir) = self.load_dir(loc.slot).await? else {
             return Ok(());
         };
@@ -148,16 +149,20 @@ impl Dht {
                 addr: old.offset_by(base as u64),
                 expect: Some(hdr),
                 new: hdr | layout::MOVED,
+                in_word_lock: false,
             });
             for i in 0..SLOTS_PER_BUCKET {
                 let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
                 let word = SlotWord(le64(&bytes, at));
                 // Empty slots are validated too: a set that fills one after this read
-                // must make the split fail, or its key would be left behind.
+                // must make the split fail, or its key would be left behind. The old
+                // subtable's words stay locked for good (retired): a one-sided writer
+                // holding a stale directory fails its lock and re-reads the directory.
                 guards.push(TxWrite {
                     addr: old.offset_by(at as u64),
                     expect: Some(word.0),
-                    new: word.0,
+                    new: word.0 | layout::LOCK,
+                    in_word_lock: true,
                 });
                 if word.is_empty() {
                     continue;
@@ -169,7 +174,7 @@ impl Dht {
                 let (db, key, _) = self.pool.read_any(obj).await?.ok_or_else(|| {
                     corrupt(format!("slot word {:#x} points at no valid object", word.0))
                 })?;
-                entries.push((key_hash(db, &key), word.0, meta));
+                entries.push((key_hash(db, &key), word.unlocked().0, meta));
             }
         }
         // Split in two; in the rare case a half cannot hold its entries (two-choice
@@ -214,6 +219,7 @@ impl Dht {
                         addr: dir.block.addr.offset_by(layout::DIR_HEADER + 8 * i as u64),
                         expect: Some(old.bits()),
                         new: child(i).bits(),
+                        in_word_lock: false,
                     });
                 }
             }
@@ -235,6 +241,7 @@ impl Dht {
                 addr: self.slot_entry(slot),
                 expect: Some(layout::dir_ref(dir.block)),
                 new: layout::dir_ref(block),
+                in_word_lock: false,
             });
             new_dir = Some(block);
         }

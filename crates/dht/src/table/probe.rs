@@ -142,6 +142,7 @@ impl Dht {
             addr: probe.buckets[b].0,
             expect: Some(h),
             new: h,
+            in_word_lock: false,
         }
     }
 }

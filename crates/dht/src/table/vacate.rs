@@ -80,11 +80,13 @@ impl Dht {
                                         addr: bucket,
                                         expect: Some(header),
                                         new: header,
+                                        in_word_lock: false,
                                     },
                                     TxWrite {
                                         addr,
                                         expect: Some(word.0),
                                         new: SlotWord::new(word.fp(), fresh).0,
+                                        in_word_lock: true,
                                     },
                                 ],
                             };
@@ -139,7 +141,7 @@ impl Dht {
         let parts = self.owned_partitions();
         for slot in parts {
             let lease = self.lease(slot)?;
-            let _guard = self.locks[slot as usize].lock().await;
+            let _guard = self.locks[slot as usize].write().await;
             // A subtable's move can fail on a concurrent write: try again.
             for _ in 0..MAX_RETRIES {
                 let Some(dir) = self.load_dir(slot).await? else {
@@ -177,6 +179,7 @@ impl Dht {
                 addr: self.slot_entry(slot),
                 expect: Some(layout::dir_ref(dir.block)),
                 new: layout::dir_ref(block),
+                in_word_lock: false,
             }],
         };
         match self.commit(tx).await {

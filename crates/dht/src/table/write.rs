@@ -1,11 +1,14 @@
 //! Writes: `set` (NX/XX, expiry, GET), `set_many` (MSET/MSETNX in one transaction),
-//! and installing a written object's slot word.
+//! and installing a written object's slot word: a single key with one-sided verbs
+//! ([`dmc_umo::Pool::commit_slot`], inside an ownership [`crate::owner::WriteGuard`]),
+//! many keys with a two-phase commit whose slot words carry their locks in place, so
+//! the two kinds of writers see each other.
 //!
 //! Only the owner of a key's hash slot writes it. The object is written out of place
 //! first and freed if the install fails or is refused, but never after an in-doubt
 //! commit: that may have made it reachable, so it is leaked instead.
 
-use dmc_umo::{GlobalAddr, ObjectRef, Tx, TxOutcome, TxWrite};
+use dmc_umo::{GlobalAddr, ObjectRef, SlotWrite, Tx, TxOutcome, TxWrite};
 
 use super::probe::Probe;
 use super::{Dht, DhtError, Found, Loc, MAX_RETRIES, SetCond, SetExpiry, SetOptions, SetOutcome};
@@ -217,11 +220,13 @@ impl Dht {
                     addr,
                     expect: Some(expect.0),
                     new: SlotWord::new(loc.fp, *obj).0,
+                    in_word_lock: true,
                 });
                 writes.push(TxWrite {
                     addr: addr.offset_by(8),
                     expect: None,
                     new: meta.0,
+                    in_word_lock: false,
                 });
                 done.push((found, meta));
             }
@@ -258,8 +263,13 @@ impl Dht {
     ) -> Result<SetOutcome, DhtError> {
         let new_word = SlotWord::new(loc.fp, obj);
         for attempt in 0..MAX_RETRIES {
+            // No rebuild of this hash slot's subtables between the probe and the commit:
+            // the slot found is the key's live slot (a one-sided write validates no
+            // bucket header), and its memory is not freed and reused meanwhile.
+            let split_guard = self.locks[loc.slot as usize].read().await;
             let (probe, found) = self.lookup(loc, key, opts.get).await?;
             let Some(probe) = probe else {
+                drop(split_guard);
                 self.create_partition(loc.slot, lease).await?;
                 continue;
             };
@@ -287,34 +297,43 @@ impl Dht {
                 .map(|f| f.meta.lfu())
                 .unwrap_or(policy::LFU_INIT);
             let meta = SlotMeta::new(expire, now.access, lfu);
-            let (bucket, addr, expect) = match &found {
-                Some(f) => (f.bucket, f.addr, f.word),
+            let (addr, expect) = match &found {
+                Some(f) => (f.addr, f.word),
                 None => match Self::empty_slot(&probe) {
-                    Some((b, addr)) => (b, addr, SlotWord::EMPTY),
+                    Some((_, addr)) => (addr, SlotWord::EMPTY),
                     None => {
+                        drop(split_guard);
                         self.split(loc, lease).await?;
                         continue;
                     }
                 },
             };
-            let tx = Tx {
-                shard: lease.shard,
-                epoch: lease.epoch,
-                writes: vec![
-                    Self::header_guard(&probe, bucket),
-                    TxWrite {
-                        addr,
-                        expect: Some(expect.0),
-                        new: new_word.0,
-                    },
-                    TxWrite {
-                        addr: addr.offset_by(8),
-                        expect: None,
-                        new: meta.0,
-                    },
-                ],
+            if expect.is_locked() {
+                // Another writer holds the slot.
+                drop(split_guard);
+                self.backoff(attempt, true).await;
+                continue;
+            }
+            let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
+                return Err(DhtError::NotOwner(loc.slot));
             };
-            match self.commit(tx).await {
+            let write = SlotWrite {
+                addr,
+                old: expect.0,
+                new: new_word.0,
+                meta: meta.0,
+            };
+            // Widens the window a release must wait out, for the ownership race test:
+            // `return(MS)` pauses this write MS milliseconds (without blocking a thread).
+            #[cfg(feature = "failpoints")]
+            if let Some(Some(ms)) = fail::eval("dht-one-sided-commit", |arg| {
+                arg.and_then(|ms| ms.parse::<u64>().ok())
+            }) {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+            let outcome = self.pool.commit_slot(write).await;
+            drop(split_guard);
+            match outcome {
                 TxOutcome::Committed => {
                     self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });

@@ -89,6 +89,7 @@ impl Pool {
                 addr: GlobalAddr::new(c.region, c.entry_offset),
                 expect: Some(0),
                 new: c.entry,
+                in_word_lock: false,
             }],
         };
         loop {

@@ -54,6 +54,7 @@ impl Pool {
                             offset: write.addr.offset(),
                             expect: write.expect,
                             new: write.new,
+                            in_word_lock: write.in_word_lock,
                         });
                         slot.1.push(w);
                         slot.2 |= n == entry.primary;

@@ -11,7 +11,9 @@
 //!   over several blocks when it is larger than one;
 //! * [`Pool::read_object`]: one-sided reads on the primary that verify key and checksum;
 //! * [`Pool::commit`]: OCC + two-phase commit of word updates over the commit RPCs,
-//!   batched per memory node, backups before primaries, fenced by shard epoch.
+//!   batched per memory node, backups before primaries, fenced by shard epoch;
+//! * [`Pool::commit_slot`]: a single key's slot updated with one-sided verbs (the
+//!   primary's slot word is the lock), fenced by the owner's lease.
 //!
 //! The superblock in region 1 records the region map, so a restarted client finds the
 //! pool it left, and several clients (the agents of one instance) share one pool: a
@@ -31,7 +33,8 @@
 //! | `object_write` | objects written out of place (chained when large) and freed |
 //! | `object_read` | objects read and verified (db, key, checksum) |
 //! | `fence` | shard epochs and the fencing domain of a shard |
-//! | `commit` | OCC + 2PC commits of word updates |
+//! | `commit` | OCC + 2PC commits of word updates (multi-word transactions) |
+//! | `slot_commit` | single-key commits with one-sided verbs, locked in the slot word |
 //!
 //! Nothing here interprets a hash-table word: the pool moves bytes and commits words.
 
@@ -56,8 +59,11 @@ mod fence;
 mod object_read;
 mod object_write;
 mod regions;
+mod slot_commit;
 mod superblock;
 mod verbs;
+
+pub use slot_commit::SlotWrite;
 
 /// The fencing domain of pool-level metadata (the superblock root).
 pub const POOL_SHARD: u32 = u32::MAX;
@@ -131,6 +137,10 @@ pub struct TxWrite {
     /// The value the word must still hold; `None` writes without validating.
     pub expect: Option<u64>,
     pub new: u64,
+    /// The word carries its lock in place (its lowest bit, [`WORD_LOCK`], always 0
+    /// in a committed value): one-sided writers ([`Pool::commit_slot`]) see the lock.
+    /// Requires `expect`.
+    pub in_word_lock: bool,
 }
 
 /// A transaction: word updates committed atomically on every copy.

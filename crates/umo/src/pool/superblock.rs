@@ -194,6 +194,7 @@ impl Pool {
                 addr: GlobalAddr::new(self.config.super_region, layout::SB_ROOT),
                 expect: Some(expect),
                 new,
+                in_word_lock: false,
             }],
         };
         Ok(self.commit(std::slice::from_ref(&tx)).await.remove(0))

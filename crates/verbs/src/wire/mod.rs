@@ -21,7 +21,7 @@ use crate::error::VerbsError;
 use crate::{NodeId, RegionId};
 
 /// Version of this wire format, sent in `Hello`.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// Bytes of a frame header: the length prefix, request id and tag.
 pub const FRAME_HEADER: usize = 4 + 8 + 1;
 /// Default limit on one frame (a verb batch, a commit batch, a copy chunk).
@@ -36,6 +36,11 @@ pub struct WordWrite {
     /// without validating (still locked).
     pub expect: Option<u64>,
     pub new: u64,
+    /// The word carries its lock in place: the prepare sets its lowest bit
+    /// ([`crate::node::WORD_LOCK`]) with a compare-and-swap from `expect`, so writers
+    /// that bypass the commit protocol (one-sided single-key writes) see the lock;
+    /// commit stores `new`, abort clears the bit. Requires `expect`.
+    pub in_word_lock: bool,
 }
 
 /// The prepare phase of one transaction on one memory node.
@@ -386,12 +391,14 @@ mod tests {
                     offset: 16,
                     expect: Some(0),
                     new: 99,
+                    in_word_lock: true,
                 },
                 WordWrite {
                     region: 2,
                     offset: 24,
                     expect: None,
                     new: 1,
+                    in_word_lock: false,
                 },
             ],
         }];

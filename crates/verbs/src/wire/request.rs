@@ -101,13 +101,15 @@ impl Request {
                     for w in &tx.writes {
                         out.put_u16_le(w.region);
                         out.put_u64_le(w.offset);
+                        // Flags: 1 = `expect` present, 2 = locked in the word.
+                        let lock = if w.in_word_lock { 2 } else { 0 };
                         match w.expect {
                             Some(e) => {
-                                out.put_u8(1);
+                                out.put_u8(1 | lock);
                                 out.put_u64_le(e);
                             }
                             None => {
-                                out.put_u8(0);
+                                out.put_u8(lock);
                                 out.put_u64_le(0);
                             }
                         }
@@ -198,16 +200,15 @@ impl Request {
                         let has = d.u8()?;
                         let e = d.u64()?;
                         let new = d.u64()?;
-                        let expect = match has {
-                            0 => None,
-                            1 => Some(e),
-                            _ => return Err(malformed("bad expect flag")),
-                        };
+                        if has & !3 != 0 {
+                            return Err(malformed("bad word-write flags"));
+                        }
                         writes.push(WordWrite {
                             region,
                             offset,
-                            expect,
+                            expect: (has & 1 != 0).then_some(e),
                             new,
+                            in_word_lock: has & 2 != 0,
                         });
                     }
                     txs.push(TxPrepare {

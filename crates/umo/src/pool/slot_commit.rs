@@ -1,0 +1,174 @@
+//! Single-key commits with one-sided verbs: no commit RPC, no memory-node CPU on
+//! backends that reach the memory directly (`shm`, later `rdma`).
+//!
+//! A shard has one writer, its owner, so a single-key write needs no validation against
+//! other writers, only an order readers and recovery can rely on. The slot is a pair of
+//! words (the slot word, then its metadata), and no verb swaps 16 bytes, so the
+//! primary's slot word is the pair's lock:
+//!
+//! 1. CAS the primary's slot word from `old` to `old | WORD_LOCK` (the object was
+//!    written to every copy before). Readers mask the bit and keep reading `old`'s
+//!    object; a two-phase commit's prepare (which sets the same bit) and other
+//!    one-sided writers fail on it and wait.
+//! 2. WRITE `new` and the metadata to every backup's slot, blind: holding the primary's
+//!    lock is holding the slot.
+//! 3. WRITE the primary's metadata, then CAS its slot word from `old | WORD_LOCK` to
+//!    `new`, which unlocks and publishes the pair at once.
+//!
+//! Readers use the primary only, so they never see a word a backup lacks. A write that
+//! stops after step 1 leaves the primary locked, and one that stops in step 2 leaves
+//! backups ahead of it; both are in doubt (the caller must not free the object) and are
+//! resolved by the recovery DESIGN.md §6 describes: roll the primary forward to a
+//! backup that differs from it (the backup points at a complete object), or unlock it.
+//!
+//! Called by the hash table's single-key write path, under an ownership lease.
+
+use dmc_verbs::Verb;
+use dmc_verbs::node::WORD_LOCK;
+
+use super::{Pool, TxOutcome};
+use crate::addr::GlobalAddr;
+use crate::error::UmoError;
+
+/// The most copies a region has that a slot commit writes (primary and backups).
+const MAX_COPIES: usize = 8;
+
+/// One slot's update: the slot word at `addr` from `old` to `new`, with its metadata
+/// word (at `addr + 8`) set to `meta`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotWrite {
+    pub addr: GlobalAddr,
+    pub old: u64,
+    pub new: u64,
+    pub meta: u64,
+}
+
+impl Pool {
+    /// Commits one slot update with one-sided verbs (see the module doc). Outcomes:
+    /// `Committed`; `Conflict` (the primary's word is not `old`) and `Locked` (another
+    /// writer holds it) changed nothing; `Failed` is in doubt unless the lock was
+    /// never taken, so the caller must not free the new object.
+    pub async fn commit_slot(&self, w: SlotWrite) -> TxOutcome {
+        if (w.old | w.new) & WORD_LOCK != 0 {
+            return TxOutcome::Locked;
+        }
+        let region = w.addr.region();
+        let primary = match self.discover(region).await {
+            Ok(n) => n,
+            Err(e) => return TxOutcome::Failed(e),
+        };
+        let mut copies = [0usize; MAX_COPIES];
+        let mut n_copies = 0;
+        {
+            let regions = self.regions.read();
+            let Some(Some(entry)) = regions.get(region as usize) else {
+                return TxOutcome::Failed(UmoError::UnknownRegion(region));
+            };
+            for n in entry.copies().take(MAX_COPIES) {
+                copies[n_copies] = n;
+                n_copies += 1;
+            }
+        }
+        let backups = copies[..n_copies].iter().copied().filter(|&n| n != primary);
+
+        // 1. Lock the pair on the primary.
+        let seen = match self.cas_on(primary, w.addr, w.old, w.old | WORD_LOCK).await {
+            Ok(seen) => seen,
+            Err(e) => return TxOutcome::Failed(e),
+        };
+        if seen != w.old {
+            return if seen & WORD_LOCK != 0 {
+                TxOutcome::Locked
+            } else {
+                TxOutcome::Conflict {
+                    index: 0,
+                    actual: seen,
+                }
+            };
+        }
+
+        // 2. Every backup, blind: the slot word and its metadata in one write.
+        let mut pair = [0u8; 16];
+        pair[..8].copy_from_slice(&w.new.to_le_bytes());
+        pair[8..].copy_from_slice(&w.meta.to_le_bytes());
+        for n in backups {
+            let mut verbs = [Verb::Write {
+                region,
+                offset: w.addr.offset(),
+                data: &pair,
+            }];
+            if let Err(e) = self.post_on(n, &mut verbs).await {
+                // The primary still holds `old`: unlock it. The backups written so far
+                // point at the new object, so the write stays in doubt.
+                let _ = self.cas_on(primary, w.addr, w.old | WORD_LOCK, w.old).await;
+                return TxOutcome::Failed(e);
+            }
+        }
+
+        // 3. The primary: metadata, then the word (which unlocks).
+        let meta = w.meta.to_le_bytes();
+        let mut verbs = [
+            Verb::Write {
+                region,
+                offset: w.addr.offset() + 8,
+                data: &meta,
+            },
+            Verb::Cas {
+                region,
+                offset: w.addr.offset(),
+                expected: w.old | WORD_LOCK,
+                new: w.new,
+                old: 0,
+            },
+        ];
+        if let Err(e) = self.post_on(primary, &mut verbs).await {
+            return TxOutcome::Failed(e);
+        }
+        match verbs[1] {
+            Verb::Cas { old, .. } if old == w.old | WORD_LOCK => TxOutcome::Committed,
+            // Nothing but this writer changes a word it locked: the pool is corrupt or
+            // another client wrote this shard without owning it.
+            Verb::Cas { old, .. } => TxOutcome::Failed(UmoError::Layout(format!(
+                "slot word {:#x} changed from {:#x} while locked (now {old:#x})",
+                w.addr.bits(),
+                w.old | WORD_LOCK
+            ))),
+            _ => unreachable!("the batch holds the CAS it was built with"),
+        }
+    }
+
+    /// Compare-and-swap on node `n`'s copy; returns the word found.
+    async fn cas_on(
+        &self,
+        n: usize,
+        addr: GlobalAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, UmoError> {
+        let mut verbs = [Verb::Cas {
+            region: addr.region(),
+            offset: addr.offset(),
+            expected,
+            new,
+            old: 0,
+        }];
+        self.post_on(n, &mut verbs).await?;
+        match verbs {
+            [Verb::Cas { old, .. }] => Ok(old),
+            _ => unreachable!("the batch holds the CAS it was built with"),
+        }
+    }
+
+    /// Posts a batch to node `n`, inline when its backend completes verbs inline.
+    async fn post_on(&self, n: usize, verbs: &mut [Verb<'_>]) -> Result<(), UmoError> {
+        let node = &self.nodes[n];
+        let result = match node.post_now(verbs) {
+            Some(r) => r,
+            None => node.post(verbs).await,
+        };
+        result.map_err(|e| UmoError::Node {
+            node: node.node(),
+            source: e,
+        })
+    }
+}
