@@ -9,6 +9,7 @@
 //! | `POST /v1/nodes/{id}/heartbeat` | renew a node's lease |
 //! | `POST /v1/agents` `{listen, instance?}` | register an agent of an instance (`default`): `{id}`; its shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
+//! | `GET /v1/agents/{id}/released?version=V` | `{released}`: whether the agent gave up what map `V` took from it (applied it, or its lease lapsed) |
 //! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
 //! | `POST /v1/agents/scale` `{count, instance?}` | start or stop an instance's agents until `count` run |
 //! | `GET /v1/instances` | instances: maxmemory, policy, allocated and used bytes |
@@ -35,6 +36,11 @@ use crate::launcher::Launcher;
 use crate::manager::{Manager, ManagerError, Member};
 use crate::metrics;
 use crate::scale::{ScaleTimes, scale};
+
+#[derive(Deserialize)]
+struct ReleasedQuery {
+    version: u64,
+}
 
 /// What the handlers share.
 pub struct App {
@@ -254,6 +260,14 @@ pub fn router(app: Arc<App>) -> Router {
                 app.manager.remove_agent(id)?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
+        )
+        .route(
+            "/v1/agents/{id}/released",
+            get(
+                |State(app): Shared, Path(id): Path<u64>, Query(q): Query<ReleasedQuery>| async move {
+                    Json(serde_json::json!({ "released": app.manager.released(id, q.version) }))
+                },
+            ),
         )
         .route(
             "/v1/agents/{id}/heartbeat",

@@ -87,11 +87,20 @@ impl Manager {
     }
 
     /// Records that agent `id` applied map `version` (also renews its lease).
+    /// A removed agent's report is recorded too (it still follows maps while it
+    /// drains), though it renews no lease.
     pub fn applied(&self, id: AgentId, version: u64) -> Result<(), ManagerError> {
-        self.heartbeat(Member::Agent(id))?;
-        let mut applied = self.applied.lock();
-        let v = applied.entry(id).or_default();
-        *v = (*v).max(version);
-        Ok(())
+        {
+            let mut applied = self.applied.lock();
+            let v = applied.entry(id).or_default();
+            *v = (*v).max(version);
+        }
+        self.heartbeat(Member::Agent(id))
+    }
+
+    /// Whether agent `id` gave up what map `version` took from it: it applied that
+    /// map, or its lease lapsed (it is dead, partitioned or removed and silent).
+    pub fn released(&self, id: AgentId, version: u64) -> bool {
+        self.applied_version(id) >= version || !self.alive(Member::Agent(id))
     }
 }

@@ -167,10 +167,9 @@ impl Manager {
             }
             Ok(())
         })?;
-        for id in ids {
-            self.seen.lock().remove(&Member::Agent(*id));
-            self.applied.lock().remove(id);
-        }
+        // Their last heartbeats and applied maps stay: the agents their shards went to
+        // wait until each applied the map that took them (its one-sided writes are
+        // over) or its lease lapsed (it stopped heartbeating).
         Ok(())
     }
 

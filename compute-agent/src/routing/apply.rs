@@ -1,7 +1,14 @@
-//! Installing a cluster map on this agent: fencing the shards it gains, taking and
-//! giving up ownership, forgetting cached keys of slots that changed hands, following
-//! the instance's limits; and draining the regions the manager is taking back. Called
-//! by the map watcher ([`crate::membership`]); it never serves a client command.
+//! Installing a cluster map on this agent: giving up the shards it lost (waiting for its
+//! one-sided writes in flight to them), fencing the shards it gains and taking them once
+//! their previous owner has given them up, forgetting cached keys of slots that changed
+//! hands, following the instance's limits; and draining the regions the manager is
+//! taking back. Called by the map watcher ([`crate::membership`]); it never serves a
+//! client command.
+//!
+//! The handoff of a shard: the old owner releases it when it applies the map (before it
+//! reports the map applied), and the new owner writes it only after the manager says
+//! the old owner released it or its lease lapsed. Memory nodes cannot refuse a one-sided
+//! write by epoch, so this order is what keeps two owners from writing one slot.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,13 +23,24 @@ impl Router {
     /// Follows `map` as agent `me`: fences the slots gained, takes ownership, forgets
     /// cached keys of slots that changed hands, and drops connections to agents that
     /// left. Returns the version applied.
-    pub async fn apply(&self, me: AgentId, map: ClusterMap) -> u64 {
+    pub async fn apply(self: &Arc<Self>, me: AgentId, map: ClusterMap) -> u64 {
         let old = self.map();
         if old.as_ref().is_some_and(|o| o.version >= map.version) {
             return self.version();
         }
         let ownership = self.engine.dht.ownership();
         let mut changed = vec![false; HASH_SLOTS as usize];
+        // First give up what this map takes away, so that no other agent waits on us
+        // while we wait on it.
+        for shard in 0..map.shards.shards.len() as u32 {
+            let now = &map.shards.shards[shard as usize];
+            let range = map.shards.slots(shard);
+            let held = ownership.lease(range.start).is_some();
+            if held && now.primary != Some(me) {
+                ownership.release(range).await;
+            }
+        }
+        let mut handoffs = Vec::new();
         for shard in 0..map.shards.shards.len() as u32 {
             let now = &map.shards.shards[shard as usize];
             // Unchanged primary and epoch: the shard stayed where it was.
@@ -46,7 +64,14 @@ impl Router {
                     tracing::warn!(shard, epoch = l.epoch, error = %e, "fencing a gained shard failed");
                 }
             }
-            ownership.assign(range.clone(), lease);
+            match (lease, now.previous) {
+                // Taken from another agent: written once that agent released it.
+                (Some(l), Some(prev)) if prev != me && self.manager.is_some() => {
+                    ownership.assign(range.clone(), None);
+                    handoffs.push((range.clone(), l, prev));
+                }
+                _ => ownership.assign(range.clone(), lease),
+            }
             for s in range {
                 changed[s as usize] = true;
             }
@@ -76,6 +101,9 @@ impl Router {
         stats.owned_slots.store(owned, Ordering::Relaxed);
         self.me.store(me, Ordering::Release);
         *self.map.write() = Some(Arc::new(map));
+        if !handoffs.is_empty() {
+            self.take_over(version, handoffs);
+        }
         self.version.send_replace(version);
         tracing::info!(
             version,
@@ -84,6 +112,72 @@ impl Router {
             "applied cluster map"
         );
         version
+    }
+
+    /// Takes the shards of map `version` gained from other agents, each once the
+    /// manager says its previous owner released it (applied the map, or lost its
+    /// lease). Until then their writes answer TRYAGAIN, which clients retry.
+    fn take_over(
+        self: &Arc<Self>,
+        version: u64,
+        handoffs: Vec<(std::ops::Range<u16>, Lease, u64)>,
+    ) {
+        let Some(url) = self.manager.clone() else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let engine = &this.engine;
+            let started = std::time::Instant::now();
+            let mut waiting = handoffs;
+            let mut pause = std::time::Duration::from_millis(2);
+            while !waiting.is_empty() {
+                let mut still = Vec::new();
+                for (range, lease, prev) in waiting {
+                    // A newer map may have moved the shard again: it decides then.
+                    let current = this.map.read().as_ref().is_some_and(|m| {
+                        m.shards
+                            .shards
+                            .get(lease.shard as usize)
+                            .is_some_and(|s| s.epoch == lease.epoch)
+                    });
+                    if !current {
+                        continue;
+                    }
+                    let u = url.clone();
+                    let released = tokio::task::spawn_blocking(move || {
+                        dmc_process::membership::released(&u, prev, version)
+                    })
+                    .await;
+                    match released {
+                        Ok(Ok(true)) => {
+                            engine.dht.ownership().assign(range.clone(), Some(lease));
+                            engine.forget_slots(&|slot| range.contains(&slot));
+                            tracing::debug!(
+                                shard = lease.shard,
+                                from = prev,
+                                waited_ms = started.elapsed().as_millis() as u64,
+                                "took over a shard"
+                            );
+                        }
+                        Ok(Ok(false)) => still.push((range, lease, prev)),
+                        Ok(Err(e)) => {
+                            tracing::warn!(shard = lease.shard, error = %e, "asking whether a shard was released failed");
+                            still.push((range, lease, prev));
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "the shard handoff task failed");
+                            still.push((range, lease, prev));
+                        }
+                    }
+                }
+                waiting = still;
+                if !waiting.is_empty() {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
+                }
+            }
+        });
     }
 
     /// Acts on the map's draining regions: forgets those returned since the last map,

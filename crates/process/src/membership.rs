@@ -217,6 +217,21 @@ pub fn resize_instance(
     checked("the instance change", &b, r).map(|_| ())
 }
 
+/// Whether agent `id` gave up what map `version` took from it (it applied the map, or
+/// its lease lapsed): until then the shards it lost are not written by their new owner.
+pub fn released(url: &str, id: AgentId, version: u64) -> Result<bool, ManagerCallError> {
+    #[derive(serde::Deserialize)]
+    struct Released {
+        released: bool,
+    }
+    let b = base(url);
+    let r = http(Duration::from_secs(5))
+        .get(format!("{b}/v1/agents/{id}/released"))
+        .query("version", version.to_string())
+        .call();
+    json_reply::<Released>("the release query", &b, r).map(|r| r.released)
+}
+
 /// Reports that agent `id` applied map `version` (a heartbeat that also acknowledges
 /// a map at once, without waiting for the next beat).
 pub fn report_applied(url: &str, id: AgentId, version: u64) -> Result<(), ManagerCallError> {
