@@ -148,6 +148,8 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let mut me = None;
     let leave = Arc::new(tokio::sync::Notify::new());
     if let Some(url) = cfg.manager.clone() {
+        // The agent's lease runs from its registration until the first heartbeat.
+        let registering = std::time::Instant::now();
         let (u, listen, i) = (url.clone(), addr.to_string(), cfg.instance.clone());
         let tls_listen = tls_addr.map(|a| a.to_string());
         let id = with_manager("registering with the cluster manager", move || {
@@ -159,6 +161,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             membership::fetch_map(&u, &i, 0, Duration::ZERO)
         })
         .await?;
+        router.renew_lease_of(map.lease_ms, registering);
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
             router.apply(id, map).await,
         ));
@@ -181,6 +184,10 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 applied,
                 used: used.clone(),
                 regions: region_used.clone(),
+                renewed: {
+                    let router = router.clone();
+                    membership::RenewHook(Arc::new(move |sent| router.renew_lease(sent)))
+                },
             },
             Duration::from_secs(1),
         );

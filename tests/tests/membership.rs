@@ -59,3 +59,47 @@ fn nodes_and_agents_register_heartbeat_and_lapse() {
         })
         .unwrap();
 }
+
+/// An agent cut off from the manager stops writing once its lease would have run out
+/// (the manager could then give its shards away), keeps serving reads, and writes
+/// again as soon as a heartbeat is accepted.
+#[test]
+fn an_agent_that_loses_the_manager_stops_writing_until_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = ClusterManager::start(
+        dir.path(),
+        &[
+            "--lease-ms",
+            "1500",
+            "--replicas",
+            "1",
+            "--region-size",
+            "16mb",
+            "--segment-size",
+            "1mb",
+        ],
+    )
+    .unwrap();
+    let url = manager.url.clone();
+    let node_dir = tempfile::tempdir().unwrap();
+    let _node = MemoryNode::start_with(7, node_dir.path(), "64mb", &["--manager", &url]).unwrap();
+    let agent = Agent::start(&["--manager", &url]).unwrap();
+    let port = agent.port();
+    dmc_e2e::wait_until("the agent to accept writes", || {
+        dmc_e2e::redis_cli(&port, &["SET", "k", "before"]) == "OK"
+    });
+    let pid = manager.child.id() as i32;
+    // SAFETY: signalling a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    dmc_e2e::wait_until("writes to pause", || {
+        dmc_e2e::redis_cli(&port, &["SET", "k", "during"]).contains("lease lapsed")
+    });
+    // Reads go on (the polls above wrote "during" until the lease ran out).
+    assert_eq!(dmc_e2e::redis_cli(&port, &["GET", "k"]), "during");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    dmc_e2e::wait_until("writes to resume", || {
+        dmc_e2e::redis_cli(&port, &["SET", "k", "after"]) == "OK"
+    });
+    assert_eq!(dmc_e2e::redis_cli(&port, &["GET", "k"]), "after");
+}

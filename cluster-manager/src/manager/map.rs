@@ -37,6 +37,7 @@ impl Manager {
                 region_size: self.pool.region_size,
                 segment_size: self.pool.segment_size,
             },
+            lease_ms: self.lease.as_millis() as u64,
             draining: s
                 .regions
                 .values()
@@ -99,8 +100,16 @@ impl Manager {
     }
 
     /// Whether agent `id` gave up what map `version` took from it: it applied that
-    /// map, or its lease lapsed (it is dead, partitioned or removed and silent).
+    /// map, or it has been silent for one and a half leases (dead, partitioned, or
+    /// removed). An agent stops writing one lease after its last accepted heartbeat
+    /// was sent; the extra half is the margin for writes in flight and clock drift.
     pub fn released(&self, id: AgentId, version: u64) -> bool {
-        self.applied_version(id) >= version || !self.alive(Member::Agent(id))
+        if self.applied_version(id) >= version {
+            return true;
+        }
+        self.seen
+            .lock()
+            .get(&Member::Agent(id))
+            .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
     }
 }

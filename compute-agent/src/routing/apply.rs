@@ -114,6 +114,26 @@ impl Router {
         version
     }
 
+    /// The manager accepted a heartbeat sent at `sent`: writes may start until one
+    /// manager lease after it. The manager lets another agent take this one's shards
+    /// only after hearing nothing from it for one and a half leases, so the extra half
+    /// is the margin for clock-rate drift and for writes in flight at the deadline. A
+    /// manager unreachable for longer than a lease pauses this agent's writes (TRYAGAIN)
+    /// until a heartbeat is accepted again: an agent cannot tell a down manager from a
+    /// partition that cut it off.
+    pub fn renew_lease(&self, sent: std::time::Instant) {
+        self.renew_lease_of(self.map().map_or(0, |m| m.lease_ms), sent);
+    }
+
+    /// [`renew_lease`](Self::renew_lease) with the manager's lease given (the first
+    /// map, before it is applied).
+    pub fn renew_lease_of(&self, lease_ms: u64, sent: std::time::Instant) {
+        if lease_ms > 0 {
+            let until = sent + std::time::Duration::from_millis(lease_ms);
+            self.engine.dht.ownership().renew_until(until);
+        }
+    }
+
     /// Takes the shards of map `version` gained from other agents, each once the
     /// manager says its previous owner released it (applied the map, or lost its
     /// lease). Until then their writes answer TRYAGAIN, which clients retry.

@@ -33,6 +33,10 @@ pub struct Ownership {
     owned: AtomicU32,
     /// One-sided writes in flight per slot ([`WriteGuard`]s).
     writing: Box<[AtomicU32]>,
+    /// Microseconds after `base` from which no write starts (the agent's lease ends:
+    /// its heartbeats stopped being accepted); 0 = no deadline (no manager).
+    writable_until: AtomicU64,
+    base: std::time::Instant,
 }
 
 /// A one-sided write of a slot in flight under its lease; [`Ownership::release`] waits
@@ -65,7 +69,23 @@ impl Ownership {
                 0
             }),
             writing: (0..HASH_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            writable_until: AtomicU64::new(0),
+            base: std::time::Instant::now(),
         }
+    }
+
+    /// Lets writes start until `until` (a lease renewed): the agent's manager
+    /// heartbeat calls this, so an agent cut off from the manager stops writing before
+    /// the manager gives its shards away.
+    pub fn renew_until(&self, until: std::time::Instant) {
+        let us = until.saturating_duration_since(self.base).as_micros() as u64;
+        self.writable_until.fetch_max(us.max(1), Ordering::SeqCst);
+    }
+
+    /// Whether this client's lease has run out (it may not start writes).
+    pub fn lease_expired(&self) -> bool {
+        let until = self.writable_until.load(Ordering::Relaxed);
+        until != 0 && self.base.elapsed().as_micros() as u64 >= until
     }
 
     /// Starts a one-sided write of `slot` if this client still holds it under `lease`.
@@ -77,7 +97,8 @@ impl Ownership {
         count.fetch_add(1, Ordering::SeqCst);
         let guard = WriteGuard { count };
         let held = self.shards[slot as usize].load(Ordering::SeqCst) == lease.shard
-            && self.epochs[slot as usize].load(Ordering::SeqCst) == lease.epoch;
+            && self.epochs[slot as usize].load(Ordering::SeqCst) == lease.epoch
+            && !self.lease_expired();
         held.then_some(guard)
     }
 
@@ -170,6 +191,17 @@ mod tests {
         assert_eq!(o.lease(5), None);
         o.assign(0..10, Some(Lease { shard: 2, epoch: 7 }));
         assert_eq!(o.lease(5), Some(Lease { shard: 2, epoch: 7 }));
+        let lease = Lease { shard: 2, epoch: 7 };
+        assert!(
+            o.begin_write(5, lease).is_some(),
+            "no deadline without a manager"
+        );
+        assert!(o.begin_write(5, Lease { shard: 2, epoch: 6 }).is_none());
+        // A lease that ran out stops writes until it is renewed.
+        o.renew_until(std::time::Instant::now());
+        assert!(o.lease_expired() && o.begin_write(5, lease).is_none());
+        o.renew_until(std::time::Instant::now() + std::time::Duration::from_secs(60));
+        assert!(!o.lease_expired() && o.begin_write(5, lease).is_some());
         o.assign(5..6, None);
         assert_eq!(o.lease(5), None);
         assert_eq!(o.owned().len(), 9);

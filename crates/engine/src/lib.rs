@@ -231,6 +231,9 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::NotOwner(slot) => {
             Reply::err(format!("{NOT_OWNER} {slot} is owned by another agent"))
         }
+        DhtError::LeaseExpired => Reply::err(
+            "TRYAGAIN this agent's lease lapsed (the cluster manager does not answer); writes resume when it does",
+        ),
         DhtError::Contention(_) => {
             Reply::err("TRYAGAIN too much contention on this key, try again")
         }

@@ -35,7 +35,20 @@ pub enum Registration {
         used: Arc<AtomicU64>,
         /// Bytes of its blocks per region, `(region, bytes)`.
         regions: Arc<std::sync::Mutex<Vec<(u16, u64)>>>,
+        /// Told when each accepted heartbeat was sent: the agent's lease runs from it.
+        renewed: RenewHook,
     },
+}
+
+/// Called with the time an accepted heartbeat was sent (before the manager saw it, so
+/// a lease counted from it ends no later than the manager's).
+#[derive(Clone)]
+pub struct RenewHook(pub Arc<dyn Fn(std::time::Instant) + Send + Sync>);
+
+impl std::fmt::Debug for RenewHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RenewHook")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -266,6 +279,7 @@ fn membership(url: String, who: Registration, every: Duration) {
                 }
             }
         } else {
+            let sent = std::time::Instant::now();
             let beat = match &who {
                 Registration::Node { id, .. } => agent
                     .post(format!("{base}/v1/nodes/{id}/heartbeat"))
@@ -275,6 +289,7 @@ fn membership(url: String, who: Registration, every: Duration) {
                     applied,
                     used,
                     regions,
+                    ..
                 } => {
                     let regions = regions.lock().map(|r| r.clone()).unwrap_or_default();
                     agent
@@ -287,7 +302,11 @@ fn membership(url: String, who: Registration, every: Duration) {
                 }
             };
             match beat {
-                Ok(r) if r.status().is_success() => {}
+                Ok(r) if r.status().is_success() => {
+                    if let Registration::Agent { renewed, .. } = &who {
+                        (renewed.0)(sent);
+                    }
+                }
                 Ok(r) if r.status().as_u16() == 404 => match who {
                     Registration::Node { .. } => {
                         tracing::warn!(manager = %base, "the manager no longer knows this node; registering again");

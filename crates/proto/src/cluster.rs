@@ -112,6 +112,11 @@ pub struct ClusterMap {
     /// table out, evict their keys there, and report.
     #[serde(default)]
     pub draining: Vec<u16>,
+    /// The manager's lease (ms): an agent stops writing one lease after its last
+    /// accepted heartbeat was sent, before the manager (after one and a half) would let
+    /// another agent take its shards (0: an older manager, no deadline).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 impl ClusterMap {
@@ -159,6 +164,7 @@ mod tests {
             },
             instance: InstanceSpec::default(),
             draining: vec![],
+            lease_ms: 0,
         };
         for slot in [0, 5000, 9000, 16383] {
             let want = map.shards.owner(slot).unwrap();

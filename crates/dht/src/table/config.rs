@@ -24,6 +24,10 @@ pub enum DhtError {
     /// This client does not own the key's hash slot (or was fenced off it).
     #[error("hash slot {0} is owned by another agent")]
     NotOwner(u16),
+    /// This client's lease ran out (its heartbeats stopped being accepted): it starts
+    /// no write until one is accepted again.
+    #[error("this agent's lease lapsed: the cluster manager has not answered its heartbeats")]
+    LeaseExpired,
     #[error("the table is corrupt or was written by an incompatible version: {0}")]
     Corrupt(String),
     #[error("too much contention on hash slot {0}; try again")]

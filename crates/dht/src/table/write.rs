@@ -315,6 +315,9 @@ impl Dht {
                 continue;
             }
             let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
+                if self.owner.lease_expired() {
+                    return Err(DhtError::LeaseExpired);
+                }
                 return Err(DhtError::NotOwner(loc.slot));
             };
             let write = SlotWrite {
