@@ -15,6 +15,9 @@ use super::Dht;
 
 /// Transactions one commit RPC batch carries at most.
 const MAX_COMMIT_BATCH: usize = 256;
+/// Commit batches in flight at once: a slow batch (a node that answers late, a
+/// transaction waiting on locks) holds up only its own transactions.
+const BATCHES_IN_FLIGHT: usize = 4;
 
 pub(super) type CommitJob = (Tx, oneshot::Sender<TxOutcome>);
 
@@ -51,11 +54,17 @@ impl Dht {
     }
 }
 
-/// Group commit: transactions queued while a batch is in flight go out together, so
-/// pipelined clients cost one commit RPC per node per batch.
+/// Group commit: transactions queued while batches are in flight go out together, so
+/// pipelined clients cost one commit RPC per node per batch. Up to
+/// [`BATCHES_IN_FLIGHT`] batches run at once; the next one gathers what queued while
+/// it waited for a free place.
 pub(super) async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver<CommitJob>) {
-    let mut batch: Vec<CommitJob> = Vec::with_capacity(MAX_COMMIT_BATCH);
+    let places = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
+        let Ok(place) = places.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch: Vec<CommitJob> = Vec::with_capacity(MAX_COMMIT_BATCH);
         batch.push(first);
         while batch.len() < MAX_COMMIT_BATCH {
             match rx.try_recv() {
@@ -63,10 +72,14 @@ pub(super) async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver
                 Err(_) => break,
             }
         }
-        let txs: Vec<Tx> = batch.iter().map(|(tx, _)| tx.clone()).collect();
-        let outcomes = pool.commit(&txs).await;
-        for ((_, done), outcome) in batch.drain(..).zip(outcomes) {
-            let _ = done.send(outcome);
-        }
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let txs: Vec<Tx> = batch.iter().map(|(tx, _)| tx.clone()).collect();
+            let outcomes = pool.commit(&txs).await;
+            for ((_, done), outcome) in batch.into_iter().zip(outcomes) {
+                let _ = done.send(outcome);
+            }
+            drop(place);
+        });
     }
 }
