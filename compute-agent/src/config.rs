@@ -90,8 +90,10 @@ pub struct Config {
     /// client whose unsent replies pass the hard limit, or stay over the soft limit
     /// longer than its seconds, is closed.
     pub client_output_buffer_limit: String,
-    /// The agent's local DRAM cache of hot keys (0: none).
-    pub local_cache_size: ByteSize,
+    /// The agent's local DRAM cache of hot keys (0: none). Unset: none when the pool's
+    /// memory is on this host (`embedded`, `shm`: a second copy in the same DRAM buys
+    /// no read and costs every write), 64 MiB over `tcp`.
+    pub local_cache_size: Option<ByteSize>,
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
     pub metrics_listen: Option<String>,
@@ -139,7 +141,7 @@ impl Default for Config {
             client_query_buffer_limit: ByteSize(1 << 30),
             proto_max_bulk_len: ByteSize(512 << 20),
             client_output_buffer_limit: OutputLimits::default().render(),
-            local_cache_size: ByteSize(64 << 20),
+            local_cache_size: None,
             log: "info".into(),
             metrics_listen: None,
             manager: None,
@@ -193,7 +195,8 @@ pub struct Args {
     /// Close clients idle this many seconds (0: never).
     #[arg(long)]
     pub timeout: Option<u64>,
-    /// Local DRAM cache size, e.g. 64mb (0 disables it).
+    /// Local DRAM cache size, e.g. 64mb (0 disables it; default: none over embedded
+    /// and shm pools, whose memory is this host's, 64mb over tcp).
     #[arg(long)]
     pub local_cache_size: Option<ByteSize>,
     /// embedded, shm or tcp.
@@ -306,7 +309,7 @@ impl Args {
             cfg.timeout = v;
         }
         if let Some(v) = self.local_cache_size {
-            cfg.local_cache_size = v;
+            cfg.local_cache_size = Some(v);
         }
         if let Some(v) = self.pool_backend {
             cfg.pool.backend = v;

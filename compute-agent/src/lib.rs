@@ -130,7 +130,11 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             proto_max_bulk_len: cfg.proto_max_bulk_len.0,
             client_query_buffer_limit: cfg.client_query_buffer_limit.0,
             output_limits: cfg.output_limits()?,
-            local_cache_bytes: cfg.local_cache_size.0 as usize,
+            local_cache_bytes: match cfg.local_cache_size {
+                Some(size) => size.0 as usize,
+                None if dht.pool_is_local() => 0,
+                None => 64 << 20,
+            },
             timeout_secs: cfg.timeout,
             cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
             instance: cfg.instance.clone(),

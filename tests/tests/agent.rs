@@ -10,7 +10,9 @@ use dmc_e2e::{Agent, MemoryNode};
 
 #[test]
 fn redis_cli_round_trips_string_and_key_commands() {
-    let agent = Agent::start(&[]).unwrap();
+    // With a local cache (off by default over an embedded pool), so the cache's
+    // invalidation on delete and expiry is exercised end to end.
+    let agent = Agent::start(&["--local-cache-size", "16mb"]).unwrap();
     let cli = |args: &[&str]| agent.cli(args).unwrap().trim_end().to_string();
     assert_eq!(cli(&["PING"]), "PONG");
     assert_eq!(cli(&["SET", "k", "v"]), "OK");

@@ -19,6 +19,12 @@ impl Dht {
         self.pool.used_by_region()
     }
 
+    /// Whether the pool's memory is in this host's address space (an embedded pool or
+    /// `shm` nodes): reads complete inline, as fast as a local cache would serve them.
+    pub fn pool_is_local(&self) -> bool {
+        self.inline_reads
+    }
+
     /// Memory nodes the pool spans.
     pub fn memory_nodes(&self) -> usize {
         self.pool.nodes().len()
