@@ -24,6 +24,7 @@ impl Router {
     /// cached keys of slots that changed hands, and drops connections to agents that
     /// left. Returns the version applied.
     pub async fn apply(self: &Arc<Self>, me: AgentId, map: ClusterMap) -> u64 {
+        let _applying = self.applying.lock().await;
         let old = self.map();
         if old.as_ref().is_some_and(|o| o.version >= map.version) {
             return self.version();
@@ -147,51 +148,58 @@ impl Router {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let engine = &this.engine;
             let started = std::time::Instant::now();
             let mut waiting = handoffs;
             let mut pause = std::time::Duration::from_millis(2);
             while !waiting.is_empty() {
-                let mut still = Vec::new();
-                for (range, lease, prev) in waiting {
+                // One question per previous owner, however many shards it gave up.
+                let mut owners: Vec<u64> = waiting.iter().map(|(_, _, prev)| *prev).collect();
+                owners.sort_unstable();
+                owners.dedup();
+                let mut released = Vec::new();
+                for prev in owners {
+                    let u = url.clone();
+                    match tokio::task::spawn_blocking(move || {
+                        dmc_process::membership::released(&u, prev, version)
+                    })
+                    .await
+                    {
+                        Ok(Ok(true)) => released.push(prev),
+                        Ok(Ok(false)) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(from = prev, error = %e, "asking whether shards were released failed")
+                        }
+                        Err(e) => tracing::error!(error = %e, "the shard handoff task failed"),
+                    }
+                }
+                let _applying = this.applying.lock().await;
+                let map = this.map();
+                let ownership = this.engine.dht.ownership();
+                waiting.retain(|(range, lease, prev)| {
                     // A newer map may have moved the shard again: it decides then.
-                    let current = this.map.read().as_ref().is_some_and(|m| {
+                    let current = map.as_ref().is_some_and(|m| {
                         m.shards
                             .shards
                             .get(lease.shard as usize)
                             .is_some_and(|s| s.epoch == lease.epoch)
                     });
                     if !current {
-                        continue;
+                        return false;
                     }
-                    let u = url.clone();
-                    let released = tokio::task::spawn_blocking(move || {
-                        dmc_process::membership::released(&u, prev, version)
-                    })
-                    .await;
-                    match released {
-                        Ok(Ok(true)) => {
-                            engine.dht.ownership().assign(range.clone(), Some(lease));
-                            engine.forget_slots(&|slot| range.contains(&slot));
-                            tracing::debug!(
-                                shard = lease.shard,
-                                from = prev,
-                                waited_ms = started.elapsed().as_millis() as u64,
-                                "took over a shard"
-                            );
-                        }
-                        Ok(Ok(false)) => still.push((range, lease, prev)),
-                        Ok(Err(e)) => {
-                            tracing::warn!(shard = lease.shard, error = %e, "asking whether a shard was released failed");
-                            still.push((range, lease, prev));
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "the shard handoff task failed");
-                            still.push((range, lease, prev));
-                        }
+                    if !released.contains(prev) {
+                        return true;
                     }
-                }
-                waiting = still;
+                    ownership.assign(range.clone(), Some(*lease));
+                    this.engine.forget_slots(&|slot| range.contains(&slot));
+                    tracing::debug!(
+                        shard = lease.shard,
+                        from = prev,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "took over a shard"
+                    );
+                    false
+                });
+                drop(_applying);
                 if !waiting.is_empty() {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_millis(100));

@@ -104,6 +104,9 @@ pub struct Router {
     draining: Mutex<Vec<u16>>,
     /// One vacating pass at a time.
     vacating: tokio::sync::Mutex<()>,
+    /// Held while a map is applied, and by a shard takeover between checking that the
+    /// shard is still this agent's and taking it, so a newer map cannot slip between.
+    applying: tokio::sync::Mutex<()>,
     /// Forward to peers' TLS ports with this (when they have one).
     peer_tls: Option<tokio_rustls::TlsConnector>,
 }
@@ -121,6 +124,7 @@ impl Router {
             manager,
             draining: Mutex::new(Vec::new()),
             vacating: tokio::sync::Mutex::new(()),
+            applying: tokio::sync::Mutex::new(()),
             engine,
             mode,
             me: AtomicU64::new(0),
