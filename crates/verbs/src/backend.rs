@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use parking_lot::RwLock;
 
 use crate::error::VerbsError;
 use crate::memory::RegionMemory;
@@ -125,8 +125,9 @@ impl Transport for LocalTransport {
 pub struct ShmTransport {
     node: NodeId,
     rpc: RpcClient,
-    /// Mapped regions, indexed by region id.
-    maps: RwLock<Vec<Option<Arc<RegionMemory>>>>,
+    /// Mapped regions, indexed by region id. Read on every verb from every core: a
+    /// lock-free snapshot, replaced whole on the rare map or unmap.
+    maps: ArcSwap<Vec<Option<Arc<RegionMemory>>>>,
 }
 
 impl ShmTransport {
@@ -139,12 +140,12 @@ impl ShmTransport {
         Ok(Self {
             node,
             rpc,
-            maps: RwLock::new(Vec::new()),
+            maps: ArcSwap::from_pointee(Vec::new()),
         })
     }
 
     async fn map(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
-        if let Some(Some(m)) = self.maps.read().get(region as usize) {
+        if let Some(Some(m)) = self.maps.load().get(region as usize) {
             return Ok(m.clone());
         }
         let path = match self.rpc.call(&Request::OpenRegion { region }).await? {
@@ -158,16 +159,23 @@ impl ShmTransport {
             .map_err(|e| VerbsError::io(&format!("opening region file {path}"), e))?;
         let mem = Arc::new(RegionMemory::map_file(region, &file)?);
         tracing::debug!(region, node = self.node, path, "mapped region");
-        let mut maps = self.maps.write();
-        if maps.len() <= region as usize {
-            maps.resize(region as usize + 1, None);
+        self.maps.rcu(|maps| {
+            let mut maps = Vec::clone(maps);
+            if maps.len() <= region as usize {
+                maps.resize(region as usize + 1, None);
+            }
+            maps[region as usize].get_or_insert_with(|| mem.clone());
+            maps
+        });
+        match self.maps.load().get(region as usize) {
+            Some(Some(m)) => Ok(m.clone()),
+            _ => Ok(mem),
         }
-        Ok(maps[region as usize].get_or_insert(mem).clone())
     }
 
     /// Runs the verbs on the mappings if every region is mapped.
     fn run_mapped(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
-        let maps = self.maps.read();
+        let maps = self.maps.load();
         let mapped = |r: RegionId| maps.get(r as usize).and_then(|m| m.as_ref());
         if !verbs.iter().all(|v| mapped(v.region()).is_some()) {
             return None;
@@ -224,10 +232,15 @@ impl Transport for ShmTransport {
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         Box::pin(async move {
-            if let Request::DropRegion { region } = &req
-                && let Some(m) = self.maps.write().get_mut(*region as usize)
-            {
-                *m = None;
+            if let Request::DropRegion { region } = &req {
+                let region = *region as usize;
+                self.maps.rcu(|maps| {
+                    let mut maps = Vec::clone(maps);
+                    if let Some(m) = maps.get_mut(region) {
+                        *m = None;
+                    }
+                    maps
+                });
             }
             self.rpc.call(&req).await
         })

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
@@ -106,8 +107,11 @@ struct Counters {
 
 pub struct NodeCore {
     config: NodeConfig,
-    /// Held regions, indexed by region id (the one-sided hot path looks here).
+    /// Held regions, indexed by region id.
     regions: RwLock<Vec<Option<HeldRegion>>>,
+    /// The same regions' memory, as a lock-free snapshot for the one-sided hot path
+    /// (read on every verb from every core); replaced whole when a region comes or goes.
+    mems: ArcSwap<Vec<Option<Arc<RegionMemory>>>>,
     tx: Mutex<TxState>,
     counters: Counters,
     next_session: AtomicU64,
@@ -141,6 +145,7 @@ impl NodeCore {
         let core = NodeCore {
             config,
             regions: RwLock::new(Vec::new()),
+            mems: ArcSwap::from_pointee(Vec::new()),
             tx: Mutex::new(TxState::default()),
             counters: Counters::default(),
             next_session: AtomicU64::new(1),
@@ -181,6 +186,7 @@ impl NodeCore {
                     },
                 );
             }
+            core.publish(&regions);
         }
         Ok(Arc::new(core))
     }
@@ -218,22 +224,34 @@ impl NodeCore {
     }
 
     pub fn region(&self, region: RegionId) -> Result<Arc<RegionMemory>, VerbsError> {
-        match self.regions.read().get(region as usize) {
-            Some(Some(r)) => Ok(r.mem.clone()),
+        match self.mems.load().get(region as usize) {
+            Some(Some(mem)) => Ok(mem.clone()),
             _ => Err(VerbsError::NoSuchRegion(region)),
         }
     }
 
-    /// Runs `f` on the region without taking a reference count (the one-sided path).
+    /// Runs `f` on the region without taking a lock or a reference count (the
+    /// one-sided path).
     pub fn with_region<T>(
         &self,
         region: RegionId,
         f: impl FnOnce(&RegionMemory) -> Result<T, VerbsError>,
     ) -> Result<T, VerbsError> {
-        match self.regions.read().get(region as usize) {
-            Some(Some(r)) => f(&r.mem),
+        match self.mems.load().get(region as usize) {
+            Some(Some(mem)) => f(mem),
             _ => Err(VerbsError::NoSuchRegion(region)),
         }
+    }
+
+    /// Refreshes the lock-free snapshot after `regions` changed (the caller holds its
+    /// write lock, so snapshots are published in order).
+    fn publish(&self, regions: &[Option<HeldRegion>]) {
+        self.mems.store(Arc::new(
+            regions
+                .iter()
+                .map(|r| r.as_ref().map(|h| h.mem.clone()))
+                .collect(),
+        ));
     }
 
     pub fn create_region(&self, region: RegionId, size: u64) -> Result<PathBuf, VerbsError> {
@@ -275,16 +293,20 @@ impl NodeCore {
                 path,
             },
         );
+        self.publish(&regions);
         Ok(shown)
     }
 
     pub fn drop_region(&self, region: RegionId) -> Result<(), VerbsError> {
-        let held = self
-            .regions
-            .write()
-            .get_mut(region as usize)
-            .and_then(Option::take)
-            .ok_or(VerbsError::NoSuchRegion(region))?;
+        let held = {
+            let mut regions = self.regions.write();
+            let held = regions
+                .get_mut(region as usize)
+                .and_then(Option::take)
+                .ok_or(VerbsError::NoSuchRegion(region))?;
+            self.publish(&regions);
+            held
+        };
         if let Some(path) = held.path {
             std::fs::remove_file(&path).map_err(|e| VerbsError::io("removing region file", e))?;
         }
