@@ -284,3 +284,154 @@ async fn two_clients_share_regions_and_never_share_a_block() {
         }
     }
 }
+
+/// A transport that refuses slot-pair writes (16 bytes) while `fail` is set, as a
+/// backup that stopped answering would.
+struct FailingPairs {
+    inner: Arc<dyn Transport>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+    /// Refuse the next publishing batch (metadata write then CAS) once, as a primary
+    /// whose reply was lost.
+    fail_publish: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FailingPairs {
+    fn refuses(&self, verbs: &[dmc_verbs::Verb<'_>]) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let publish = matches!(
+            verbs,
+            [dmc_verbs::Verb::Write { .. }, dmc_verbs::Verb::Cas { .. }]
+        );
+        if publish && self.fail_publish.swap(false, SeqCst) {
+            return true;
+        }
+        self.fail.load(SeqCst)
+            && verbs
+                .iter()
+                .any(|v| matches!(v, dmc_verbs::Verb::Write { data, .. } if data.len() == 16))
+    }
+}
+
+impl Transport for FailingPairs {
+    fn node(&self) -> dmc_verbs::NodeId {
+        self.inner.node()
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [dmc_verbs::Verb<'b>],
+    ) -> futures::future::BoxFuture<'a, Result<(), dmc_verbs::VerbsError>> {
+        if self.refuses(verbs) {
+            return Box::pin(std::future::ready(Err(dmc_verbs::VerbsError::Closed)));
+        }
+        self.inner.post(verbs)
+    }
+    fn post_now(
+        &self,
+        verbs: &mut [dmc_verbs::Verb<'_>],
+    ) -> Option<Result<(), dmc_verbs::VerbsError>> {
+        if self.refuses(verbs) {
+            return Some(Err(dmc_verbs::VerbsError::Closed));
+        }
+        self.inner.post_now(verbs)
+    }
+    fn completes_inline(&self) -> bool {
+        self.inner.completes_inline()
+    }
+    fn call(
+        &self,
+        req: dmc_verbs::wire::Request,
+    ) -> futures::future::BoxFuture<'_, Result<dmc_verbs::wire::Response, dmc_verbs::VerbsError>>
+    {
+        self.inner.call(req)
+    }
+}
+
+/// A one-sided slot commit whose backup write fails leaves no lock and no divergent
+/// copy behind where the nodes answer: the primary keeps the old word, unlocked, and a
+/// later commit of the slot goes through; a lost answer to the last step is retried
+/// (before the fix that left the slot locked for good).
+#[tokio::test]
+async fn a_failed_backup_write_unlocks_the_slot_and_restores_the_old_pair() {
+    use dmc_umo::SlotWrite;
+    let nodes = start_nodes(2, 64 << 20).await;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fail_publish = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Only backups receive whole pairs (the primary gets its metadata and then its
+    // word), so failing pairs on every node fails exactly the backup's write.
+    let ts: Vec<Arc<dyn Transport>> = connect(&nodes)
+        .await
+        .into_iter()
+        .map(|inner| {
+            Arc::new(FailingPairs {
+                inner,
+                fail: fail.clone(),
+                fail_publish: fail_publish.clone(),
+            }) as Arc<dyn Transport>
+        })
+        .collect();
+    let pool = Pool::open(small(2), ts).await.unwrap();
+    let block = pool.alloc(64, true).await.unwrap();
+    let slot = block.addr;
+    let first = SlotWrite {
+        addr: slot,
+        old: 0,
+        old_meta: 0,
+        new: 0x40,
+        meta: 7,
+    };
+    assert_eq!(pool.commit_slot(first).await, TxOutcome::Committed);
+    let read_pair = |copy: usize| {
+        let pool = &pool;
+        async move {
+            let mut b = [0u8; 16];
+            pool.read_copy(slot, copy, &mut b).await.unwrap();
+            (
+                u64::from_le_bytes(b[..8].try_into().unwrap()),
+                u64::from_le_bytes(b[8..].try_into().unwrap()),
+            )
+        }
+    };
+    // Whichever copy is the backup, the pair reached both.
+    assert_eq!(read_pair(0).await, (0x40, 7));
+    assert_eq!(read_pair(1).await, (0x40, 7));
+    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let second = SlotWrite {
+        addr: slot,
+        old: 0x40,
+        old_meta: 7,
+        new: 0x80,
+        meta: 9,
+    };
+    let failed = pool.commit_slot(second).await;
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(matches!(failed, TxOutcome::Failed(_)), "{failed:?}");
+    // The primary is unlocked and both copies hold the old pair.
+    assert_eq!(read_pair(0).await, (0x40, 7));
+    assert_eq!(read_pair(1).await, (0x40, 7));
+    let third = SlotWrite {
+        addr: slot,
+        old: 0x40,
+        old_meta: 7,
+        new: 0xc0,
+        meta: 11,
+    };
+    assert_eq!(pool.commit_slot(third).await, TxOutcome::Committed);
+    assert_eq!(read_pair(0).await, (0xc0, 11));
+    assert_eq!(read_pair(1).await, (0xc0, 11));
+    // A lost answer to the last step is retried, which finishes the write instead of
+    // leaving the slot locked.
+    fail_publish.store(true, std::sync::atomic::Ordering::SeqCst);
+    let fourth = SlotWrite {
+        addr: slot,
+        old: 0xc0,
+        old_meta: 11,
+        new: 0x100,
+        meta: 13,
+    };
+    assert_eq!(pool.commit_slot(fourth).await, TxOutcome::Committed);
+    assert_eq!(read_pair(0).await, (0x100, 13));
+    assert_eq!(read_pair(1).await, (0x100, 13));
+}

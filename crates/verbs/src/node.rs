@@ -406,10 +406,7 @@ impl NodeCore {
                 Ok(m) => m,
                 Err(e) => return TxVote::Failed(e),
             };
-            let actual = match mem.load(w.offset) {
-                Ok(v) => v,
-                Err(e) => return TxVote::Failed(e),
-            };
+            let load = || mem.load(w.offset);
             if let Some(holder) = tx.locks.get(&(w.region, w.offset)).copied() {
                 // A lock of a fenced epoch's transaction left hanging is released.
                 let hanging = tx
@@ -422,6 +419,17 @@ impl NodeCore {
                 }
                 Self::drop_tx(tx, holder);
                 self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+            // Loaded after any hanging holder was dropped (which may have unlocked it).
+            let actual = match load() {
+                Ok(v) => v,
+                Err(e) => return TxVote::Failed(e),
+            };
+            if w.in_word_lock && actual & WORD_LOCK != 0 {
+                // Held in place by a one-sided writer (or retired by a split): wait,
+                // do not re-read as if the value had changed.
+                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                return TxVote::Locked { index: i as u32 };
             }
             if let Some(expect) = w.expect
                 && expect != actual

@@ -297,10 +297,10 @@ impl Dht {
                 .map(|f| f.meta.lfu())
                 .unwrap_or(policy::LFU_INIT);
             let meta = SlotMeta::new(expire, now.access, lfu);
-            let (addr, expect) = match &found {
-                Some(f) => (f.addr, f.word),
+            let (addr, expect, expect_meta) = match &found {
+                Some(f) => (f.addr, f.word, f.meta),
                 None => match Self::empty_slot(&probe) {
-                    Some((_, addr)) => (addr, SlotWord::EMPTY),
+                    Some((addr, meta)) => (addr, SlotWord::EMPTY, meta),
                     None => {
                         drop(split_guard);
                         self.split(loc, lease).await?;
@@ -323,6 +323,7 @@ impl Dht {
             let write = SlotWrite {
                 addr,
                 old: expect.0,
+                old_meta: expect_meta.0,
                 new: new_word.0,
                 meta: meta.0,
             };
@@ -350,8 +351,8 @@ impl Dht {
         Err(DhtError::Contention(loc.slot))
     }
 
-    /// An empty slot in the emptier of the two buckets.
-    fn empty_slot(probe: &Probe) -> Option<(usize, GlobalAddr)> {
+    /// An empty slot in the emptier of the two buckets, and the metadata word it holds.
+    fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
         let empties = |b: usize| {
             (0..SLOTS_PER_BUCKET)
                 .filter(|&i| probe.slot(b, i).1.is_empty())
@@ -374,7 +375,7 @@ impl Dht {
                 .map(|i| probe.slot(b, i))
                 .filter(|(_, w, _)| w.is_empty())
                 .nth(pick)
-                .map(|(addr, _, _)| (b, addr))
+                .map(|(addr, _, meta)| (addr, meta))
         })
     }
 }

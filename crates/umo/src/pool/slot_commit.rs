@@ -15,11 +15,14 @@
 //! 3. WRITE the primary's metadata, then CAS its slot word from `old | WORD_LOCK` to
 //!    `new`, which unlocks and publishes the pair at once.
 //!
-//! Readers use the primary only, so they never see a word a backup lacks. A write that
-//! stops after step 1 leaves the primary locked, and one that stops in step 2 leaves
-//! backups ahead of it; both are in doubt (the caller must not free the object) and are
-//! resolved by the recovery DESIGN.md §6 describes: roll the primary forward to a
-//! backup that differs from it (the backup points at a complete object), or unlock it.
+//! Readers use the primary only, so they never see a word a backup lacks. A failed step
+//! is undone while the nodes answer: a lost lock reply is checked and undone, a failed
+//! backup write puts the old pair back on the backups and unlocks the primary, and a
+//! failed last step is retried (it finishes the write). Only a node that stops
+//! answering mid-write leaves the primary locked or backups ahead of it; such a write is
+//! in doubt (the caller must not free the object) and waits for the recovery
+//! `docs/architecture.md` describes: roll the primary forward to a backup that differs
+//! from it (the backup points at a complete object), or unlock it.
 //!
 //! Called by the hash table's single-key write path, under an ownership lease.
 
@@ -32,22 +35,36 @@ use crate::error::UmoError;
 
 /// The most copies a region has that a slot commit writes (primary and backups).
 const MAX_COPIES: usize = 8;
+/// Tries of the last step when the primary's node fails to answer it: a lost reply
+/// must not leave the slot locked while the node is there to finish the write.
+const PUBLISH_TRIES: usize = 3;
 
 /// One slot's update: the slot word at `addr` from `old` to `new`, with its metadata
-/// word (at `addr + 8`) set to `meta`.
+/// word (at `addr + 8`) from `old_meta` to `meta`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotWrite {
     pub addr: GlobalAddr,
     pub old: u64,
+    pub old_meta: u64,
     pub new: u64,
     pub meta: u64,
+}
+
+/// A slot word and its metadata word as one 16-byte write.
+fn pair(word: u64, meta: u64) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[..8].copy_from_slice(&word.to_le_bytes());
+    p[8..].copy_from_slice(&meta.to_le_bytes());
+    p
 }
 
 impl Pool {
     /// Commits one slot update with one-sided verbs (see the module doc). Outcomes:
     /// `Committed`; `Conflict` (the primary's word is not `old`) and `Locked` (another
-    /// writer holds it) changed nothing; `Failed` is in doubt unless the lock was
-    /// never taken, so the caller must not free the new object.
+    /// writer holds it) changed nothing; `Failed` is in doubt, so the caller must not
+    /// free the new object. A failure is undone where the nodes answer (the lock
+    /// released, backups written back); only a node that stops answering mid-write
+    /// leaves the slot locked, for recovery.
     pub async fn commit_slot(&self, w: SlotWrite) -> TxOutcome {
         if (w.old | w.new) & WORD_LOCK != 0 {
             return TxOutcome::Locked;
@@ -69,12 +86,17 @@ impl Pool {
                 n_copies += 1;
             }
         }
-        let backups = copies[..n_copies].iter().copied().filter(|&n| n != primary);
+        let backups = &copies[..n_copies];
+        let locked = w.old | WORD_LOCK;
 
         // 1. Lock the pair on the primary.
-        let seen = match self.cas_on(primary, w.addr, w.old, w.old | WORD_LOCK).await {
+        let seen = match self.cas_on(primary, w.addr, w.old, locked).await {
             Ok(seen) => seen,
-            Err(e) => return TxOutcome::Failed(e),
+            Err(e) => {
+                // The CAS may have applied and only its reply been lost: undo it if so.
+                let _ = self.cas_on(primary, w.addr, locked, w.old).await;
+                return TxOutcome::Failed(e);
+            }
         };
         if seen != w.old {
             return if seen & WORD_LOCK != 0 {
@@ -88,53 +110,75 @@ impl Pool {
         }
 
         // 2. Every backup, blind: the slot word and its metadata in one write.
-        let mut pair = [0u8; 16];
-        pair[..8].copy_from_slice(&w.new.to_le_bytes());
-        pair[8..].copy_from_slice(&w.meta.to_le_bytes());
-        for n in backups {
-            let mut verbs = [Verb::Write {
-                region,
-                offset: w.addr.offset(),
-                data: &pair,
-            }];
-            if let Err(e) = self.post_on(n, &mut verbs).await {
-                // The primary still holds `old`: unlock it. The backups written so far
-                // point at the new object, so the write stays in doubt.
-                let _ = self.cas_on(primary, w.addr, w.old | WORD_LOCK, w.old).await;
+        let new_pair = pair(w.new, w.meta);
+        for (k, &n) in backups.iter().enumerate() {
+            if n == primary {
+                continue;
+            }
+            if let Err(e) = self.write_pair(n, w.addr, &new_pair).await {
+                // Write the old pair back where the new one went (this backup too: it
+                // may have applied), then unlock the primary, which still holds `old`.
+                let old_pair = pair(w.old, w.old_meta);
+                for &m in backups[..=k].iter().filter(|&&m| m != primary) {
+                    let _ = self.write_pair(m, w.addr, &old_pair).await;
+                }
+                let _ = self.cas_on(primary, w.addr, locked, w.old).await;
                 return TxOutcome::Failed(e);
             }
         }
 
         // 3. The primary: metadata, then the word (which unlocks).
         let meta = w.meta.to_le_bytes();
-        let mut verbs = [
-            Verb::Write {
-                region,
-                offset: w.addr.offset() + 8,
-                data: &meta,
-            },
-            Verb::Cas {
-                region,
-                offset: w.addr.offset(),
-                expected: w.old | WORD_LOCK,
-                new: w.new,
-                old: 0,
-            },
-        ];
-        if let Err(e) = self.post_on(primary, &mut verbs).await {
-            return TxOutcome::Failed(e);
+        let mut last = None;
+        for _ in 0..PUBLISH_TRIES {
+            let mut verbs = [
+                Verb::Write {
+                    region,
+                    offset: w.addr.offset() + 8,
+                    data: &meta,
+                },
+                Verb::Cas {
+                    region,
+                    offset: w.addr.offset(),
+                    expected: locked,
+                    new: w.new,
+                    old: 0,
+                },
+            ];
+            match self.post_on(primary, &mut verbs).await {
+                Ok(()) => {
+                    return match verbs[1] {
+                        Verb::Cas { old, .. } if old == locked => TxOutcome::Committed,
+                        // An earlier try applied and only its reply was lost.
+                        Verb::Cas { old, .. } if old == w.new => TxOutcome::Committed,
+                        // Nothing but this writer changes a word it locked: the pool is
+                        // corrupt or a client wrote this shard without owning it.
+                        Verb::Cas { old, .. } => TxOutcome::Failed(UmoError::Layout(format!(
+                            "slot word {:#x} changed from {locked:#x} while locked (now {old:#x})",
+                            w.addr.bits(),
+                        ))),
+                        _ => unreachable!("the batch holds the CAS it was built with"),
+                    };
+                }
+                Err(e) => last = Some(e),
+            }
         }
-        match verbs[1] {
-            Verb::Cas { old, .. } if old == w.old | WORD_LOCK => TxOutcome::Committed,
-            // Nothing but this writer changes a word it locked: the pool is corrupt or
-            // another client wrote this shard without owning it.
-            Verb::Cas { old, .. } => TxOutcome::Failed(UmoError::Layout(format!(
-                "slot word {:#x} changed from {:#x} while locked (now {old:#x})",
-                w.addr.bits(),
-                w.old | WORD_LOCK
-            ))),
-            _ => unreachable!("the batch holds the CAS it was built with"),
-        }
+        TxOutcome::Failed(last.unwrap_or(UmoError::UnknownRegion(region)))
+    }
+
+    /// Writes a slot's word and metadata to node `n`'s copy.
+    async fn write_pair(
+        &self,
+        n: usize,
+        addr: GlobalAddr,
+        data: &[u8; 16],
+    ) -> Result<(), UmoError> {
+        let mut verbs = [Verb::Write {
+            region: addr.region(),
+            offset: addr.offset(),
+            data,
+        }];
+        self.post_on(n, &mut verbs).await
     }
 
     /// Compare-and-swap on node `n`'s copy; returns the word found.

@@ -252,10 +252,7 @@ fn in_word_locks_are_seen_by_one_sided_writers_and_undone_on_abort() {
     );
     assert_eq!(
         n.prepare(1, &[locked_in_word(4, 0x80, 0xc0)]),
-        vec![TxVote::Conflict {
-            index: 0,
-            actual: 0x80 | WORD_LOCK
-        }]
+        vec![TxVote::Locked { index: 0 }]
     );
     // A coordinator that goes away leaves no lock bit behind.
     mem.store(8, 0x80).unwrap();
