@@ -9,7 +9,7 @@
 //! | `POST /v1/nodes/{id}/heartbeat` | renew a node's lease |
 //! | `POST /v1/agents` `{listen, instance?}` | register an agent of an instance (`default`): `{id}`; its shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
-//! | `GET /v1/agents/{id}/released?version=V` | `{released}`: whether the agent gave up what map `V` took from it (applied it, or its lease lapsed) |
+//! | `GET /v1/agents/{id}/released?version=V` | `{released}`: whether the agent may write the shards it gained in map `V` (every other agent of its instance, and every one removed from it, applied `V` or has been silent 1.5 leases) |
 //! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
 //! | `POST /v1/agents/scale` `{count, instance?}` | start or stop an instance's agents until `count` run |
 //! | `GET /v1/instances` | instances: maxmemory, policy, allocated and used bytes |

@@ -87,6 +87,25 @@ impl Manager {
         self.applied.lock().get(&id).copied().unwrap_or(0)
     }
 
+    /// Forgets removed agents silent for one and a half leases: they write nothing any
+    /// more, so no handoff waits for them.
+    fn forget_silent_departed(&self) {
+        // Lock order: departed, applied, seen (as `released` takes the last two).
+        let mut departed = self.departed.lock();
+        let mut applied = self.applied.lock();
+        let mut seen = self.seen.lock();
+        departed.retain(|id, _| {
+            let silent = seen
+                .get(&Member::Agent(*id))
+                .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2);
+            if silent {
+                seen.remove(&Member::Agent(*id));
+                applied.remove(id);
+            }
+            !silent
+        });
+    }
+
     /// Records that agent `id` applied map `version` (also renews its lease).
     /// A removed agent's report is recorded too (it still follows maps while it
     /// drains), though it renews no lease.
@@ -99,17 +118,33 @@ impl Manager {
         self.heartbeat(Member::Agent(id))
     }
 
-    /// Whether agent `id` gave up what map `version` took from it: it applied that
-    /// map, or it has been silent for one and a half leases (dead, partitioned, or
-    /// removed). An agent stops writing one lease after its last accepted heartbeat
-    /// was sent; the extra half is the margin for writes in flight and clock drift.
+    /// Whether agent `id` may write the shards it gained in map `version`: every other
+    /// agent of its instance, and every agent removed from it, has applied that map
+    /// (so it released whatever it held of them, however many owners a shard went
+    /// through on the way) or has been silent for one and a half leases (dead,
+    /// partitioned, or gone). An agent stops writing one lease after its last accepted
+    /// heartbeat was sent; the extra half is the margin for writes in flight and clock
+    /// drift.
     pub fn released(&self, id: AgentId, version: u64) -> bool {
-        if self.applied_version(id) >= version {
-            return true;
-        }
-        self.seen
-            .lock()
-            .get(&Member::Agent(id))
-            .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
+        let Some(instance) = self.instance_of(id) else {
+            return false;
+        };
+        self.forget_silent_departed();
+        let mut others: Vec<AgentId> = self.state.lock().agents_of(&instance).collect();
+        others.extend(
+            self.departed
+                .lock()
+                .iter()
+                .filter(|(_, i)| **i == instance)
+                .map(|(a, _)| *a),
+        );
+        let applied = self.applied.lock();
+        let seen = self.seen.lock();
+        others.iter().filter(|a| **a != id).all(|a| {
+            applied.get(a).is_some_and(|v| *v >= version)
+                || seen
+                    .get(&Member::Agent(*a))
+                    .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
+        })
     }
 }

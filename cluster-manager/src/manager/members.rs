@@ -160,6 +160,7 @@ impl Manager {
                     .agents
                     .remove(id)
                     .ok_or_else(|| ManagerError::NotFound(format!("agent {id}")))?;
+                self.departed.lock().insert(*id, a.instance.clone());
                 instances.insert(a.instance);
             }
             for i in instances {
@@ -237,5 +238,38 @@ mod tests {
         assert_eq!(m.status().agents[0].shards, 8);
         assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         assert!(m.remove_agent(b).is_err());
+    }
+
+    /// A gained shard is written only once every other agent of the instance, removed
+    /// ones included, applied the map that moved it (issue 14's handoff).
+    #[test]
+    fn gained_shards_are_released_once_every_other_agent_applied_the_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_secs(60);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let v = m.map_version();
+        assert!(
+            !m.released(b, v),
+            "a has not applied the map that moved shards to b"
+        );
+        m.applied(a, v).unwrap();
+        assert!(m.released(b, v));
+        // b is removed: it may still write what it held until it applies the new map,
+        // though it renews no lease any more.
+        m.remove_agent(b).unwrap();
+        let v2 = m.map_version();
+        assert!(
+            !m.released(a, v2),
+            "the removed agent has not applied the map"
+        );
+        assert!(m.applied(b, v2).is_err(), "a removed agent renews no lease");
+        assert!(m.released(a, v2));
+        assert!(
+            !m.released(b, v2),
+            "an agent the manager does not know gains nothing"
+        );
     }
 }

@@ -83,6 +83,9 @@ pub struct Manager {
     seen: Mutex<HashMap<Member, Instant>>,
     /// The map version each agent last reported applying.
     applied: Mutex<HashMap<AgentId, u64>>,
+    /// Agents removed since this manager started, and their instance: they may still
+    /// write until they apply the map that removed them (or go silent).
+    departed: Mutex<HashMap<AgentId, String>>,
     /// The current map version, for long-polling agents.
     version: tokio::sync::watch::Sender<u64>,
     /// Live bytes per instance, as agents last reported.
@@ -146,6 +149,7 @@ impl Manager {
             shard_count: shards,
             seen: Mutex::new(seen),
             applied: Mutex::new(HashMap::new()),
+            departed: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
             region_used: Mutex::new(HashMap::new()),
             node_rpc: tokio::sync::Mutex::new(HashMap::new()),

@@ -5,10 +5,11 @@
 //! taking back. Called by the map watcher ([`crate::membership`]); it never serves a
 //! client command.
 //!
-//! The handoff of a shard: the old owner releases it when it applies the map (before it
-//! reports the map applied), and the new owner writes it only after the manager says
-//! the old owner released it or its lease lapsed. Memory nodes cannot refuse a one-sided
-//! write by epoch, so this order is what keeps two owners from writing one slot.
+//! The handoff of a shard: an owner releases what a map takes when it applies the map
+//! (before it reports the map applied), and the new owner writes a gained shard only
+//! after the manager says every other agent of the instance applied that map or lost
+//! its lease. Memory nodes cannot refuse a one-sided write by epoch, so this order is
+//! what keeps two owners from writing one slot.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -65,11 +66,14 @@ impl Router {
                     tracing::warn!(shard, epoch = l.epoch, error = %e, "fencing a gained shard failed");
                 }
             }
-            match (lease, now.previous) {
-                // Taken from another agent: written once that agent released it.
-                (Some(l), Some(prev)) if prev != me && self.manager.is_some() => {
-                    ownership.assign(range.clone(), None);
-                    handoffs.push((range.clone(), l, prev));
+            match lease {
+                // Gained: written once every agent that may have held it let it go.
+                Some(l) if self.manager.is_some() => {
+                    if ownership.lease(range.start).is_some() {
+                        // Held at another epoch: its writes in flight end first.
+                        ownership.release(range.clone()).await;
+                    }
+                    handoffs.push((range.clone(), l));
                 }
                 _ => ownership.assign(range.clone(), lease),
             }
@@ -135,76 +139,58 @@ impl Router {
         }
     }
 
-    /// Takes the shards of map `version` gained from other agents, each once the
-    /// manager says its previous owner released it (applied the map, or lost its
-    /// lease). Until then their writes answer TRYAGAIN, which clients retry.
-    fn take_over(
-        self: &Arc<Self>,
-        version: u64,
-        handoffs: Vec<(std::ops::Range<u16>, Lease, u64)>,
-    ) {
+    /// Takes the shards of map `version` gained from other agents once the manager says
+    /// they are released to this one: every other agent of the instance applied the map
+    /// (and so released what it held of them, whichever agents a shard went through on
+    /// the way) or has been silent long enough that its lease ran out. Until then their
+    /// writes answer TRYAGAIN, which clients retry.
+    fn take_over(self: &Arc<Self>, version: u64, handoffs: Vec<(std::ops::Range<u16>, Lease)>) {
         let Some(url) = self.manager.clone() else {
             return;
         };
+        let me = self.me.load(Ordering::Acquire);
         let this = self.clone();
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let mut waiting = handoffs;
             let mut pause = std::time::Duration::from_millis(2);
-            while !waiting.is_empty() {
-                // One question per previous owner, however many shards it gave up.
-                let mut owners: Vec<u64> = waiting.iter().map(|(_, _, prev)| *prev).collect();
-                owners.sort_unstable();
-                owners.dedup();
-                let mut released = Vec::new();
-                for prev in owners {
-                    let u = url.clone();
-                    match tokio::task::spawn_blocking(move || {
-                        dmc_process::membership::released(&u, prev, version)
-                    })
-                    .await
-                    {
-                        Ok(Ok(true)) => released.push(prev),
-                        Ok(Ok(false)) => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!(from = prev, error = %e, "asking whether shards were released failed")
-                        }
-                        Err(e) => tracing::error!(error = %e, "the shard handoff task failed"),
+            loop {
+                let u = url.clone();
+                let released = tokio::task::spawn_blocking(move || {
+                    dmc_process::membership::released(&u, me, version)
+                })
+                .await;
+                match released {
+                    Ok(Ok(true)) => break,
+                    Ok(Ok(false)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(version, error = %e, "asking whether gained shards were released failed")
                     }
+                    Err(e) => tracing::error!(error = %e, "the shard handoff task failed"),
                 }
-                let _applying = this.applying.lock().await;
-                let map = this.map();
-                let ownership = this.engine.dht.ownership();
-                waiting.retain(|(range, lease, prev)| {
-                    // A newer map may have moved the shard again: it decides then.
-                    let current = map.as_ref().is_some_and(|m| {
-                        m.shards
-                            .shards
-                            .get(lease.shard as usize)
-                            .is_some_and(|s| s.epoch == lease.epoch)
-                    });
-                    if !current {
-                        return false;
-                    }
-                    if !released.contains(prev) {
-                        return true;
-                    }
-                    ownership.assign(range.clone(), Some(*lease));
-                    this.engine.forget_slots(&|slot| range.contains(&slot));
-                    tracing::debug!(
-                        shard = lease.shard,
-                        from = prev,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "took over a shard"
-                    );
-                    false
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            let _applying = this.applying.lock().await;
+            let map = this.map();
+            let ownership = this.engine.dht.ownership();
+            for (range, lease) in handoffs {
+                // A newer map may have moved the shard again: it decides then.
+                let current = map.as_ref().is_some_and(|m| {
+                    m.shards
+                        .shards
+                        .get(lease.shard as usize)
+                        .is_some_and(|s| s.epoch == lease.epoch && s.primary == Some(me))
                 });
-                drop(_applying);
-                if !waiting.is_empty() {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_millis(100));
+                if current {
+                    ownership.assign(range.clone(), Some(lease));
+                    this.engine.forget_slots(&|slot| range.contains(&slot));
                 }
             }
+            tracing::debug!(
+                version,
+                waited_ms = started.elapsed().as_millis() as u64,
+                "took over the shards gained"
+            );
         });
     }
 

@@ -230,8 +230,9 @@ pub fn resize_instance(
     checked("the instance change", &b, r).map(|_| ())
 }
 
-/// Whether agent `id` gave up what map `version` took from it (it applied the map, or
-/// its lease lapsed): until then the shards it lost are not written by their new owner.
+/// Whether agent `id` may write the shards it gained in map `version`: every other
+/// agent of its instance applied that map (releasing what it held of them) or lost its
+/// lease.
 pub fn released(url: &str, id: AgentId, version: u64) -> Result<bool, ManagerCallError> {
     #[derive(serde::Deserialize)]
     struct Released {

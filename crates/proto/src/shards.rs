@@ -26,11 +26,6 @@ pub struct Shard {
     pub backups: Vec<AgentId>,
     /// Bumped on every change of primary.
     pub epoch: u64,
-    /// The primary before the last change (`None`: the shard had none). The new
-    /// primary writes the shard only once this agent has applied the map that moved
-    /// it (so its one-sided writes in flight are over) or has lost its lease.
-    #[serde(default)]
-    pub previous: Option<AgentId>,
 }
 
 /// Hash slots → shards → agents.
@@ -50,7 +45,6 @@ impl ShardMap {
                     primary: None,
                     backups: Vec::new(),
                     epoch: 0,
-                    previous: None,
                 })
                 .collect(),
         }
@@ -105,8 +99,7 @@ impl ShardMap {
         }
         if agents.is_empty() {
             for s in &mut self.shards {
-                if let Some(was) = s.primary.take() {
-                    s.previous = Some(was);
+                if s.primary.take().is_some() {
                     s.epoch += 1;
                     moved.push(s.id);
                 }
@@ -154,7 +147,6 @@ impl ShardMap {
                 let Some(i) = free.next() else { break };
                 let s = &mut self.shards[i];
                 if s.primary != Some(*a) {
-                    s.previous = s.primary;
                     s.primary = Some(*a);
                     s.backups.retain(|b| b != a);
                     s.epoch += 1;

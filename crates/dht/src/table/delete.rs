@@ -88,7 +88,10 @@ impl Dht {
                 }
                 return Ok(live);
             }
-            self.backoff(attempt, false).await;
+            // The slot changed or is held: a one-sided writer holds it only for a few
+            // memory operations, but its thread may be preempted meanwhile, so back
+            // off progressively rather than spin through every retry.
+            self.backoff(attempt, true).await;
         }
         Err(DhtError::Contention(loc.slot))
     }
