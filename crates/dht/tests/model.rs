@@ -546,3 +546,77 @@ async fn maintenance_reclaims_expired_keys() {
     assert!(dht.get(0, b"{m}keep").await.unwrap().is_some());
     task.abort();
 }
+
+/// `update` (INCR's one-probe read-modify-write): creates an absent key, sees the
+/// current value, keeps the key's expiry, writes nothing when the closure refuses, and
+/// keeps every key through the splits of many updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_reads_and_replaces_in_one_probe() {
+    for backend in [Backend::Local, Backend::Shm] {
+        let clock = ManualClock::new(T0);
+        let h = common::open(
+            backend,
+            DhtConfig::default(),
+            Arc::new(clock.clone()),
+            Duration::from_millis(10),
+        )
+        .await;
+        let dht = h.dht.clone();
+        let incr = |cur: Option<&[u8]>| -> Result<Vec<u8>, &'static str> {
+            let n: i64 = match cur {
+                Some(v) => std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("not a number")?,
+                None => 0,
+            };
+            Ok((n + 1).to_string().into_bytes())
+        };
+        for i in 0..2000u32 {
+            for _ in 0..3 {
+                dht.update(0, format!("{{c}}{i}").as_bytes(), incr)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+        }
+        for i in (0..2000u32).step_by(97) {
+            let v = dht.get(0, format!("{{c}}{i}").as_bytes()).await.unwrap();
+            assert_eq!(
+                v.map(|e| e.value.to_vec()),
+                Some(b"3".to_vec()),
+                "{backend:?}"
+            );
+        }
+        // A refusal writes nothing.
+        dht.set(0, b"text", b"abc", SetOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            dht.update(0, b"text", incr).await.unwrap(),
+            Err("not a number")
+        );
+        assert_eq!(
+            dht.get(0, b"text").await.unwrap().unwrap().value,
+            &b"abc"[..]
+        );
+        // The expiry stays.
+        dht.set(
+            0,
+            b"ttl",
+            b"1",
+            SetOptions {
+                expiry: dmc_dht::SetExpiry::At(T0 + 10_000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        dht.update(0, b"ttl", incr).await.unwrap().unwrap();
+        assert_eq!(
+            dht.ttl(0, b"ttl").await.unwrap(),
+            dmc_dht::Ttl::ExpiresAt(T0 + 10_000)
+        );
+        assert_eq!(dht.get(0, b"ttl").await.unwrap().unwrap().value, &b"2"[..]);
+    }
+}

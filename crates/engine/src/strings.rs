@@ -163,26 +163,27 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 },
             };
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = match tri!(engine.read(db, &args[1]).await) {
-                Some(v) => match parse_i64(&v) {
-                    Some(n) => n,
-                    None => return Reply::err(NOT_INTEGER),
-                },
-                None => 0,
-            };
-            let Some(next) = cur.checked_add(by) else {
-                return Reply::err("ERR increment or decrement would overflow");
-            };
-            let opts = SetOptions {
-                expiry: SetExpiry::Keep,
-                ..Default::default()
-            };
-            tri!(
-                dht.set(db, &args[1], next.to_string().as_bytes(), opts)
-                    .await
-            );
-            engine.wrote(db, &args[1], None);
-            Reply::Int(next)
+            // One probe: the counter is read from the slot the new value replaces.
+            let mut next = 0i64;
+            let updated = dht
+                .update(db, &args[1], |cur| {
+                    let n = match cur {
+                        Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
+                        None => 0,
+                    };
+                    next = n
+                        .checked_add(by)
+                        .ok_or("ERR increment or decrement would overflow")?;
+                    Ok::<_, &'static str>(next.to_string().into_bytes())
+                })
+                .await;
+            match tri!(updated) {
+                Ok(()) => {
+                    engine.wrote(db, &args[1], None);
+                    Reply::Int(next)
+                }
+                Err(text) => Reply::err(text),
+            }
         }
         Cmd::IncrByFloat => {
             let parse = |b: &[u8]| {

@@ -25,6 +25,7 @@
 //! | `read` | the GET paths, `peek`, `exists`, `ttl` |
 //! | `hits` | access metadata: recorded, combined, sent as FAAs |
 //! | `write` | `set`, `set_many` and installing a written object |
+//! | `update` | read-modify-write of one key in one probe (INCR and its kin) |
 //! | `commit` | the group committer and retry pacing |
 //! | `delete` | clearing a slot, `delete` |
 //! | `expire` | TTL changes, lazy and active expiry |
@@ -50,6 +51,7 @@ mod pool_view;
 mod probe;
 mod read;
 mod scan;
+mod update;
 mod vacate;
 mod write;
 

@@ -20,7 +20,7 @@ use crate::rng;
 impl Dht {
     /// After a committed insert or overwrite: counts the key and frees the object the
     /// slot held before (`found`), if any.
-    async fn replaced(&self, db: u8, found: Option<Found>, meta: SlotMeta) {
+    pub(super) async fn replaced(&self, db: u8, found: Option<Found>, meta: SlotMeta) {
         let prev_meta = found.as_ref().map(|f| f.meta);
         match found.and_then(|f| f.word.object()) {
             Some(prev) => {
@@ -352,7 +352,7 @@ impl Dht {
     }
 
     /// An empty slot in the emptier of the two buckets, and the metadata word it holds.
-    fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
+    pub(super) fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
         let empties = |b: usize| {
             (0..SLOTS_PER_BUCKET)
                 .filter(|&i| probe.slot(b, i).1.is_empty())

@@ -1,0 +1,101 @@
+//! Read-modify-write of one key in one probe (INCR and its kin): the current value is
+//! read from the very slot the write then replaces, so the key is probed once, not once
+//! by a GET and again by a SET, and committed one-sided like `set`.
+//!
+//! Only the owner of the key's hash slot calls this; the engine's per-key lock keeps
+//! its own read-modify-writes of one key from interleaving.
+
+use super::{Dht, DhtError, Loc, MAX_RETRIES};
+use crate::layout::{SlotMeta, SlotWord};
+use crate::policy;
+use dmc_umo::{SlotWrite, TxOutcome};
+
+impl Dht {
+    /// Replaces `key`'s value in `db` with what `f` makes of the current one (`None`:
+    /// absent or expired), keeping its expiry. `f` may run more than once (a retry
+    /// sees the newer value); an `Err` from it aborts with nothing written.
+    pub async fn update<E>(
+        &self,
+        db: u8,
+        key: &[u8],
+        mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, E>,
+    ) -> Result<Result<(), E>, DhtError> {
+        let loc: Loc = Self::loc(db, key);
+        let lease = self.lease(loc.slot)?;
+        for attempt in 0..MAX_RETRIES {
+            // As in `install`: no rebuild of the hash slot between probe and commit.
+            let split_guard = self.locks[loc.slot as usize].read().await;
+            let (probe, found) = self.lookup(&loc, key, true).await?;
+            let Some(probe) = probe else {
+                drop(split_guard);
+                self.create_partition(loc.slot, lease).await?;
+                continue;
+            };
+            let (abs, now) = self.now();
+            let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+            let value = match f(live.and_then(|l| l.value.as_deref())) {
+                Ok(v) => v,
+                Err(e) => return Ok(Err(e)),
+            };
+            let (addr, expect, expect_meta) = match &found {
+                Some(f) => (f.addr, f.word, f.meta),
+                None => match Self::empty_slot(&probe) {
+                    Some((addr, meta)) => (addr, SlotWord::EMPTY, meta),
+                    None => {
+                        drop(split_guard);
+                        self.split(&loc, lease).await?;
+                        continue;
+                    }
+                },
+            };
+            if expect.is_locked() {
+                drop(split_guard);
+                self.backoff(attempt, true).await;
+                continue;
+            }
+            let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
+            self.make_room(need).await?;
+            let obj = self.write_with_room(db, key, &value).await?;
+            let lfu = found
+                .as_ref()
+                .map(|f| f.meta.lfu())
+                .unwrap_or(policy::LFU_INIT);
+            let expire = live.map(|f| f.meta.expire()).unwrap_or(0);
+            let meta = SlotMeta::new(expire, now.access, lfu);
+            let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
+                self.pool.free_object(obj).await;
+                if self.owner.lease_expired() {
+                    return Err(DhtError::LeaseExpired);
+                }
+                return Err(DhtError::NotOwner(loc.slot));
+            };
+            let write = SlotWrite {
+                addr,
+                old: expect.0,
+                old_meta: expect_meta.0,
+                new: SlotWord::new(loc.fp, obj).0,
+                meta: meta.0,
+            };
+            let outcome = self.pool.commit_slot(write).await;
+            drop(split_guard);
+            match outcome {
+                TxOutcome::Committed => {
+                    self.replaced(loc.db, found, meta).await;
+                    return Ok(Ok(()));
+                }
+                TxOutcome::Conflict { .. } | TxOutcome::Locked => {
+                    self.pool.free_object(obj).await;
+                    self.backoff(attempt, matches!(outcome, TxOutcome::Locked))
+                        .await;
+                }
+                TxOutcome::StaleEpoch { .. } => {
+                    self.pool.free_object(obj).await;
+                    return Err(DhtError::NotOwner(loc.slot));
+                }
+                // In doubt: the object may be reachable, so it is leaked, not freed.
+                TxOutcome::Failed(e) => return Err(e.into()),
+            }
+        }
+        Err(DhtError::Contention(loc.slot))
+    }
+}
