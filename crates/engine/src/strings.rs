@@ -1,6 +1,6 @@
 //! The string family: GET, SET and friends, with Redis 7 semantics and error texts.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use dmc_dht::{SetCond, SetExpiry, SetOptions};
 use dmc_resp::Reply;
 
@@ -197,43 +197,52 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR value is not a valid float");
             };
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = match tri!(engine.read(db, &args[1]).await) {
-                Some(v) => match parse(&v) {
-                    Some(f) => f,
-                    None => return Reply::err("ERR value is not a valid float"),
-                },
-                None => 0.0,
-            };
-            let next = cur + by;
-            if !next.is_finite() {
-                return Reply::err("ERR increment would produce NaN or Infinity");
+            let mut text = String::new();
+            let updated = dht
+                .update(db, &args[1], |cur| {
+                    let cur = match cur {
+                        Some(v) => parse(v).ok_or("ERR value is not a valid float")?,
+                        None => 0.0,
+                    };
+                    let next = cur + by;
+                    if !next.is_finite() {
+                        return Err("ERR increment would produce NaN or Infinity");
+                    }
+                    text = dmc_resp::format_double(next);
+                    Ok(text.clone().into_bytes())
+                })
+                .await;
+            match tri!(updated) {
+                Ok(()) => {
+                    engine.wrote(db, &args[1], None);
+                    Reply::bulk(text)
+                }
+                Err(e) => Reply::err(e),
             }
-            let text = dmc_resp::format_double(next);
-            let opts = SetOptions {
-                expiry: SetExpiry::Keep,
-                ..Default::default()
-            };
-            tri!(dht.set(db, &args[1], text.as_bytes(), opts).await);
-            engine.wrote(db, &args[1], None);
-            Reply::bulk(text)
         }
         Cmd::Append => {
             let _g = engine.key_lock(&args[1]).lock().await;
-            let mut v = match tri!(engine.read(db, &args[1]).await) {
-                Some(v) => BytesMut::from(&v[..]),
-                None => BytesMut::new(),
-            };
-            if v.len() as u64 + args[2].len() as u64 > MAX_STRING {
-                return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+            let mut len = 0usize;
+            let updated = dht
+                .update(db, &args[1], |cur| {
+                    let cur = cur.unwrap_or_default();
+                    if cur.len() as u64 + args[2].len() as u64 > MAX_STRING {
+                        return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+                    }
+                    let mut v = Vec::with_capacity(cur.len() + args[2].len());
+                    v.extend_from_slice(cur);
+                    v.extend_from_slice(&args[2]);
+                    len = v.len();
+                    Ok(v)
+                })
+                .await;
+            match tri!(updated) {
+                Ok(()) => {
+                    engine.wrote(db, &args[1], None);
+                    Reply::Int(len as i64)
+                }
+                Err(e) => Reply::err(e),
             }
-            v.extend_from_slice(&args[2]);
-            let opts = SetOptions {
-                expiry: SetExpiry::Keep,
-                ..Default::default()
-            };
-            tri!(dht.set(db, &args[1], &v, opts).await);
-            engine.wrote(db, &args[1], None);
-            Reply::Int(v.len() as i64)
         }
         Cmd::Strlen => Reply::Int(
             tri!(engine.read(db, &args[1]).await)
@@ -259,23 +268,30 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
             let _g = engine.key_lock(&args[1]).lock().await;
-            let cur = tri!(engine.read(db, &args[1]).await);
             if value.is_empty() {
+                let cur = tri!(engine.read(db, &args[1]).await);
                 return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
             }
-            let mut v = BytesMut::from(&cur.unwrap_or_default()[..]);
-            let end = offset as usize + value.len();
-            if v.len() < end {
-                v.resize(end, 0);
+            let mut len = 0usize;
+            let updated = dht
+                .update(db, &args[1], |cur| {
+                    let mut v = cur.unwrap_or_default().to_vec();
+                    let end = offset as usize + value.len();
+                    if v.len() < end {
+                        v.resize(end, 0);
+                    }
+                    v[offset as usize..end].copy_from_slice(value);
+                    len = v.len();
+                    Ok::<_, std::convert::Infallible>(v)
+                })
+                .await;
+            match tri!(updated) {
+                Ok(()) => {
+                    engine.wrote(db, &args[1], None);
+                    Reply::Int(len as i64)
+                }
+                Err(never) => match never {},
             }
-            v[offset as usize..end].copy_from_slice(value);
-            let opts = SetOptions {
-                expiry: SetExpiry::Keep,
-                ..Default::default()
-            };
-            tri!(dht.set(db, &args[1], &v, opts).await);
-            engine.wrote(db, &args[1], None);
-            Reply::Int(v.len() as i64)
         }
         _ => Reply::err("ERR command not in the string family"),
     }
