@@ -327,3 +327,68 @@ async fn owner_change_mid_one_sided_writes_loses_nothing() {
         }
     }
 }
+
+/// The group committer never waits behind one slow batch (issue 14, item 3): a batch
+/// held at the fail point does not stop a later batch of another shard from
+/// committing, and itself commits once released.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_commit_batch_holds_up_only_its_own_transactions() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = two_nodes(&dirs).await;
+    let a = client(&nodes, 1, 0..8192, 0).await;
+    a.ownership()
+        .assign(8192..16384, Some(Lease { shard: 1, epoch: 1 }));
+    // Keys by hash tag: `{x}` keys all in one hash slot, chosen in each shard's half.
+    let tag_in = |half: std::ops::Range<u16>| {
+        (0..10_000u32)
+            .map(|i| format!("{{t{i}}}"))
+            .find(|t| half.contains(&key_slot(t.as_bytes())))
+            .unwrap()
+    };
+    let (slow, fast) = (tag_in(0..8192), tag_in(8192..16384));
+    // Both hash slots get their table before the hold, so only the MSETs commit below.
+    for t in [&slow, &fast] {
+        a.set(
+            0,
+            format!("{t}:init").as_bytes(),
+            b"x",
+            SetOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    fail::cfg("dht-commit-batch-hold", "return(0)").unwrap();
+    let held = {
+        let (a, slow) = (a.clone(), slow.clone());
+        tokio::spawn(async move {
+            let (k1, k2) = (format!("{slow}:1"), format!("{slow}:2"));
+            a.set_many(0, &[(k1.as_bytes(), b"v"), (k2.as_bytes(), b"v")], false)
+                .await
+        })
+    };
+    // Wait until the slow MSET's batch is in flight (and held) on its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while a.stats().commit_batches_in_flight == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never started"
+        );
+        tokio::task::yield_now().await;
+    }
+    // The other shard's MSET commits while the first is held (a committer that
+    // waited behind the held batch would never answer: bounded, not timed).
+    let (k1, k2) = (format!("{fast}:1"), format!("{fast}:2"));
+    let pairs: [(&[u8], &[u8]); 2] = [(k1.as_bytes(), b"v"), (k2.as_bytes(), b"v")];
+    let fast_mset = a.set_many(0, &pairs, false);
+    let done = tokio::time::timeout(Duration::from_secs(30), fast_mset)
+        .await
+        .expect("the second batch waited behind the held one");
+    assert!(done.unwrap());
+    assert!(!held.is_finished(), "the held batch was not held");
+    fail::remove("dht-commit-batch-hold");
+    assert!(held.await.unwrap().unwrap());
+    for k in [format!("{slow}:1"), format!("{fast}:2")] {
+        assert!(a.get(0, k.as_bytes()).await.unwrap().is_some(), "{k}");
+    }
+}

@@ -58,7 +58,11 @@ impl Dht {
 /// pipelined clients cost one commit RPC per node per batch. Up to
 /// [`BATCHES_IN_FLIGHT`] batches run at once; the next one gathers what queued while
 /// it waited for a free place.
-pub(super) async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver<CommitJob>) {
+pub(super) async fn commit_loop(
+    pool: Arc<Pool>,
+    mut rx: mpsc::UnboundedReceiver<CommitJob>,
+    in_flight: Arc<std::sync::atomic::AtomicU64>,
+) {
     let places = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         let Ok(place) = places.clone().acquire_owned().await else {
@@ -73,12 +77,26 @@ pub(super) async fn commit_loop(pool: Arc<Pool>, mut rx: mpsc::UnboundedReceiver
             }
         }
         let pool = pool.clone();
+        let in_flight = in_flight.clone();
+        in_flight.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let txs: Vec<Tx> = batch.iter().map(|(tx, _)| tx.clone()).collect();
+            // A slow batch, for the test that others pass it: `return(SHARD)` holds a
+            // batch with a transaction of that shard until the fail point is removed.
+            #[cfg(feature = "failpoints")]
+            while let Some(Some(shard)) = fail::eval("dht-commit-batch-hold", |arg| {
+                arg.and_then(|s| s.parse::<u32>().ok())
+            }) {
+                if !txs.iter().any(|t| t.shard == shard) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
             let outcomes = pool.commit(&txs).await;
             for ((_, done), outcome) in batch.into_iter().zip(outcomes) {
                 let _ = done.send(outcome);
             }
+            in_flight.fetch_sub(1, Ordering::Relaxed);
             drop(place);
         });
     }

@@ -155,6 +155,8 @@ pub struct DhtStats {
     pub retries: u64,
     pub used_memory: u64,
     pub partitions: u64,
+    /// Two-phase commit batches the group committer has in flight.
+    pub commit_batches_in_flight: u64,
 }
 
 pub(super) fn corrupt(what: impl Into<String>) -> DhtError {

@@ -137,6 +137,8 @@ pub struct Dht {
     locks: Vec<tokio::sync::RwLock<()>>,
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
+    /// Batches the group committer has in flight.
+    commit_batches: Arc<AtomicU64>,
     hits: Mutex<Vec<PendingHit>>,
     /// Keys per database in the slots this client owns.
     keys: Box<[AtomicI64]>,
@@ -251,6 +253,7 @@ impl Dht {
             retries: self.counters.retries.load(Ordering::Relaxed),
             used_memory: self.used_memory(),
             partitions: self.partitions.read().len() as u64,
+            commit_batches_in_flight: self.commit_batches.load(Ordering::Relaxed),
         }
     }
 

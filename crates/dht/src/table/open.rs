@@ -33,7 +33,8 @@ impl Dht {
         }
         let (root, buckets) = Self::open_root(&pool, config.buckets_per_subtable).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(commit_loop(pool.clone(), rx));
+        let commit_batches = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        tokio::spawn(commit_loop(pool.clone(), rx, commit_batches.clone()));
         let inline_reads = pool.nodes().iter().all(|n| n.completes_inline());
         let inline_calls = pool.nodes().iter().all(|n| n.calls_inline());
         let dht = Dht {
@@ -57,6 +58,7 @@ impl Dht {
                 .collect(),
             partitions: RwLock::new(Vec::new()),
             commits: tx,
+            commit_batches,
             hits: Mutex::new(Vec::new()),
             keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
             volatile: (0..256).map(|_| AtomicI64::new(0)).collect(),
