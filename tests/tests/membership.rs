@@ -6,14 +6,22 @@ use std::time::Duration;
 
 use dmc_e2e::{Agent, ClusterManager, MemoryNode};
 
-#[test]
-fn nodes_and_agents_register_heartbeat_and_lapse() {
+/// A manager with lease `lease_ms`, one memory node (id 7, 64 MB) and one agent that
+/// joined it; the temporary directories live as long as the returned value.
+struct Cluster {
+    manager: ClusterManager,
+    _node: MemoryNode,
+    agent: Agent,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+fn cluster(lease_ms: &str) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let manager = ClusterManager::start(
         dir.path(),
         &[
             "--lease-ms",
-            "2500",
+            lease_ms,
             "--replicas",
             "1",
             "--region-size",
@@ -25,8 +33,24 @@ fn nodes_and_agents_register_heartbeat_and_lapse() {
     .unwrap();
     let url = manager.url.clone();
     let node_dir = tempfile::tempdir().unwrap();
-    let _node = MemoryNode::start_with(7, node_dir.path(), "64mb", &["--manager", &url]).unwrap();
-    let mut agent = Agent::start(&["--manager", &url]).unwrap();
+    let node = MemoryNode::start_with(7, node_dir.path(), "64mb", &["--manager", &url]).unwrap();
+    let agent = Agent::start(&["--manager", &url]).unwrap();
+    Cluster {
+        manager,
+        _node: node,
+        agent,
+        _dirs: [dir, node_dir],
+    }
+}
+
+#[test]
+fn nodes_and_agents_register_heartbeat_and_lapse() {
+    let Cluster {
+        manager,
+        mut agent,
+        _node,
+        _dirs,
+    } = cluster("2500");
     let s = manager
         .wait_for("the node and the agent to register", |s| {
             s["nodes"]
@@ -65,26 +89,8 @@ fn nodes_and_agents_register_heartbeat_and_lapse() {
 /// again as soon as a heartbeat is accepted.
 #[test]
 fn an_agent_that_loses_the_manager_stops_writing_until_it_is_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let manager = ClusterManager::start(
-        dir.path(),
-        &[
-            "--lease-ms",
-            "1500",
-            "--replicas",
-            "1",
-            "--region-size",
-            "16mb",
-            "--segment-size",
-            "1mb",
-        ],
-    )
-    .unwrap();
-    let url = manager.url.clone();
-    let node_dir = tempfile::tempdir().unwrap();
-    let _node = MemoryNode::start_with(7, node_dir.path(), "64mb", &["--manager", &url]).unwrap();
-    let agent = Agent::start(&["--manager", &url]).unwrap();
-    let port = agent.port();
+    let c = cluster("1500");
+    let (manager, port) = (&c.manager, c.agent.port());
     dmc_e2e::wait_until("the agent to accept writes", || {
         dmc_e2e::redis_cli(&port, &["SET", "k", "before"]) == "OK"
     });

@@ -162,28 +162,19 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                     None => return Reply::err(NOT_INTEGER),
                 },
             };
-            let _g = engine.key_lock(&args[1]).lock().await;
-            // One probe: the counter is read from the slot the new value replaces.
             let mut next = 0i64;
-            let updated = dht
-                .update(db, &args[1], |cur| {
-                    let n = match cur {
-                        Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
-                        None => 0,
-                    };
-                    next = n
-                        .checked_add(by)
-                        .ok_or("ERR increment or decrement would overflow")?;
-                    Ok::<_, &'static str>(next.to_string().into_bytes())
-                })
-                .await;
-            match tri!(updated) {
-                Ok(()) => {
-                    engine.wrote(db, &args[1], None);
-                    Reply::Int(next)
-                }
-                Err(text) => Reply::err(text),
-            }
+            let updated = update(engine, db, &args[1], |cur| {
+                let n = match cur {
+                    Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
+                    None => 0,
+                };
+                next = n
+                    .checked_add(by)
+                    .ok_or("ERR increment or decrement would overflow")?;
+                Ok(next.to_string().into_bytes())
+            })
+            .await;
+            updated.map_or_else(|r| r, |()| Reply::Int(next))
         }
         Cmd::IncrByFloat => {
             let parse = |b: &[u8]| {
@@ -196,53 +187,37 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let Some(by) = parse(&args[2]) else {
                 return Reply::err("ERR value is not a valid float");
             };
-            let _g = engine.key_lock(&args[1]).lock().await;
             let mut text = String::new();
-            let updated = dht
-                .update(db, &args[1], |cur| {
-                    let cur = match cur {
-                        Some(v) => parse(v).ok_or("ERR value is not a valid float")?,
-                        None => 0.0,
-                    };
-                    let next = cur + by;
-                    if !next.is_finite() {
-                        return Err("ERR increment would produce NaN or Infinity");
-                    }
-                    text = dmc_resp::format_double(next);
-                    Ok(text.clone().into_bytes())
-                })
-                .await;
-            match tri!(updated) {
-                Ok(()) => {
-                    engine.wrote(db, &args[1], None);
-                    Reply::bulk(text)
+            let updated = update(engine, db, &args[1], |cur| {
+                let cur = match cur {
+                    Some(v) => parse(v).ok_or("ERR value is not a valid float")?,
+                    None => 0.0,
+                };
+                let next = cur + by;
+                if !next.is_finite() {
+                    return Err("ERR increment would produce NaN or Infinity");
                 }
-                Err(e) => Reply::err(e),
-            }
+                text = dmc_resp::format_double(next);
+                Ok(text.clone().into_bytes())
+            })
+            .await;
+            updated.map_or_else(|r| r, |()| Reply::bulk(text))
         }
         Cmd::Append => {
-            let _g = engine.key_lock(&args[1]).lock().await;
             let mut len = 0usize;
-            let updated = dht
-                .update(db, &args[1], |cur| {
-                    let cur = cur.unwrap_or_default();
-                    if cur.len() as u64 + args[2].len() as u64 > MAX_STRING {
-                        return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
-                    }
-                    let mut v = Vec::with_capacity(cur.len() + args[2].len());
-                    v.extend_from_slice(cur);
-                    v.extend_from_slice(&args[2]);
-                    len = v.len();
-                    Ok(v)
-                })
-                .await;
-            match tri!(updated) {
-                Ok(()) => {
-                    engine.wrote(db, &args[1], None);
-                    Reply::Int(len as i64)
+            let updated = update(engine, db, &args[1], |cur| {
+                let cur = cur.unwrap_or_default();
+                if cur.len() as u64 + args[2].len() as u64 > MAX_STRING {
+                    return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
                 }
-                Err(e) => Reply::err(e),
-            }
+                let mut v = Vec::with_capacity(cur.len() + args[2].len());
+                v.extend_from_slice(cur);
+                v.extend_from_slice(&args[2]);
+                len = v.len();
+                Ok(v)
+            })
+            .await;
+            updated.map_or_else(|r| r, |()| Reply::Int(len as i64))
         }
         Cmd::Strlen => Reply::Int(
             tri!(engine.read(db, &args[1]).await)
@@ -267,33 +242,46 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             if offset as u64 + value.len() as u64 > MAX_STRING {
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
-            let _g = engine.key_lock(&args[1]).lock().await;
             if value.is_empty() {
+                let _g = engine.key_lock(&args[1]).lock().await;
                 let cur = tri!(engine.read(db, &args[1]).await);
                 return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
             }
             let mut len = 0usize;
-            let updated = dht
-                .update(db, &args[1], |cur| {
-                    let mut v = cur.unwrap_or_default().to_vec();
-                    let end = offset as usize + value.len();
-                    if v.len() < end {
-                        v.resize(end, 0);
-                    }
-                    v[offset as usize..end].copy_from_slice(value);
-                    len = v.len();
-                    Ok::<_, std::convert::Infallible>(v)
-                })
-                .await;
-            match tri!(updated) {
-                Ok(()) => {
-                    engine.wrote(db, &args[1], None);
-                    Reply::Int(len as i64)
+            let updated = update(engine, db, &args[1], |cur| {
+                let mut v = cur.unwrap_or_default().to_vec();
+                let end = offset as usize + value.len();
+                if v.len() < end {
+                    v.resize(end, 0);
                 }
-                Err(never) => match never {},
-            }
+                v[offset as usize..end].copy_from_slice(value);
+                len = v.len();
+                Ok(v)
+            })
+            .await;
+            updated.map_or_else(|r| r, |()| Reply::Int(len as i64))
         }
         _ => Reply::err("ERR command not in the string family"),
+    }
+}
+
+/// A read-modify-write of `key` under its lock, in one probe of the table (INCR and its
+/// kin): `f` makes the new value from the current one (`None`: absent) or refuses with
+/// an error text. On success the cached copy is dropped; the `Err` is the reply.
+async fn update(
+    engine: &Engine,
+    db: u8,
+    key: &Bytes,
+    f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+) -> Result<(), Reply> {
+    let _g = engine.key_lock(key).lock().await;
+    match engine.dht.update(db, key, f).await {
+        Ok(Ok(())) => {
+            engine.wrote(db, key, None);
+            Ok(())
+        }
+        Ok(Err(text)) => Err(Reply::err(text)),
+        Err(e) => Err(error_reply(e)),
     }
 }
 

@@ -406,7 +406,6 @@ impl NodeCore {
                 Ok(m) => m,
                 Err(e) => return TxVote::Failed(e),
             };
-            let load = || mem.load(w.offset);
             if let Some(holder) = tx.locks.get(&(w.region, w.offset)).copied() {
                 // A lock of a fenced epoch's transaction left hanging is released.
                 let hanging = tx
@@ -421,7 +420,7 @@ impl NodeCore {
                 self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             }
             // Loaded after any hanging holder was dropped (which may have unlocked it).
-            let actual = match load() {
+            let actual = match mem.load(w.offset) {
                 Ok(v) => v,
                 Err(e) => return TxVote::Failed(e),
             };

@@ -8,7 +8,7 @@
 use super::{Dht, DhtError, Loc, MAX_RETRIES};
 use crate::layout::{SlotMeta, SlotWord};
 use crate::policy;
-use dmc_umo::{SlotWrite, TxOutcome};
+use dmc_umo::TxOutcome;
 
 impl Dht {
     /// Replaces `key`'s value in `db` with what `f` makes of the current one (`None`:
@@ -37,18 +37,13 @@ impl Dht {
                 Ok(v) => v,
                 Err(e) => return Ok(Err(e)),
             };
-            let (addr, expect, expect_meta) = match &found {
-                Some(f) => (f.addr, f.word, f.meta),
-                None => match Self::empty_slot(&probe) {
-                    Some((addr, meta)) => (addr, SlotWord::EMPTY, meta),
-                    None => {
-                        drop(split_guard);
-                        self.split(&loc, lease).await?;
-                        continue;
-                    }
-                },
+            let Some(target) = Self::target_slot(&probe, found.as_ref()) else {
+                drop(split_guard);
+                self.split(&loc, lease).await?;
+                continue;
             };
-            if expect.is_locked() {
+            if target.1.is_locked() {
+                // Held by another writer: wait before writing an object for nothing.
                 drop(split_guard);
                 self.backoff(attempt, true).await;
                 continue;
@@ -62,22 +57,18 @@ impl Dht {
                 .unwrap_or(policy::LFU_INIT);
             let expire = live.map(|f| f.meta.expire()).unwrap_or(0);
             let meta = SlotMeta::new(expire, now.access, lfu);
-            let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
-                self.pool.free_object(obj).await;
-                if self.owner.lease_expired() {
-                    return Err(DhtError::LeaseExpired);
-                }
-                return Err(DhtError::NotOwner(loc.slot));
-            };
-            let write = SlotWrite {
-                addr,
-                old: expect.0,
-                old_meta: expect_meta.0,
-                new: SlotWord::new(loc.fp, obj).0,
-                meta: meta.0,
-            };
-            let outcome = self.pool.commit_slot(write).await;
+            let committed = self
+                .commit_one_sided(&loc, lease, target, SlotWord::new(loc.fp, obj), meta)
+                .await;
             drop(split_guard);
+            let outcome = match committed {
+                Ok(outcome) => outcome,
+                // Refused before anything was written: the object is not reachable.
+                Err(e) => {
+                    self.pool.free_object(obj).await;
+                    return Err(e);
+                }
+            };
             match outcome {
                 TxOutcome::Committed => {
                     self.replaced(loc.db, found, meta).await;

@@ -297,45 +297,15 @@ impl Dht {
                 .map(|f| f.meta.lfu())
                 .unwrap_or(policy::LFU_INIT);
             let meta = SlotMeta::new(expire, now.access, lfu);
-            let (addr, expect, expect_meta) = match &found {
-                Some(f) => (f.addr, f.word, f.meta),
-                None => match Self::empty_slot(&probe) {
-                    Some((addr, meta)) => (addr, SlotWord::EMPTY, meta),
-                    None => {
-                        drop(split_guard);
-                        self.split(loc, lease).await?;
-                        continue;
-                    }
-                },
-            };
-            if expect.is_locked() {
-                // Another writer holds the slot.
+            let Some(target) = Self::target_slot(&probe, found.as_ref()) else {
                 drop(split_guard);
-                self.backoff(attempt, true).await;
+                self.split(loc, lease).await?;
                 continue;
-            }
-            let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
-                if self.owner.lease_expired() {
-                    return Err(DhtError::LeaseExpired);
-                }
-                return Err(DhtError::NotOwner(loc.slot));
             };
-            let write = SlotWrite {
-                addr,
-                old: expect.0,
-                old_meta: expect_meta.0,
-                new: new_word.0,
-                meta: meta.0,
-            };
-            // Widens the window a release must wait out, for the ownership race test:
-            // `return(MS)` pauses this write MS milliseconds (without blocking a thread).
-            #[cfg(feature = "failpoints")]
-            if let Some(Some(ms)) = fail::eval("dht-one-sided-commit", |arg| {
-                arg.and_then(|ms| ms.parse::<u64>().ok())
-            }) {
-                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            }
-            let outcome = self.pool.commit_slot(write).await;
+            // A slot another writer holds comes back as `Locked`.
+            let outcome = self
+                .commit_one_sided(loc, lease, target, new_word, meta)
+                .await?;
             drop(split_guard);
             match outcome {
                 TxOutcome::Committed => {
@@ -351,8 +321,57 @@ impl Dht {
         Err(DhtError::Contention(loc.slot))
     }
 
+    /// The slot a one-sided write of a key goes to, with the words it holds: the key's
+    /// own (`found`) or an empty one; `None` when both buckets are full (split first).
+    pub(super) fn target_slot(
+        probe: &Probe,
+        found: Option<&Found>,
+    ) -> Option<(GlobalAddr, SlotWord, SlotMeta)> {
+        match found {
+            Some(f) => Some((f.addr, f.word, f.meta)),
+            None => Self::empty_slot(probe).map(|(addr, meta)| (addr, SlotWord::EMPTY, meta)),
+        }
+    }
+
+    /// Commits `new` and `meta` into slot `target` (from [`target_slot`](Self::target_slot))
+    /// with one-sided verbs, inside an ownership write guard. The caller holds the
+    /// hash slot's rebuild lock (shared) since its probe.
+    pub(super) async fn commit_one_sided(
+        &self,
+        loc: &Loc,
+        lease: Lease,
+        (addr, old, old_meta): (GlobalAddr, SlotWord, SlotMeta),
+        new: SlotWord,
+        meta: SlotMeta,
+    ) -> Result<TxOutcome, DhtError> {
+        let Some(_writing) = self.owner.begin_write(loc.slot, lease) else {
+            if self.owner.lease_expired() {
+                return Err(DhtError::LeaseExpired);
+            }
+            return Err(DhtError::NotOwner(loc.slot));
+        };
+        // Widens the window a release must wait out, for the ownership race test:
+        // `return(MS)` pauses this write MS milliseconds (without blocking a thread).
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(ms)) = fail::eval("dht-one-sided-commit", |arg| {
+            arg.and_then(|ms| ms.parse::<u64>().ok())
+        }) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        Ok(self
+            .pool
+            .commit_slot(SlotWrite {
+                addr,
+                old: old.0,
+                old_meta: old_meta.0,
+                new: new.0,
+                meta: meta.0,
+            })
+            .await)
+    }
+
     /// An empty slot in the emptier of the two buckets, and the metadata word it holds.
-    pub(super) fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
+    fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
         let empties = |b: usize| {
             (0..SLOTS_PER_BUCKET)
                 .filter(|&i| probe.slot(b, i).1.is_empty())
