@@ -9,15 +9,22 @@ use dmc_e2e::{PyClient, TestCluster, http_get, info_field, metric, port_of};
 
 /// Two memory nodes (`r = 2`) and launched agents in `routing` mode.
 fn cluster(routing: &str) -> TestCluster {
+    cluster_with(routing, &[])
+}
+
+/// [`cluster`] with more manager flags.
+fn cluster_with(routing: &str, extra: &[&str]) -> TestCluster {
+    let mut args = vec![
+        "--region-size",
+        "64mb",
+        "--segment-size",
+        "1mb",
+        "--shards",
+        "64",
+    ];
+    args.extend_from_slice(extra);
     TestCluster::start(
-        &[
-            "--region-size",
-            "64mb",
-            "--segment-size",
-            "1mb",
-            "--shards",
-            "64",
-        ],
+        &args,
         &format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
         2,
         "512mb",
@@ -155,7 +162,10 @@ fn cluster_mode_clients_follow_moved_across_a_rescale() {
 /// file, and can rescale them again.
 #[test]
 fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
-    let mut c = cluster("proxy");
+    // Agents stop writing when the manager has been unreachable for a whole lease; the
+    // claim here is about a manager back within its lease, so the lease is made longer
+    // than the outage below can take on a loaded machine (kill, 2.5 s, restart, beat).
+    let mut c = cluster_with("proxy", &["--lease-ms", "20000"]);
     let first = c.scale(2).unwrap();
     let port = port_of(&first["started"][0]);
     let slots_before = c.manager.cli(&["slots", "--json"]).unwrap();
@@ -165,6 +175,8 @@ fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
     let agent_config = c.dir.path().join("agent.toml");
     c.manager
         .restart(&[
+            "--lease-ms",
+            "20000",
             "--region-size",
             "64mb",
             "--segment-size",
