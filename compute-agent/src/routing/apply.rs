@@ -182,6 +182,14 @@ impl Router {
                         .is_some_and(|s| s.epoch == lease.epoch && s.primary == Some(me))
                 });
                 if current {
+                    // Commits the previous owner left half-way (it died, or was cut off
+                    // mid-write) are rolled forward or undone before the first write.
+                    if let Err(e) = this.engine.dht.recover_locked(range.clone()).await {
+                        tracing::warn!(
+                            slots = ?range, error = %e,
+                            "resolving half-done commits of gained slots failed; their keys may answer TRYAGAIN"
+                        );
+                    }
                     ownership.assign(range.clone(), Some(lease));
                     this.engine.forget_slots(&|slot| range.contains(&slot));
                 }

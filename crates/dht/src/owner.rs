@@ -26,18 +26,27 @@ pub struct Lease {
 /// A reassignment stores the shard then the epoch; a writer that reads a mixed pair
 /// during a rescale is refused by the memory nodes' epoch fencing, never silently wrong.
 pub struct Ownership {
-    /// Shard per hash slot; `NONE` when not owned.
-    shards: Box<[AtomicU32]>,
-    epochs: Box<[AtomicU64]>,
+    /// Per hash slot, everything a write checks, in one 16-byte record: a write
+    /// touches one cache line of ownership state, not one per field.
+    slots: Box<[SlotOwner]>,
     /// How many slots are owned, so "every slot" (a standalone agent) is one load.
     owned: AtomicU32,
-    /// One-sided writes in flight per slot ([`WriteGuard`]s).
-    writing: Box<[AtomicU32]>,
     /// Microseconds after `base` from which no write starts (the agent's lease ends:
     /// its heartbeats stopped being accepted); 0 = no deadline (no manager).
     writable_until: AtomicU64,
     base: std::time::Instant,
 }
+
+#[repr(C, align(16))]
+struct SlotOwner {
+    /// The shard holding the slot; `NONE` when not owned.
+    shard: AtomicU32,
+    /// One-sided writes in flight ([`WriteGuard`]s).
+    writing: AtomicU32,
+    epoch: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<SlotOwner>() == 16);
 
 /// A one-sided write of a slot in flight under its lease; [`Ownership::release`] waits
 /// for it to end.
@@ -57,18 +66,18 @@ const NONE: u32 = u32::MAX;
 impl Ownership {
     fn with(lease: Option<Lease>) -> Self {
         Ownership {
-            shards: (0..HASH_SLOTS)
-                .map(|_| AtomicU32::new(lease.map_or(NONE, |l| l.shard)))
-                .collect(),
-            epochs: (0..HASH_SLOTS)
-                .map(|_| AtomicU64::new(lease.map_or(0, |l| l.epoch)))
+            slots: (0..HASH_SLOTS)
+                .map(|_| SlotOwner {
+                    shard: AtomicU32::new(lease.map_or(NONE, |l| l.shard)),
+                    writing: AtomicU32::new(0),
+                    epoch: AtomicU64::new(lease.map_or(0, |l| l.epoch)),
+                })
                 .collect(),
             owned: AtomicU32::new(if lease.is_some() {
                 HASH_SLOTS as u32
             } else {
                 0
             }),
-            writing: (0..HASH_SLOTS).map(|_| AtomicU32::new(0)).collect(),
             writable_until: AtomicU64::new(0),
             base: std::time::Instant::now(),
         }
@@ -93,11 +102,13 @@ impl Ownership {
     /// clears the lease before it reads the count (both sequentially consistent), so
     /// either the release waits for this write or this write sees the release.
     pub fn begin_write(&self, slot: u16, lease: Lease) -> Option<WriteGuard<'_>> {
-        let count = self.writing.get(slot as usize)?;
-        count.fetch_add(1, Ordering::SeqCst);
-        let guard = WriteGuard { count };
-        let held = self.shards[slot as usize].load(Ordering::SeqCst) == lease.shard
-            && self.epochs[slot as usize].load(Ordering::SeqCst) == lease.epoch
+        let owner = self.slots.get(slot as usize)?;
+        owner.writing.fetch_add(1, Ordering::SeqCst);
+        let guard = WriteGuard {
+            count: &owner.writing,
+        };
+        let held = owner.shard.load(Ordering::SeqCst) == lease.shard
+            && owner.epoch.load(Ordering::SeqCst) == lease.epoch
             && !self.lease_expired();
         held.then_some(guard)
     }
@@ -110,10 +121,10 @@ impl Ownership {
         let started = std::time::Instant::now();
         let mut warned = false;
         for s in range {
-            let Some(count) = self.writing.get(s as usize) else {
+            let Some(owner) = self.slots.get(s as usize) else {
                 break;
             };
-            while count.load(Ordering::SeqCst) != 0 {
+            while owner.writing.load(Ordering::SeqCst) != 0 {
                 if !warned && started.elapsed() > Duration::from_secs(1) {
                     tracing::warn!(slot = s, "waiting for writes in flight to a released slot");
                     warned = true;
@@ -134,26 +145,26 @@ impl Ownership {
     }
 
     pub fn lease(&self, slot: u16) -> Option<Lease> {
-        let shard = self.shards.get(slot as usize)?.load(Ordering::Acquire);
+        let owner = self.slots.get(slot as usize)?;
+        let shard = owner.shard.load(Ordering::Acquire);
         (shard != NONE).then(|| Lease {
             shard,
-            epoch: self.epochs[slot as usize].load(Ordering::Acquire),
+            epoch: owner.epoch.load(Ordering::Acquire),
         })
     }
 
     /// Assigns (or with `None` removes) slots `range`.
     pub fn assign(&self, range: std::ops::Range<u16>, lease: Option<Lease>) {
         for s in range {
-            let s = s as usize;
-            if s >= HASH_SLOTS {
+            let Some(owner) = self.slots.get(s as usize) else {
                 break;
-            }
+            };
             let was = match lease {
                 Some(l) => {
-                    self.epochs[s].store(l.epoch, Ordering::SeqCst);
-                    self.shards[s].swap(l.shard, Ordering::SeqCst)
+                    owner.epoch.store(l.epoch, Ordering::SeqCst);
+                    owner.shard.swap(l.shard, Ordering::SeqCst)
                 }
-                None => self.shards[s].swap(NONE, Ordering::SeqCst),
+                None => owner.shard.swap(NONE, Ordering::SeqCst),
             };
             match (was == NONE, lease.is_some()) {
                 (true, true) => self.owned.fetch_add(1, Ordering::AcqRel),

@@ -3,81 +3,15 @@
 //! and no write fails. (This caught a client handing out further blocks of a segment
 //! whose claim was still in flight and then lost to the other client.)
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{client, instance_client, two_nodes};
 use dmc_dht::hash::key_slot;
-use dmc_dht::owner::{Lease, Ownership};
-use dmc_dht::{Dht, DhtConfig, SetOptions, SystemClock};
-use dmc_umo::{Pool, PoolConfig};
-use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::LoopbackNode;
-use dmc_verbs::{NodeConfig, RpcOptions, Storage};
-
-async fn client(
-    nodes: &[LoopbackNode],
-    id: u32,
-    owned: std::ops::Range<u16>,
-    shard: u32,
-) -> Arc<Dht> {
-    instance_client(nodes, id, owned, shard, 1, 1).await
-}
-
-/// A client of the pool whose superblock is region `super_region` (one cache
-/// instance), owning `owned` under `shard` at `epoch`.
-async fn instance_client(
-    nodes: &[LoopbackNode],
-    id: u32,
-    owned: std::ops::Range<u16>,
-    shard: u32,
-    super_region: u16,
-    epoch: u64,
-) -> Arc<Dht> {
-    let mut ts = Vec::new();
-    for n in nodes {
-        ts.push(
-            backend::connect(BackendKind::Shm, n.endpoint.clone(), RpcOptions::default())
-                .await
-                .unwrap(),
-        );
-    }
-    let pool = Pool::open(
-        PoolConfig {
-            replicas: 2,
-            region_size: 16 << 20,
-            segment_size: 1 << 20,
-            grace: Duration::from_millis(50),
-            client_id: id,
-            super_region,
-            ..PoolConfig::default()
-        },
-        ts,
-    )
-    .await
-    .unwrap();
-    let own = Ownership::none();
-    own.assign(owned, Some(Lease { shard, epoch }));
-    Dht::open(pool, DhtConfig::default(), Arc::new(SystemClock), own)
-        .await
-        .unwrap()
-}
-
-async fn two_nodes(dirs: &[tempfile::TempDir]) -> Vec<LoopbackNode> {
-    let mut nodes = Vec::new();
-    for (i, d) in dirs.iter().enumerate() {
-        nodes.push(
-            LoopbackNode::spawn(NodeConfig {
-                id: i as u32 + 1,
-                capacity: 512 << 20,
-                storage: Storage::Dir(d.path().to_path_buf()),
-                secret: None,
-            })
-            .await
-            .unwrap(),
-        );
-    }
-    nodes
-}
+use dmc_dht::owner::Lease;
+use dmc_dht::{Dht, SetOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_owners_write_one_pool_concurrently() {

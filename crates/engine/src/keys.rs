@@ -30,7 +30,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             for k in &args[1..] {
                 // Under the key's write lock: a SET finishing meanwhile must not put its
                 // value back into the cache after this delete.
-                let _g = engine.key_lock(k).lock().await;
+                let _g = engine.lock_key(k).await;
                 n += tri!(dht.delete(db, k).await) as i64;
                 engine.wrote(db, k, None);
             }
@@ -72,7 +72,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             })
         }
         Cmd::Persist => {
-            let _g = engine.key_lock(&args[1]).lock().await;
+            let _g = engine.lock_key(&args[1]).await;
             match tri!(dht.ttl(db, &args[1]).await) {
                 Ttl::ExpiresAt(_) => {
                     let done = tri!(dht.expire(db, &args[1], None).await);
@@ -117,7 +117,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             for slot in 0..HASH_SLOTS {
                 for (kdb, k) in tri!(dht.scan_slot(slot).await) {
                     if cmd == Cmd::FlushAll || kdb == db {
-                        let _g = engine.key_lock(&k).lock().await;
+                        let _g = engine.lock_key(&k).await;
                         tri!(dht.delete(kdb, &k).await);
                         engine.wrote(kdb, &k, None);
                     }
@@ -366,7 +366,7 @@ async fn move_key(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
         return Reply::err("ERR source and destination objects are the same");
     }
     let key = &args[1];
-    let _g = engine.key_lock(key).lock().await;
+    let _g = engine.lock_key(key).await;
     let Some(e) = tri!(engine.dht.get(src_db, key).await) else {
         return Reply::Int(0);
     };
@@ -414,7 +414,7 @@ async fn expire(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     let Some(at) = at else {
         return Reply::Error(format!("ERR invalid expire time in '{name}' command"));
     };
-    let _g = engine.key_lock(&args[1]).lock().await;
+    let _g = engine.lock_key(&args[1]).await;
     let current = match tri!(engine.dht.ttl(db, &args[1]).await) {
         Ttl::Missing => return Reply::Int(0),
         Ttl::Persistent => None,

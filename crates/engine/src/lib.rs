@@ -196,6 +196,16 @@ impl Engine {
         &self.key_locks[(h % KEY_LOCKS as u64) as usize]
     }
 
+    /// Takes `key`'s write lock: at once when it is free (no future to build, poll
+    /// and drop: most writes find their stripe free), else in turn.
+    pub(crate) async fn lock_key(&self, key: &[u8]) -> tokio::sync::MutexGuard<'_, ()> {
+        let lock = self.key_lock(key);
+        match lock.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => lock.lock().await,
+        }
+    }
+
     /// The stored database behind the logical one a client selected (see SWAPDB).
     pub fn physical_db(&self, db: u8) -> u8 {
         self.dht.physical_db(db)

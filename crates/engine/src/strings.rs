@@ -50,7 +50,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         },
         Cmd::Set => set(engine, db, args).await,
         Cmd::SetNx => {
-            let _g = engine.key_lock(&args[1]).lock().await;
+            let _g = engine.lock_key(&args[1]).await;
             let opts = SetOptions {
                 cond: SetCond::IfAbsent,
                 ..Default::default()
@@ -75,13 +75,13 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 expiry: SetExpiry::At(at),
                 ..Default::default()
             };
-            let _g = engine.key_lock(&args[1]).lock().await;
+            let _g = engine.lock_key(&args[1]).await;
             tri!(dht.set(db, &args[1], &args[3], opts).await);
             engine.wrote(db, &args[1], Some((&args[3][..], Some(at))));
             Reply::ok()
         }
         Cmd::GetSet => {
-            let _g = engine.key_lock(&args[1]).lock().await;
+            let _g = engine.lock_key(&args[1]).await;
             let opts = SetOptions {
                 get: true,
                 ..Default::default()
@@ -94,7 +94,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
         }
         Cmd::GetDel => {
-            let _g = engine.key_lock(&args[1]).lock().await;
+            let _g = engine.lock_key(&args[1]).await;
             match tri!(engine.read(db, &args[1]).await) {
                 Some(v) => {
                     tri!(dht.delete(db, &args[1]).await);
@@ -243,7 +243,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
             if value.is_empty() {
-                let _g = engine.key_lock(&args[1]).lock().await;
+                let _g = engine.lock_key(&args[1]).await;
                 let cur = tri!(engine.read(db, &args[1]).await);
                 return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
             }
@@ -274,7 +274,7 @@ async fn update(
     key: &Bytes,
     f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
 ) -> Result<(), Reply> {
-    let _g = engine.key_lock(key).lock().await;
+    let _g = engine.lock_key(key).await;
     match engine.dht.update(db, key, f).await {
         Ok(Ok(())) => {
             engine.wrote(db, key, None);
@@ -332,7 +332,7 @@ pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         i += 1;
     }
     // Writes of one key queue here instead of racing each other's commits.
-    let _g = engine.key_lock(&args[1]).lock().await;
+    let _g = engine.lock_key(&args[1]).await;
     let out = tri!(engine.dht.set(db, &args[1], &args[2], opts).await);
     if out.written {
         let cached = match opts.expiry {
@@ -370,7 +370,7 @@ async fn getex(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         }
         i += 1;
     }
-    let _g = engine.key_lock(&args[1]).lock().await;
+    let _g = engine.lock_key(&args[1]).await;
     let Some(value) = tri!(engine.read(db, &args[1]).await) else {
         return Reply::Null;
     };

@@ -100,11 +100,11 @@ struct Carved {
 
 pub struct Allocator {
     owner: u32,
-    carved: std::collections::HashMap<(RegionId, u64), Carved>,
+    carved: hashbrown::HashMap<(RegionId, u64), Carved>,
     /// Segments this client claimed that are empty again (no claim needed to reuse).
     released: VecDeque<(RegionId, u64)>,
     /// Regions being returned to the pool: nothing is allocated in them any more.
-    retired: std::collections::HashSet<RegionId>,
+    retired: hashbrown::HashSet<RegionId>,
     segment_size: u64,
     max_class: u32,
     classes: Vec<ClassState>,
@@ -118,13 +118,13 @@ pub struct Allocator {
     /// their free blocks wait here instead of serving their class again, since new
     /// values would refill the segment as fast as eviction empties it. Since when, and
     /// the free blocks held back.
-    draining: std::collections::HashMap<(RegionId, u64), (Instant, Vec<GlobalAddr>)>,
+    draining: hashbrown::HashMap<(RegionId, u64), (Instant, Vec<GlobalAddr>)>,
     /// How long a segment may drain before it serves its class again (it did not
     /// empty: keys of another client's hash slots, or chunks of chained values, stay
     /// in it); it is not drained again for four times as long.
     drain_give_up: Duration,
     /// Segments that did not empty, and when they were given back.
-    gave_up: std::collections::HashMap<(RegionId, u64), Instant>,
+    gave_up: hashbrown::HashMap<(RegionId, u64), Instant>,
     stats: AllocStats,
 }
 
@@ -140,9 +140,9 @@ impl Allocator {
             .unwrap_or(classes::sizes()[0]);
         Allocator {
             owner,
-            carved: std::collections::HashMap::new(),
+            carved: hashbrown::HashMap::new(),
             released: VecDeque::new(),
-            retired: std::collections::HashSet::new(),
+            retired: hashbrown::HashSet::new(),
             segment_size,
             max_class,
             classes: (0..NUM_CLASSES).map(|_| ClassState::default()).collect(),
@@ -150,9 +150,9 @@ impl Allocator {
             limbo: VecDeque::new(),
             grace,
             scarce: false,
-            draining: std::collections::HashMap::new(),
+            draining: hashbrown::HashMap::new(),
             drain_give_up: (grace * 8).max(Duration::from_millis(50)),
-            gave_up: std::collections::HashMap::new(),
+            gave_up: hashbrown::HashMap::new(),
             stats: AllocStats::default(),
         }
     }

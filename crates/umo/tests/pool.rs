@@ -293,11 +293,18 @@ struct FailingPairs {
     /// Refuse the next publishing batch (metadata write then CAS) once, as a primary
     /// whose reply was lost.
     fail_publish: Arc<std::sync::atomic::AtomicBool>,
+    /// Batches still let through before every later one fails, as a writer cut off
+    /// from the nodes mid-commit (shared by all nodes' wrappers; negative: no limit).
+    budget: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl FailingPairs {
     fn refuses(&self, verbs: &[dmc_verbs::Verb<'_>]) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
+        if self.budget.load(SeqCst) >= 0 && self.budget.fetch_sub(1, SeqCst) <= 0 {
+            self.budget.store(0, SeqCst);
+            return true;
+        }
         let publish = matches!(
             verbs,
             [dmc_verbs::Verb::Write { .. }, dmc_verbs::Verb::Cas { .. }]
@@ -369,6 +376,7 @@ async fn a_failed_backup_write_unlocks_the_slot_and_restores_the_old_pair() {
                 inner,
                 fail: fail.clone(),
                 fail_publish: fail_publish.clone(),
+                budget: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             }) as Arc<dyn Transport>
         })
         .collect();
@@ -433,5 +441,92 @@ async fn a_failed_backup_write_unlocks_the_slot_and_restores_the_old_pair() {
     };
     assert_eq!(pool.commit_slot(fourth).await, TxOutcome::Committed);
     assert_eq!(read_pair(0).await, (0x100, 13));
+    assert_eq!(read_pair(1).await, (0x100, 13));
+}
+
+/// A single-key commit cut off mid-way (every verb fails from some point, as when the
+/// writer dies or loses the nodes) leaves the primary locked; `roll_forward_slot`
+/// resolves it: unlocked to the old pair when no backup got the new one, rolled
+/// forward to the new pair when a backup did, the copies equal either way, and the
+/// slot writable again (before issue 15 such a slot stayed locked for good).
+#[tokio::test]
+async fn a_commit_cut_off_mid_way_is_rolled_forward_or_undone() {
+    use dmc_umo::{SlotRecovery, SlotWrite};
+    use std::sync::atomic::Ordering::SeqCst;
+    let nodes = start_nodes(2, 64 << 20).await;
+    let budget = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+    let ts: Vec<Arc<dyn Transport>> = connect(&nodes)
+        .await
+        .into_iter()
+        .map(|inner| {
+            Arc::new(FailingPairs {
+                inner,
+                fail: Arc::new(false.into()),
+                fail_publish: Arc::new(false.into()),
+                budget: budget.clone(),
+            }) as Arc<dyn Transport>
+        })
+        .collect();
+    let pool = Pool::open(small(2), ts).await.unwrap();
+    let slot = pool.alloc(64, true).await.unwrap().addr;
+    let read_pair = |copy: usize| {
+        let pool = &pool;
+        async move {
+            let mut b = [0u8; 16];
+            pool.read_copy(slot, copy, &mut b).await.unwrap();
+            (
+                u64::from_le_bytes(b[..8].try_into().unwrap()),
+                u64::from_le_bytes(b[8..].try_into().unwrap()),
+            )
+        }
+    };
+    let write = |old: (u64, u64), new: (u64, u64)| SlotWrite {
+        addr: slot,
+        old: old.0,
+        old_meta: old.1,
+        new: new.0,
+        meta: new.1,
+    };
+    assert_eq!(
+        pool.roll_forward_slot(slot).await.unwrap(),
+        SlotRecovery::NotLocked
+    );
+    assert_eq!(
+        pool.commit_slot(write((0, 0), (0x40, 7))).await,
+        TxOutcome::Committed
+    );
+    // Cut off after the lock (one batch): no backup has the new pair.
+    budget.store(1, SeqCst);
+    let cut = pool.commit_slot(write((0x40, 7), (0x80, 9))).await;
+    budget.store(-1, SeqCst);
+    assert!(matches!(cut, TxOutcome::Failed(_)), "{cut:?}");
+    assert_eq!(read_pair(0).await, (0x41, 7), "the primary is left locked");
+    assert_eq!(
+        pool.roll_forward_slot(slot).await.unwrap(),
+        SlotRecovery::Unlocked { word: 0x40 }
+    );
+    assert_eq!(read_pair(0).await, (0x40, 7));
+    assert_eq!(read_pair(1).await, (0x40, 7));
+    // Cut off after the lock and the backup's pair (two batches): rolled forward.
+    budget.store(2, SeqCst);
+    let cut = pool.commit_slot(write((0x40, 7), (0xc0, 11))).await;
+    budget.store(-1, SeqCst);
+    assert!(matches!(cut, TxOutcome::Failed(_)), "{cut:?}");
+    assert_eq!(read_pair(0).await, (0x41, 7), "the primary is left locked");
+    assert_eq!(read_pair(1).await, (0xc0, 11), "the backup is ahead");
+    assert_eq!(
+        pool.roll_forward_slot(slot).await.unwrap(),
+        SlotRecovery::RolledForward {
+            word: 0xc0,
+            meta: 11
+        }
+    );
+    assert_eq!(read_pair(0).await, (0xc0, 11));
+    assert_eq!(read_pair(1).await, (0xc0, 11));
+    // The slot is writable again.
+    assert_eq!(
+        pool.commit_slot(write((0xc0, 11), (0x100, 13))).await,
+        TxOutcome::Committed
+    );
     assert_eq!(read_pair(1).await, (0x100, 13));
 }

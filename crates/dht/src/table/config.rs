@@ -152,6 +152,9 @@ pub struct DhtStats {
     pub evicted: u64,
     pub expired: u64,
     pub splits: u64,
+    /// Slot words a stopped single-key commit left locked that this client resolved
+    /// (rolled forward or unlocked).
+    pub recovered_commits: u64,
     pub retries: u64,
     pub used_memory: u64,
     pub partitions: u64,

@@ -36,7 +36,7 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         // Only the metadata word changes, which a split copies without validating: hold
         // the hash slot's split lock so a split cannot carry the old metadata over.
-        let _split_guard = self.locks[loc.slot as usize].read().await;
+        let _split_guard = self.no_rebuild(loc.slot).await;
         for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {

@@ -38,6 +38,9 @@ impl Dht {
                     }
                 }
                 dht.flush_hits().await;
+                // Slots this client's commits left locked when a node stopped
+                // answering: resolved once it answers again.
+                dht.recover_in_doubt().await;
                 dht.pool.sync_usage().await;
                 // Over maxmemory without writes (it was lowered): evict down to it.
                 if let Err(e) = dht.shrink_to_maxmemory(1024).await {

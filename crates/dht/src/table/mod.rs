@@ -50,6 +50,7 @@ mod partition;
 mod pool_view;
 mod probe;
 mod read;
+mod recover;
 mod scan;
 mod update;
 mod vacate;
@@ -88,6 +89,8 @@ struct Counters {
     expired: AtomicU64,
     splits: AtomicU64,
     retries: AtomicU64,
+    /// Slot words left locked by a stopped single-key commit, resolved.
+    recovered: AtomicU64,
 }
 
 /// A key's coordinates.
@@ -146,6 +149,9 @@ pub struct Dht {
     volatile: Box<[AtomicI64]>,
     counters: Counters,
     removed: RwLock<Option<RemovedHook>>,
+    /// Slot words (with their hash slot) this client's failed single-key commits may
+    /// have left locked, for `recover_in_doubt`.
+    in_doubt: Mutex<Vec<(u16, GlobalAddr)>>,
     /// Logical database -> the database number keys are stored under (SWAPDB).
     db_map: Box<[std::sync::atomic::AtomicU8]>,
 }
@@ -250,6 +256,7 @@ impl Dht {
             evicted: self.counters.evicted.load(Ordering::Relaxed),
             expired: self.counters.expired.load(Ordering::Relaxed),
             splits: self.counters.splits.load(Ordering::Relaxed),
+            recovered_commits: self.counters.recovered.load(Ordering::Relaxed),
             retries: self.counters.retries.load(Ordering::Relaxed),
             used_memory: self.used_memory(),
             partitions: self.partitions.read().len() as u64,
@@ -289,6 +296,22 @@ impl Dht {
             slot: key_slot(key),
             hash,
             fp: fingerprint(hash),
+        }
+    }
+
+    /// Holds off rebuilds of `slot`'s subtables (shared with other writers): at once
+    /// when no rebuild holds it, which is nearly always, without building a future.
+    /// Either way it spends the task's cooperative budget: over in-process memory a
+    /// write completes without awaiting anything else, and a task looping over writes
+    /// must still give its thread up now and then.
+    async fn no_rebuild(&self, slot: u16) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        let lock = &self.locks[slot as usize];
+        match lock.try_read() {
+            Ok(guard) => {
+                tokio::task::consume_budget().await;
+                guard
+            }
+            Err(_) => lock.read().await,
         }
     }
 

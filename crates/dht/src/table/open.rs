@@ -64,6 +64,7 @@ impl Dht {
             volatile: (0..256).map(|_| AtomicI64::new(0)).collect(),
             counters: Counters::default(),
             removed: RwLock::new(None),
+            in_doubt: Mutex::new(Vec::new()),
             db_map: (0..=u8::MAX)
                 .map(std::sync::atomic::AtomicU8::new)
                 .collect(),

@@ -24,7 +24,7 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         for attempt in 0..MAX_RETRIES {
             // As in `install`: no rebuild of the hash slot between probe and commit.
-            let split_guard = self.locks[loc.slot as usize].read().await;
+            let split_guard = self.no_rebuild(loc.slot).await;
             let (probe, found) = self.lookup(&loc, key, true).await?;
             let Some(probe) = probe else {
                 drop(split_guard);

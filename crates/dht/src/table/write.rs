@@ -266,7 +266,7 @@ impl Dht {
             // No rebuild of this hash slot's subtables between the probe and the commit:
             // the slot found is the key's live slot (a one-sided write validates no
             // bucket header), and its memory is not freed and reused meanwhile.
-            let split_guard = self.locks[loc.slot as usize].read().await;
+            let split_guard = self.no_rebuild(loc.slot).await;
             let (probe, found) = self.lookup(loc, key, opts.get).await?;
             let Some(probe) = probe else {
                 drop(split_guard);
@@ -358,7 +358,18 @@ impl Dht {
         }) {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        Ok(self
+        // A writer that dies mid-commit, for the recovery tests: `return(1)` stops
+        // after locking the primary, `return(2)` after the backups got the new pair.
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(steps)) = fail::eval("dht-one-sided-cut-off", |arg| {
+            arg.and_then(|s| s.parse::<u32>().ok())
+        }) {
+            self.cut_off_commit(steps, addr, old, new, meta).await?;
+            self.in_doubt(loc.slot, addr);
+            let cut = dmc_umo::UmoError::Config("cut off by a fail point".into());
+            return Ok(TxOutcome::Failed(cut));
+        }
+        let outcome = self
             .pool
             .commit_slot(SlotWrite {
                 addr,
@@ -367,7 +378,38 @@ impl Dht {
                 new: new.0,
                 meta: meta.0,
             })
-            .await)
+            .await;
+        if matches!(outcome, TxOutcome::Failed(_)) {
+            // A node stopped answering mid-commit: the slot may be left locked.
+            self.in_doubt(loc.slot, addr);
+        }
+        Ok(outcome)
+    }
+
+    /// The first `steps` steps of a one-sided commit and nothing more (see the
+    /// `dht-one-sided-cut-off` fail point).
+    #[cfg(feature = "failpoints")]
+    async fn cut_off_commit(
+        &self,
+        steps: u32,
+        addr: GlobalAddr,
+        old: SlotWord,
+        new: SlotWord,
+        meta: SlotMeta,
+    ) -> Result<(), DhtError> {
+        let locked = old.0 | dmc_umo::WORD_LOCK;
+        if self.pool.cas_copy(addr, 0, old.0, locked).await? != old.0 {
+            return Ok(());
+        }
+        if steps >= 2 {
+            let mut pair = [0u8; 16];
+            pair[..8].copy_from_slice(&new.0.to_le_bytes());
+            pair[8..].copy_from_slice(&meta.0.to_le_bytes());
+            for copy in 1..self.pool.copy_count(addr.region()).await? {
+                self.pool.write_copy(addr, copy, &pair).await?;
+            }
+        }
+        Ok(())
     }
 
     /// An empty slot in the emptier of the two buckets, and the metadata word it holds.

@@ -79,3 +79,75 @@ pub async fn open(
         _nodes: servers,
     }
 }
+
+/// A client of the shared pool (instance 1, epoch 1) owning `owned` as `shard`.
+pub async fn client(
+    nodes: &[LoopbackNode],
+    id: u32,
+    owned: std::ops::Range<u16>,
+    shard: u32,
+) -> Arc<Dht> {
+    instance_client(nodes, id, owned, shard, 1, 1).await
+}
+
+/// A client of the pool whose superblock is region `super_region` (one cache
+/// instance), owning `owned` under `shard` at `epoch`.
+pub async fn instance_client(
+    nodes: &[LoopbackNode],
+    id: u32,
+    owned: std::ops::Range<u16>,
+    shard: u32,
+    super_region: u16,
+    epoch: u64,
+) -> Arc<Dht> {
+    let mut ts = Vec::new();
+    for n in nodes {
+        ts.push(
+            backend::connect(BackendKind::Shm, n.endpoint.clone(), RpcOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let pool = Pool::open(
+        PoolConfig {
+            replicas: 2,
+            region_size: 16 << 20,
+            segment_size: 1 << 20,
+            grace: Duration::from_millis(50),
+            client_id: id,
+            super_region,
+            ..PoolConfig::default()
+        },
+        ts,
+    )
+    .await
+    .unwrap();
+    let own = dmc_dht::owner::Ownership::none();
+    own.assign(owned, Some(dmc_dht::owner::Lease { shard, epoch }));
+    Dht::open(
+        pool,
+        DhtConfig::default(),
+        Arc::new(dmc_dht::SystemClock),
+        own,
+    )
+    .await
+    .unwrap()
+}
+
+/// Two memory nodes with their regions in files under `dirs`, reached over `shm`.
+pub async fn two_nodes(dirs: &[tempfile::TempDir]) -> Vec<LoopbackNode> {
+    let mut nodes = Vec::new();
+    for (i, d) in dirs.iter().enumerate() {
+        nodes.push(
+            LoopbackNode::spawn(NodeConfig {
+                id: i as u32 + 1,
+                capacity: 512 << 20,
+                storage: Storage::Dir(d.path().to_path_buf()),
+                secret: None,
+            })
+            .await
+            .unwrap(),
+        );
+    }
+    nodes
+}

@@ -60,10 +60,12 @@ mod object_read;
 mod object_write;
 mod regions;
 mod slot_commit;
+mod slot_recovery;
 mod superblock;
 mod verbs;
 
 pub use slot_commit::SlotWrite;
+pub use slot_recovery::SlotRecovery;
 
 /// The fencing domain of pool-level metadata (the superblock root).
 pub const POOL_SHARD: u32 = u32::MAX;
@@ -207,6 +209,11 @@ pub struct Pool {
     /// one-sided read; kept equal to `regions` by `set_entry`.
     primaries: Box<[std::sync::atomic::AtomicU32]>,
     alloc: Mutex<Allocator>,
+    /// Blocks freed since the allocator last took them: a free costs a push here, not
+    /// the allocator's lock and a clock read (see [`Pool::allocator`]).
+    freed: Mutex<Vec<Block>>,
+    /// The allocator's largest block, fixed by the segment size.
+    max_block: u32,
     grow_lock: tokio::sync::Mutex<()>,
     next_txid: AtomicU64,
     created_ms: u64,
@@ -273,12 +280,11 @@ impl Pool {
                 )));
             }
         }
+        let allocator = Allocator::new(config.client_id, config.segment_size, config.grace);
         let mut pool = Pool {
-            alloc: Mutex::new(Allocator::new(
-                config.client_id,
-                config.segment_size,
-                config.grace,
-            )),
+            max_block: allocator.max_block(),
+            alloc: Mutex::new(allocator),
+            freed: Mutex::new(Vec::new()),
             config,
             source,
             usage_delta: std::sync::atomic::AtomicI64::new(0),
@@ -335,12 +341,12 @@ impl Pool {
         PoolStats {
             regions: self.regions.read().iter().filter(|r| r.is_some()).count() as u32,
             region_size: self.config.region_size,
-            alloc: self.alloc.lock().stats(),
+            alloc: self.allocator(Instant::now()).stats(),
         }
     }
 
     /// The largest single block; larger objects are chained.
     pub fn max_block(&self) -> u32 {
-        self.alloc.lock().max_block()
+        self.max_block
     }
 }

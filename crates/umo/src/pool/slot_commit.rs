@@ -51,7 +51,7 @@ pub struct SlotWrite {
 }
 
 /// A slot word and its metadata word as one 16-byte write.
-fn pair(word: u64, meta: u64) -> [u8; 16] {
+pub(super) fn pair(word: u64, meta: u64) -> [u8; 16] {
     let mut p = [0u8; 16];
     p[..8].copy_from_slice(&word.to_le_bytes());
     p[8..].copy_from_slice(&meta.to_le_bytes());
@@ -182,7 +182,7 @@ impl Pool {
     }
 
     /// Compare-and-swap on node `n`'s copy; returns the word found.
-    async fn cas_on(
+    pub(super) async fn cas_on(
         &self,
         n: usize,
         addr: GlobalAddr,
@@ -204,7 +204,7 @@ impl Pool {
     }
 
     /// Posts a batch to node `n`, inline when its backend completes verbs inline.
-    async fn post_on(&self, n: usize, verbs: &mut [Verb<'_>]) -> Result<(), UmoError> {
+    pub(super) async fn post_on(&self, n: usize, verbs: &mut [Verb<'_>]) -> Result<(), UmoError> {
         let node = &self.nodes[n];
         let result = match node.post_now(verbs) {
             Some(r) => r,

@@ -62,8 +62,10 @@ impl Pool {
             self.config.replicas = sb.replicas as usize;
             self.config.region_size = sb.region_size;
             self.config.segment_size = sb.segment_size;
-            *self.alloc.get_mut() =
+            let allocator =
                 Allocator::new(self.config.client_id, sb.segment_size, self.config.grace);
+            self.max_block = allocator.max_block();
+            *self.alloc.get_mut() = allocator;
         }
         self.created_ms = sb.created_ms;
         let mut used = [0u8; 8];

@@ -115,6 +115,22 @@ impl Pool {
         self.post_per_node(by_node).await
     }
 
+    /// The node index of copy `copy` of `addr`'s region (0 = primary, 1.. = backups).
+    async fn copy_node(&self, addr: GlobalAddr, copy: usize) -> Result<usize, UmoError> {
+        self.discover(addr.region()).await?;
+        let entry = self.entry(addr.region())?;
+        entry
+            .copies()
+            .nth(copy)
+            .ok_or_else(|| UmoError::Config(format!("region {} has no copy {copy}", addr.region())))
+    }
+
+    /// How many copies `region` has (primary included).
+    pub async fn copy_count(&self, region: dmc_verbs::RegionId) -> Result<usize, UmoError> {
+        self.discover(region).await?;
+        Ok(self.entry(region)?.copies().count())
+    }
+
     /// Reads from copy `copy` of the region (0 = primary, 1.. = backups).
     pub async fn read_copy(
         &self,
@@ -122,11 +138,7 @@ impl Pool {
         copy: usize,
         buf: &mut [u8],
     ) -> Result<(), UmoError> {
-        self.discover(addr.region()).await?;
-        let entry = self.entry(addr.region())?;
-        let n = entry.copies().nth(copy).ok_or_else(|| {
-            UmoError::Config(format!("region {} has no copy {copy}", addr.region()))
-        })?;
+        let n = self.copy_node(addr, copy).await?;
         let node = &self.nodes[n];
         node.read(addr.region(), addr.offset(), buf)
             .await
@@ -134,6 +146,36 @@ impl Pool {
                 node: node.node(),
                 source: e,
             })
+    }
+
+    /// Writes `data` to copy `copy` of the region only: for recovery, which repairs
+    /// one copy, and fault injection. Normal writes go to every copy.
+    pub async fn write_copy(
+        &self,
+        addr: GlobalAddr,
+        copy: usize,
+        data: &[u8],
+    ) -> Result<(), UmoError> {
+        let n = self.copy_node(addr, copy).await?;
+        let mut verbs = [Verb::Write {
+            region: addr.region(),
+            offset: addr.offset(),
+            data,
+        }];
+        self.post_on(n, &mut verbs).await
+    }
+
+    /// Compare-and-swap on copy `copy` of the region only (recovery, fault injection);
+    /// returns the word found.
+    pub async fn cas_copy(
+        &self,
+        addr: GlobalAddr,
+        copy: usize,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, UmoError> {
+        let n = self.copy_node(addr, copy).await?;
+        self.cas_on(n, addr, expected, new).await
     }
 
     /// Writes every range to every copy of its region: one posted batch per node.
