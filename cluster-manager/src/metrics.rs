@@ -35,6 +35,11 @@ pub fn heartbeat() {
     metrics::counter!(names::HEARTBEATS.name).increment(1);
 }
 
+/// Agents whose lease lapsed were removed (their shards went to live agents).
+pub fn agents_failed_over(n: usize) {
+    metrics::counter!(names::AGENT_FAILOVERS.name).increment(n as u64);
+}
+
 /// A region request was answered: granted, or refused.
 pub fn region_request(granted: bool) {
     let d = if granted {

@@ -166,6 +166,12 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         })
         .await?;
         router.renew_lease_of(map.lease_ms, registering);
+        // Four heartbeats a lease (at most one a second): a late one or two lapse
+        // nothing.
+        let heartbeat_every = Duration::from_millis(match map.lease_ms {
+            0 => 1000,
+            lease => (lease / 4).clamp(50, 1000),
+        });
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
             router.apply(id, map).await,
         ));
@@ -193,7 +199,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                     membership::RenewHook(Arc::new(move |sent| router.renew_lease(sent)))
                 },
             },
-            Duration::from_secs(1),
+            heartbeat_every,
         );
         me = Some((url, id));
     }

@@ -76,6 +76,7 @@ pub fn collect(engine: &Engine) {
     gauge(agent::POOL_REGIONS, u64::from(p.regions));
     counter(agent::TABLE_SPLITS, d.splits);
     counter(agent::TABLE_RETRIES, d.retries);
+    counter(agent::RECOVERED_COMMITS, d.recovered_commits);
     gauge(agent::LOCAL_CACHE_KEYS, c.keys);
     gauge(agent::LOCAL_CACHE_BYTES, c.bytes);
     counter(agent::LOCAL_CACHE_HITS, c.hits);

@@ -265,6 +265,12 @@ impl ClusterManager {
     }
 
     fn launched_pids(&self) -> Vec<i32> {
+        self.launched().into_iter().map(|(_, pid)| pid).collect()
+    }
+
+    /// The agents the manager's launcher started, as (listen address, pid), from its
+    /// state file.
+    pub fn launched(&self) -> Vec<(String, i32)> {
         let Ok(text) = std::fs::read_to_string(&self.state) else {
             return Vec::new();
         };
@@ -274,9 +280,8 @@ impl ClusterManager {
         v["launched"]
             .as_object()
             .map(|m| {
-                m.values()
-                    .filter_map(|r| r["pid"].as_i64())
-                    .map(|p| p as i32)
+                m.iter()
+                    .filter_map(|(listen, r)| Some((listen.clone(), r["pid"].as_i64()? as i32)))
                     .collect()
             })
             .unwrap_or_default()

@@ -174,6 +174,49 @@ impl Manager {
         Ok(())
     }
 
+    /// Agent failover: removes the agents whose lease lapsed (no heartbeat for a whole
+    /// lease), so that their shards go to the live agents of their instance at a new
+    /// epoch. The agents gaining them write only once the lapsed one has been silent
+    /// for one and a half leases ([`released`](Self::released)), when it has stopped
+    /// writing by itself, and they first resolve the commits it left half-way. An
+    /// instance with no live agent keeps its agents (there is no one to hand the shards
+    /// to, and they may come back). Returns the agents removed.
+    pub fn remove_lapsed_agents(&self) -> Result<Vec<AgentId>, ManagerError> {
+        let agents: Vec<(AgentId, String)> = {
+            let s = self.state.lock();
+            s.agents
+                .values()
+                .map(|a| (a.id, a.instance.clone()))
+                .collect()
+        };
+        let lapsed: Vec<AgentId> = agents
+            .iter()
+            .filter(|(id, instance)| {
+                !self.alive(Member::Agent(*id))
+                    && agents
+                        .iter()
+                        .any(|(other, i)| i == instance && self.alive(Member::Agent(*other)))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if !lapsed.is_empty() {
+            self.remove_agents(&lapsed)?;
+        }
+        Ok(lapsed)
+    }
+
+    /// Counts every registered agent as heard from now (a manager that did not run
+    /// for a while heard no heartbeats: it gives each agent a lease to check in again
+    /// before [`remove_lapsed_agents`](Self::remove_lapsed_agents) acts).
+    pub fn renew_agents(&self) {
+        let ids: Vec<AgentId> = self.state.lock().agents.keys().copied().collect();
+        let now = Instant::now();
+        let mut seen = self.seen.lock();
+        for id in ids {
+            seen.insert(Member::Agent(id), now);
+        }
+    }
+
     /// The agent registered at `listen`.
     pub fn agent_at(&self, listen: &str) -> Option<AgentId> {
         self.state
@@ -238,6 +281,42 @@ mod tests {
         assert_eq!(m.status().agents[0].shards, 8);
         assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         assert!(m.remove_agent(b).is_err());
+    }
+
+    /// Agent failover (issue 15): an agent silent for a lease is removed and its shards
+    /// go to the live agents; an instance whose agents are all silent keeps them.
+    #[test]
+    fn lapsed_agents_are_removed_while_their_instance_has_a_live_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = Duration::from_millis(200);
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            lease,
+            PoolSettings::default(),
+        )
+        .unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        assert!(m.remove_lapsed_agents().unwrap().is_empty(), "both alive");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(
+            m.remove_lapsed_agents().unwrap().is_empty(),
+            "all silent: nobody to hand the shards to"
+        );
+        m.heartbeat(Member::Agent(a)).unwrap();
+        let version = m.map_version();
+        assert_eq!(m.remove_lapsed_agents().unwrap(), vec![b]);
+        assert!(m.map_version() > version, "a new map moves b's shards");
+        assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
+        // b is gone for good: its heartbeats are refused, so it stops by itself.
+        assert!(m.heartbeat(Member::Agent(b)).is_err());
+        // a may write b's old shards only once b has been silent 1.5 leases.
+        let v = m.map_version();
+        m.applied(a, v).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        m.heartbeat(Member::Agent(a)).unwrap();
+        assert!(m.released(a, v), "b has been silent 1.75 leases");
     }
 
     /// A gained shard is written only once every other agent of the instance, removed

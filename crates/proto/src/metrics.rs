@@ -107,6 +107,10 @@ pub mod agent {
         "dmc_agent_table_retries_total",
         "Optimistic retries in the hash table.",
     );
+    pub const RECOVERED_COMMITS: Desc = c(
+        "dmc_agent_recovered_commits_total",
+        "Slot words a stopped single-key commit left locked, rolled forward or undone.",
+    );
     pub const LOCAL_CACHE_KEYS: Desc = g(
         "dmc_agent_local_cache_keys",
         "Keys in the local DRAM cache.",
@@ -142,6 +146,7 @@ pub mod agent {
         POOL_REGIONS,
         TABLE_SPLITS,
         TABLE_RETRIES,
+        RECOVERED_COMMITS,
         LOCAL_CACHE_KEYS,
         LOCAL_CACHE_BYTES,
         LOCAL_CACHE_HITS,
@@ -227,6 +232,10 @@ pub mod manager {
         "dmc_manager_heartbeats_total",
         "Heartbeats received from memory nodes and agents.",
     );
+    pub const AGENT_FAILOVERS: Desc = c(
+        "dmc_manager_agent_failovers_total",
+        "Agents removed because their lease lapsed, their shards given to live agents.",
+    );
     pub const REGION_GRANTS: Desc = c(
         "dmc_manager_region_grants_total",
         "Regions granted to instances on demand.",
@@ -251,6 +260,7 @@ pub mod manager {
         REGIONS,
         MAP_VERSION,
         HEARTBEATS,
+        AGENT_FAILOVERS,
         REGION_GRANTS,
         REGION_GRANT_REFUSALS,
         SCALE_OPERATIONS,
