@@ -296,6 +296,58 @@ struct FailingPairs {
     /// Batches still let through before every later one fails, as a writer cut off
     /// from the nodes mid-commit (shared by all nodes' wrappers; negative: no limit).
     budget: Arc<std::sync::atomic::AtomicI64>,
+    /// Commit RPCs still let through before every later one fails, as a coordinator
+    /// that dies between a transaction's phases (negative: no limit).
+    commits: Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// The switches of [`FailingPairs`] wrappers, shared by every node's wrapper.
+#[derive(Clone)]
+struct Knobs {
+    fail: Arc<std::sync::atomic::AtomicBool>,
+    fail_publish: Arc<std::sync::atomic::AtomicBool>,
+    budget: Arc<std::sync::atomic::AtomicI64>,
+    commits: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl Knobs {
+    /// Everything lets through.
+    fn new() -> Knobs {
+        Knobs {
+            fail: Arc::new(false.into()),
+            fail_publish: Arc::new(false.into()),
+            budget: Arc::new((-1).into()),
+            commits: Arc::new((-1).into()),
+        }
+    }
+
+    /// A pool on `nodes`, every node's transport wrapped with these switches.
+    async fn pool(&self, nodes: &Nodes) -> Arc<Pool> {
+        let ts: Vec<Arc<dyn Transport>> = connect(nodes)
+            .await
+            .into_iter()
+            .map(|inner| {
+                Arc::new(FailingPairs {
+                    inner,
+                    fail: self.fail.clone(),
+                    fail_publish: self.fail_publish.clone(),
+                    budget: self.budget.clone(),
+                    commits: self.commits.clone(),
+                }) as Arc<dyn Transport>
+            })
+            .collect();
+        Pool::open(small(2), ts).await.unwrap()
+    }
+}
+
+/// A slot's word and metadata word on copy `copy`.
+async fn read_pair(pool: &Pool, slot: GlobalAddr, copy: usize) -> (u64, u64) {
+    let mut b = [0u8; 16];
+    pool.read_copy(slot, copy, &mut b).await.unwrap();
+    (
+        u64::from_le_bytes(b[..8].try_into().unwrap()),
+        u64::from_le_bytes(b[8..].try_into().unwrap()),
+    )
 }
 
 impl FailingPairs {
@@ -352,6 +404,14 @@ impl Transport for FailingPairs {
         req: dmc_verbs::wire::Request,
     ) -> futures::future::BoxFuture<'_, Result<dmc_verbs::wire::Response, dmc_verbs::VerbsError>>
     {
+        use std::sync::atomic::Ordering::SeqCst;
+        if matches!(req, dmc_verbs::wire::Request::Commit(_))
+            && self.commits.load(SeqCst) >= 0
+            && self.commits.fetch_sub(1, SeqCst) <= 0
+        {
+            self.commits.store(0, SeqCst);
+            return Box::pin(std::future::ready(Err(dmc_verbs::VerbsError::Closed)));
+        }
         self.inner.call(req)
     }
 }
@@ -364,23 +424,11 @@ impl Transport for FailingPairs {
 async fn a_failed_backup_write_unlocks_the_slot_and_restores_the_old_pair() {
     use dmc_umo::SlotWrite;
     let nodes = start_nodes(2, 64 << 20).await;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let fail_publish = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Only backups receive whole pairs (the primary gets its metadata and then its
     // word), so failing pairs on every node fails exactly the backup's write.
-    let ts: Vec<Arc<dyn Transport>> = connect(&nodes)
-        .await
-        .into_iter()
-        .map(|inner| {
-            Arc::new(FailingPairs {
-                inner,
-                fail: fail.clone(),
-                fail_publish: fail_publish.clone(),
-                budget: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
-            }) as Arc<dyn Transport>
-        })
-        .collect();
-    let pool = Pool::open(small(2), ts).await.unwrap();
+    let knobs = Knobs::new();
+    let (fail, fail_publish) = (knobs.fail.clone(), knobs.fail_publish.clone());
+    let pool = knobs.pool(&nodes).await;
     let block = pool.alloc(64, true).await.unwrap();
     let slot = block.addr;
     let first = SlotWrite {
@@ -391,17 +439,7 @@ async fn a_failed_backup_write_unlocks_the_slot_and_restores_the_old_pair() {
         meta: 7,
     };
     assert_eq!(pool.commit_slot(first).await, TxOutcome::Committed);
-    let read_pair = |copy: usize| {
-        let pool = &pool;
-        async move {
-            let mut b = [0u8; 16];
-            pool.read_copy(slot, copy, &mut b).await.unwrap();
-            (
-                u64::from_le_bytes(b[..8].try_into().unwrap()),
-                u64::from_le_bytes(b[8..].try_into().unwrap()),
-            )
-        }
-    };
+    let read_pair = |copy: usize| read_pair(&pool, slot, copy);
     // Whichever copy is the backup, the pair reached both.
     assert_eq!(read_pair(0).await, (0x40, 7));
     assert_eq!(read_pair(1).await, (0x40, 7));
@@ -454,32 +492,11 @@ async fn a_commit_cut_off_mid_way_is_rolled_forward_or_undone() {
     use dmc_umo::{SlotRecovery, SlotWrite};
     use std::sync::atomic::Ordering::SeqCst;
     let nodes = start_nodes(2, 64 << 20).await;
-    let budget = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-    let ts: Vec<Arc<dyn Transport>> = connect(&nodes)
-        .await
-        .into_iter()
-        .map(|inner| {
-            Arc::new(FailingPairs {
-                inner,
-                fail: Arc::new(false.into()),
-                fail_publish: Arc::new(false.into()),
-                budget: budget.clone(),
-            }) as Arc<dyn Transport>
-        })
-        .collect();
-    let pool = Pool::open(small(2), ts).await.unwrap();
+    let knobs = Knobs::new();
+    let budget = knobs.budget.clone();
+    let pool = knobs.pool(&nodes).await;
     let slot = pool.alloc(64, true).await.unwrap().addr;
-    let read_pair = |copy: usize| {
-        let pool = &pool;
-        async move {
-            let mut b = [0u8; 16];
-            pool.read_copy(slot, copy, &mut b).await.unwrap();
-            (
-                u64::from_le_bytes(b[..8].try_into().unwrap()),
-                u64::from_le_bytes(b[8..].try_into().unwrap()),
-            )
-        }
-    };
+    let read_pair = |copy: usize| read_pair(&pool, slot, copy);
     let write = |old: (u64, u64), new: (u64, u64)| SlotWrite {
         addr: slot,
         old: old.0,
@@ -489,7 +506,7 @@ async fn a_commit_cut_off_mid_way_is_rolled_forward_or_undone() {
     };
     assert_eq!(
         pool.roll_forward_slot(slot).await.unwrap(),
-        SlotRecovery::NotLocked
+        SlotRecovery::Agreed
     );
     assert_eq!(
         pool.commit_slot(write((0, 0), (0x40, 7))).await,
@@ -529,4 +546,78 @@ async fn a_commit_cut_off_mid_way_is_rolled_forward_or_undone() {
         TxOutcome::Committed
     );
     assert_eq!(read_pair(1).await, (0x100, 13));
+}
+
+/// A two-phase commit whose coordinator stopped after committing the backups: the
+/// primary's node aborts its part when the coordinator's session ends, leaving the
+/// primary's slot word behind the backups'. `roll_forward_slot` (what the shard's next
+/// owner runs) brings the primary forward, since the backups commit only after every
+/// copy voted yes.
+#[tokio::test]
+async fn a_two_phase_commit_that_reached_only_the_backups_is_rolled_forward() {
+    use dmc_umo::SlotRecovery;
+    use std::sync::atomic::Ordering::SeqCst;
+    let nodes = start_nodes(2, 64 << 20).await;
+    let knobs = Knobs::new();
+    let commits = knobs.commits.clone();
+    let coordinator = knobs.pool(&nodes).await;
+    let slot = coordinator.alloc(64, true).await.unwrap().addr;
+    let tx = |old: u64, new: u64, meta: u64| Tx {
+        shard: 3,
+        epoch: 1,
+        writes: vec![
+            TxWrite {
+                addr: slot,
+                expect: Some(old),
+                new,
+                in_word_lock: true,
+            },
+            TxWrite {
+                addr: slot.offset_by(8),
+                expect: None,
+                new: meta,
+                in_word_lock: false,
+            },
+        ],
+    };
+    assert_eq!(
+        coordinator.commit(&[tx(0, 0x40, 7)]).await,
+        vec![TxOutcome::Committed]
+    );
+    // The backups' commit goes through, the primary's (the second) does not.
+    commits.store(1, SeqCst);
+    let out = coordinator.commit(&[tx(0x40, 0x80, 9)]).await;
+    assert!(matches!(out[0], TxOutcome::Failed(_)), "{out:?}");
+    // The coordinator dies: its sessions end and the primary's node aborts its part.
+    drop(coordinator);
+    let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+    let read_word = |copy: usize| {
+        let pool = &pool;
+        async move {
+            let mut b = [0u8; 8];
+            pool.read_copy(slot, copy, &mut b).await.unwrap();
+            u64::from_le_bytes(b)
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while read_word(0).await != 0x40 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the primary's prepared part was never aborted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(read_word(1).await, 0x80, "the backup committed");
+    assert_eq!(
+        pool.roll_forward_slot(slot).await.unwrap(),
+        SlotRecovery::RolledForward {
+            word: 0x80,
+            meta: 9
+        }
+    );
+    assert_eq!((read_word(0).await, read_word(1).await), (0x80, 0x80));
+    assert_eq!(
+        pool.roll_forward_slot(slot).await.unwrap(),
+        SlotRecovery::Agreed
+    );
 }

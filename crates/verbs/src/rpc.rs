@@ -255,6 +255,10 @@ async fn write_loop(
         out.clear();
     }
     dead.store(true, Ordering::Release);
+    // The client is gone (or the connection broke): say so, or the read half would
+    // keep the connection, and the node the session with its prepared transactions,
+    // open until the process exits.
+    let _ = wr.shutdown().await;
 }
 
 async fn read_loop(

@@ -6,26 +6,28 @@
 //!
 //! Only the owner of a hash slot resolves its words, and only those no write of its
 //! own holds: when it gains the slot ([`Dht::recover_locked`], before its first
-//! write) and, for its own failed commits, from the maintenance tick
-//! ([`Dht::recover_in_doubt`]). A word that a two-phase commit holds is locked on every
-//! copy; a one-sided commit locks only the primary, so words locked on a backup too
-//! are left to the memory nodes' transaction recovery.
+//! write, which also repairs primaries a two-phase commit left behind its backups) and,
+//! for its own failed commits, from the maintenance tick ([`Dht::recover_in_doubt`]).
+//! A word locked on a backup belongs to a two-phase commit still prepared there: left
+//! to the memory nodes, which commit or abort it.
 
 use std::sync::atomic::Ordering;
 
-use dmc_umo::{GlobalAddr, SlotRecovery, WORD_LOCK};
+use dmc_umo::{GlobalAddr, SlotRecovery};
 
 use super::{Dht, DhtError};
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
 
 impl Dht {
-    /// Resolves every slot word of hash slots `range` left locked by a single-key
-    /// commit that stopped. The caller owns `range` and has no write to it in flight:
-    /// call it on gaining the slots, after their previous owner released them (or its
-    /// lease lapsed), before writing them. Returns how many slots it resolved.
+    /// Makes the copies of every slot of hash slots `range` agree again where a commit
+    /// stopped half-way: primaries left locked by a single-key commit, and primaries
+    /// whose slot word differs from a backup's (a two-phase commit that reached the
+    /// backups only). The caller owns `range` and has no write to it in flight: call it
+    /// on gaining the slots, after their previous owner released them (or its lease
+    /// lapsed), before writing them. Returns how many slots it repaired.
     pub async fn recover_locked(&self, range: std::ops::Range<u16>) -> Result<usize, DhtError> {
         let mut resolved = 0;
-        let mut table = vec![0u8; (self.buckets * layout::BUCKET) as usize];
+        let len = (self.buckets * layout::BUCKET) as usize;
         for slot in range {
             let Some(dir) = self.load_dir(slot).await? else {
                 continue;
@@ -36,8 +38,12 @@ impl Dht {
                     continue; // several directory entries share a subtable
                 }
                 done.push(subtable);
-                self.pool.read(subtable, &mut table).await?;
-                for at in Self::locked_words(&table) {
+                let copies = self.pool.copy_count(subtable.region()).await?;
+                let mut tables = vec![vec![0u8; len]; copies];
+                for (copy, table) in tables.iter_mut().enumerate() {
+                    self.pool.read_copy(subtable, copy, table).await?;
+                }
+                for at in Self::unsettled_words(&tables) {
                     if self.resolve(subtable.offset_by(at as u64)).await? {
                         resolved += 1;
                     }
@@ -45,46 +51,50 @@ impl Dht {
             }
         }
         if resolved > 0 {
-            tracing::info!(resolved, "rolled forward single-key commits left half-way");
+            tracing::info!(resolved, "repaired slots a stopped commit left half-way");
         }
         Ok(resolved)
     }
 
-    /// Offsets of the slot words with the lock bit in a subtable's bytes.
-    fn locked_words(table: &[u8]) -> impl Iterator<Item = usize> + '_ {
-        let buckets = table.len() / layout::BUCKET as usize;
-        (0..buckets).flat_map(move |b| {
-            (0..SLOTS_PER_BUCKET)
-                .map(move |i| {
+    /// Offsets of the slot words, in a subtable's copies (the primary's first), that
+    /// are locked on the primary or differ between copies.
+    fn unsettled_words(tables: &[Vec<u8>]) -> Vec<usize> {
+        let Some((primary, backups)) = tables.split_first() else {
+            return Vec::new();
+        };
+        let buckets = primary.len() / layout::BUCKET as usize;
+        (0..buckets)
+            .flat_map(|b| {
+                (0..SLOTS_PER_BUCKET).map(move |i| {
                     b * layout::BUCKET as usize
                         + layout::BUCKET_HEADER as usize
                         + i * layout::SLOT as usize
                 })
-                .filter(|&at| SlotWord(le64(table, at)).is_locked())
-        })
+            })
+            .filter(|&at| {
+                let word = le64(primary, at);
+                SlotWord(word).is_locked() || backups.iter().any(|t| le64(t, at) != word)
+            })
+            .collect()
     }
 
-    /// Resolves one locked slot word unless a two-phase commit holds it (its backups
-    /// are locked too). Whether it did.
+    /// Repairs one slot (see [`dmc_umo::Pool::roll_forward_slot`]); whether it changed
+    /// anything.
     async fn resolve(&self, addr: GlobalAddr) -> Result<bool, DhtError> {
-        let copies = self.pool.copy_count(addr.region()).await?;
-        for copy in 1..copies {
-            let mut word = [0u8; 8];
-            self.pool.read_copy(addr, copy, &mut word).await?;
-            if u64::from_le_bytes(word) & WORD_LOCK != 0 {
-                return Ok(false);
-            }
-        }
         let done = self.pool.roll_forward_slot(addr).await?;
-        if done != SlotRecovery::NotLocked {
+        let repaired = matches!(
+            done,
+            SlotRecovery::Unlocked { .. } | SlotRecovery::RolledForward { .. }
+        );
+        if repaired {
             self.counters.recovered.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 addr = addr.bits(),
                 ?done,
-                "resolved a half-done slot commit"
+                "repaired a half-done commit's slot"
             );
         }
-        Ok(done != SlotRecovery::NotLocked)
+        Ok(repaired)
     }
 
     /// Remembers a slot word this client's commit may have left locked (it failed with
