@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod failover;
 pub mod launcher;
 pub mod listener;
 pub mod manager;

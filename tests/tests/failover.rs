@@ -1,9 +1,10 @@
 //! Agent failover (issue 15, item 3): an agent killed with SIGKILL is removed by the
 //! manager once its lease lapses, its shards go to the live agent at a new epoch, and
 //! that agent takes them over once the dead one has been silent for one and a half
-//! leases (resolving any commit it left half-way). A redis-py client on the live agent
-//! (proxy mode) sees no error and loses no acknowledged write: writes to the dead
-//! agent's slots wait in the proxy's retries until the new owner writes them.
+//! leases (resolving any commit it left half-way); the launcher starts a replacement.
+//! A redis-py client on the live agent (proxy mode) sees no error and loses no
+//! acknowledged write: writes to the dead agent's slots wait in the proxy's retries
+//! until the new owner writes them.
 
 use std::time::{Duration, Instant};
 
@@ -57,10 +58,30 @@ fn a_killed_agents_shards_are_taken_over_without_client_errors() {
     let removed_after = killed.elapsed();
     assert_eq!(s["agents"][0]["listen"], survivor.as_str(), "{s}");
     assert_eq!(s["agents"][0]["shards"], s["shards"], "{s}");
+    // The launcher replaces the dead agent: the instance is back to two agents.
+    let s = c
+        .manager
+        .wait_for("a replacement agent", |s| {
+            s["agents"].as_array().is_some_and(|a| a.len() == 2)
+        })
+        .unwrap();
+    let replaced_after = killed.elapsed();
+    let listens: Vec<&str> = s["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["listen"].as_str())
+        .collect();
+    assert!(
+        listens.contains(&survivor.as_str()) && !listens.contains(&victim.as_str()),
+        "{s}"
+    );
     // Writes go on through the survivor for a while after the takeover.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(1500));
     let result = client.finish();
-    eprintln!("agent removed {removed_after:?} after SIGKILL; client: {result}");
+    eprintln!(
+        "agent removed {removed_after:?} and replaced {replaced_after:?} after SIGKILL; client: {result}"
+    );
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");

@@ -292,36 +292,9 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
                 }
             });
         }
-        // Agent failover: an agent silent for a whole lease leaves its instance, and
-        // its shards go to the live agents (checked four times a lease).
-        {
-            let manager = app.manager.clone();
-            let every = Duration::from_millis((config.lease_ms / 4).max(10));
-            tokio::spawn(async move {
-                let mut last = std::time::Instant::now();
-                loop {
-                    tokio::time::sleep(every).await;
-                    // The manager itself did not run for a while (stopped, paused, a
-                    // starved machine): the agents' heartbeats could not be heard, so
-                    // each gets a full lease to check in again, as after a restart.
-                    if last.elapsed() > every * 2 {
-                        manager.renew_agents();
-                    }
-                    last = std::time::Instant::now();
-                    match manager.remove_lapsed_agents() {
-                        Ok(gone) if !gone.is_empty() => {
-                            crate::metrics::agents_failed_over(gone.len());
-                            tracing::warn!(
-                                agents = ?gone,
-                                "agents' leases lapsed: removed, their shards given to live agents"
-                            )
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "removing lapsed agents failed"),
-                    }
-                }
-            });
-        }
+        // Agent failover: an agent silent for a whole lease leaves its instance, its
+        // shards go to the live agents, and a launched one is replaced.
+        crate::failover::spawn(app.clone(), Duration::from_millis(config.lease_ms));
         tracing::info!(%addr, state = %state.display(), "cluster manager serving");
         {
             let mut out = std::io::stdout().lock();

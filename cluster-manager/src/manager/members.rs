@@ -181,26 +181,21 @@ impl Manager {
     /// writing by itself, and they first resolve the commits it left half-way. An
     /// instance with no live agent keeps its agents (there is no one to hand the shards
     /// to, and they may come back). Returns the agents removed.
-    pub fn remove_lapsed_agents(&self) -> Result<Vec<AgentId>, ManagerError> {
-        let agents: Vec<(AgentId, String)> = {
-            let s = self.state.lock();
-            s.agents
-                .values()
-                .map(|a| (a.id, a.instance.clone()))
-                .collect()
-        };
-        let lapsed: Vec<AgentId> = agents
+    pub fn remove_lapsed_agents(&self) -> Result<Vec<AgentRecord>, ManagerError> {
+        let agents: Vec<AgentRecord> = self.state.lock().agents.values().cloned().collect();
+        let lapsed: Vec<AgentRecord> = agents
             .iter()
-            .filter(|(id, instance)| {
-                !self.alive(Member::Agent(*id))
+            .filter(|a| {
+                !self.alive(Member::Agent(a.id))
                     && agents
                         .iter()
-                        .any(|(other, i)| i == instance && self.alive(Member::Agent(*other)))
+                        .any(|b| b.instance == a.instance && self.alive(Member::Agent(b.id)))
             })
-            .map(|(id, _)| *id)
+            .cloned()
             .collect();
         if !lapsed.is_empty() {
-            self.remove_agents(&lapsed)?;
+            let ids: Vec<AgentId> = lapsed.iter().map(|a| a.id).collect();
+            self.remove_agents(&ids)?;
         }
         Ok(lapsed)
     }
@@ -306,7 +301,8 @@ mod tests {
         );
         m.heartbeat(Member::Agent(a)).unwrap();
         let version = m.map_version();
-        assert_eq!(m.remove_lapsed_agents().unwrap(), vec![b]);
+        let gone: Vec<_> = m.remove_lapsed_agents().unwrap();
+        assert_eq!(gone.iter().map(|a| a.id).collect::<Vec<_>>(), vec![b]);
         assert!(m.map_version() > version, "a new map moves b's shards");
         assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         // b is gone for good: its heartbeats are refused, so it stops by itself.

@@ -1,0 +1,82 @@
+//! Agent failover, run by the manager's serve loop: four times a lease, agents whose
+//! lease lapsed are removed from their instance (their shards go to the live agents,
+//! see [`Manager::remove_lapsed_agents`]), and each one this manager's launcher
+//! started is killed (a hung or paused process must never wake up and write) and
+//! replaced by a new agent, so the instance keeps its size. Agents started by hand
+//! are the operator's to replace.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::api::App;
+use crate::manager::Manager;
+use crate::state::AgentRecord;
+
+/// Starts the failover task; it runs for the life of the process.
+pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
+    let every = (lease / 4).max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut last = Instant::now();
+        loop {
+            tokio::time::sleep(every).await;
+            // The manager itself did not run for a while (stopped, paused, a starved
+            // machine): the agents' heartbeats could not be heard, so each gets a full
+            // lease to check in again, as after a restart.
+            if last.elapsed() > every * 2 {
+                app.manager.renew_agents();
+            }
+            last = Instant::now();
+            match app.manager.remove_lapsed_agents() {
+                Ok(gone) if !gone.is_empty() => {
+                    crate::metrics::agents_failed_over(gone.len());
+                    tracing::warn!(
+                        agents = ?gone.iter().map(|a| a.id).collect::<Vec<_>>(),
+                        "agents' leases lapsed: removed, their shards given to live agents"
+                    );
+                    replace_launched(&app, &gone).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "removing lapsed agents failed"),
+            }
+        }
+    })
+}
+
+/// Kills the launched ones among `gone` and starts as many new agents per instance.
+async fn replace_launched(app: &App, gone: &[AgentRecord]) {
+    let mut per_instance: BTreeMap<&str, usize> = BTreeMap::new();
+    let launched = app.manager.snapshot().launched;
+    for agent in gone {
+        let Some(rec) = launched.get(&agent.listen) else {
+            continue;
+        };
+        app.launcher.kill(rec);
+        if let Err(e) = app.manager.forget_launch(&rec.listen) {
+            tracing::warn!(listen = %rec.listen, error = %e, "forgetting a dead agent's launch failed");
+        }
+        *per_instance.entry(agent.instance.as_str()).or_default() += 1;
+    }
+    for (instance, n) in per_instance {
+        let _one = app.scaling.lock().await;
+        let target = live_agents(&app.manager, instance) + n;
+        match crate::scale::scale(
+            &app.manager,
+            app.launcher.as_ref(),
+            instance,
+            target,
+            app.times,
+        )
+        .await
+        {
+            Ok(report) => tracing::info!(
+                instance, started = ?report.started, "replaced agents whose lease lapsed"
+            ),
+            Err(e) => tracing::warn!(instance, error = %e, "replacing lapsed agents failed"),
+        }
+    }
+}
+
+fn live_agents(m: &Manager, instance: &str) -> usize {
+    m.snapshot().agents_of(instance).count()
+}
