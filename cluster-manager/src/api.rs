@@ -242,7 +242,10 @@ pub fn router(app: Arc<App>) -> Router {
             post(|State(app): Shared, Path(id): Path<u32>| async move {
                 metrics::heartbeat();
                 app.manager.heartbeat(Member::Node(id))?;
-                Ok::<_, ApiError>(StatusCode::NO_CONTENT)
+                // The lease, so the node heartbeats often enough for it.
+                Ok::<_, ApiError>(Json(serde_json::json!({
+                    "lease_ms": app.manager.lease().as_millis() as u64
+                })))
             }),
         )
         .route(

@@ -1,4 +1,5 @@
-//! Agent failover, run by the manager's serve loop: four times a lease, agents whose
+//! Failover, run by the manager's serve loop four times a lease. Memory nodes whose
+//! lease lapsed leave the region records ([`Manager::fail_lapsed_nodes`]). Agents whose
 //! lease lapsed are removed from their instance (their shards go to the live agents,
 //! see [`Manager::remove_lapsed_agents`]), and each one this manager's launcher
 //! started is killed (a hung or paused process must never wake up and write) and
@@ -24,9 +25,14 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
             // machine): the agents' heartbeats could not be heard, so each gets a full
             // lease to check in again, as after a restart.
             if last.elapsed() > every * 2 {
-                app.manager.renew_agents();
+                app.manager.renew_members();
             }
             last = Instant::now();
+            match app.manager.fail_lapsed_nodes().await {
+                Ok(failed) if !failed.is_empty() => crate::metrics::nodes_failed_over(failed.len()),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "taking failed memory nodes out failed"),
+            }
             match app.manager.remove_lapsed_agents() {
                 Ok(gone) if !gone.is_empty() => {
                     crate::metrics::agents_failed_over(gone.len());

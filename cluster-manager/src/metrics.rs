@@ -40,6 +40,11 @@ pub fn agents_failed_over(n: usize) {
     metrics::counter!(names::AGENT_FAILOVERS.name).increment(n as u64);
 }
 
+/// Memory nodes whose lease lapsed left the region records.
+pub fn nodes_failed_over(n: usize) {
+    metrics::counter!(names::NODE_FAILOVERS.name).increment(n as u64);
+}
+
 /// A region request was answered: granted, or refused.
 pub fn region_request(granted: bool) {
     let d = if granted {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec};
+use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec, RegionPlacement};
 use dmc_proto::shards::AgentId;
 
 use super::{Manager, ManagerError, Member, instance_in};
@@ -43,6 +43,16 @@ impl Manager {
                 .values()
                 .filter(|r| r.draining && r.instance == instance)
                 .map(|r| r.id)
+                .collect(),
+            regions: s
+                .regions
+                .values()
+                .filter(|r| r.instance == instance)
+                .map(|r| RegionPlacement {
+                    id: r.id,
+                    primary: r.primary,
+                    backups: r.backups.clone(),
+                })
                 .collect(),
             instance: InstanceSpec {
                 name: inst.name.clone(),

@@ -200,15 +200,22 @@ impl Manager {
         Ok(lapsed)
     }
 
-    /// Counts every registered agent as heard from now (a manager that did not run
-    /// for a while heard no heartbeats: it gives each agent a lease to check in again
-    /// before [`remove_lapsed_agents`](Self::remove_lapsed_agents) acts).
-    pub fn renew_agents(&self) {
-        let ids: Vec<AgentId> = self.state.lock().agents.keys().copied().collect();
+    /// Counts every registered agent and memory node as heard from now (a manager
+    /// that did not run for a while heard no heartbeats: it gives each a lease to
+    /// check in again before failover acts).
+    pub fn renew_members(&self) {
+        let members: Vec<Member> = {
+            let s = self.state.lock();
+            s.agents
+                .keys()
+                .map(|id| Member::Agent(*id))
+                .chain(s.nodes.keys().map(|id| Member::Node(*id)))
+                .collect()
+        };
         let now = Instant::now();
         let mut seen = self.seen.lock();
-        for id in ids {
-            seen.insert(Member::Agent(id), now);
+        for m in members {
+            seen.insert(m, now);
         }
     }
 

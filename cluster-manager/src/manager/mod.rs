@@ -21,6 +21,7 @@ use crate::state::{ClusterState, Instance, StateError, StateFile};
 mod instances;
 mod map;
 mod members;
+mod node_failover;
 mod regions;
 mod status;
 
@@ -191,6 +192,11 @@ impl Manager {
         drop(current);
         self.version.send_replace(version);
         Ok(out)
+    }
+
+    /// How long a member's lease lasts without a heartbeat.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     pub fn snapshot(&self) -> ClusterState {

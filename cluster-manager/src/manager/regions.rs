@@ -133,7 +133,7 @@ impl Manager {
         Ok(())
     }
 
-    async fn node_rpc(
+    pub(super) async fn node_rpc(
         &self,
         s: &ClusterState,
         node: u32,

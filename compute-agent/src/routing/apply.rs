@@ -30,6 +30,19 @@ impl Router {
         if old.as_ref().is_some_and(|o| o.version >= map.version) {
             return self.version();
         }
+        // Regions whose memory node failed: their remaining copies serve from now on.
+        let placements: Vec<(u16, dmc_umo::RegionRecord)> = map
+            .regions
+            .iter()
+            .map(|r| {
+                let rec = dmc_umo::RegionRecord {
+                    primary: r.primary,
+                    backups: r.backups.clone(),
+                };
+                (r.id, rec)
+            })
+            .collect();
+        self.engine.dht.pool().place_regions(&placements);
         let ownership = self.engine.dht.ownership();
         let mut changed = vec![false; HASH_SLOTS as usize];
         // First give up what this map takes away, so that no other agent waits on us

@@ -240,6 +240,7 @@ mod tests {
             instance: Default::default(),
             draining: vec![],
             lease_ms: 0,
+            regions: vec![],
         };
         let r = owner_ranges(&map);
         assert_eq!(r.first().map(|x| x.0), Some(0));

@@ -264,7 +264,7 @@ pub fn spawn(url: String, who: Registration, every: Duration) -> std::thread::Jo
         .expect("spawning the membership thread")
 }
 
-fn membership(url: String, who: Registration, every: Duration) {
+fn membership(url: String, who: Registration, mut every: Duration) {
     let agent = http(Duration::from_secs(5));
     let base = base(&url);
     let mut registered = matches!(who, Registration::Agent { .. });
@@ -303,9 +303,21 @@ fn membership(url: String, who: Registration, every: Duration) {
                 }
             };
             match beat {
-                Ok(r) if r.status().is_success() => {
-                    if let Registration::Agent { renewed, .. } = &who {
-                        (renewed.0)(sent);
+                Ok(mut r) if r.status().is_success() => {
+                    match &who {
+                        Registration::Agent { renewed, .. } => (renewed.0)(sent),
+                        // The manager tells a node its lease: four heartbeats a lease
+                        // (at most one a second), so a short lease does not lapse.
+                        Registration::Node { .. } => {
+                            let lease = r
+                                .body_mut()
+                                .read_json::<serde_json::Value>()
+                                .ok()
+                                .and_then(|v| v["lease_ms"].as_u64());
+                            if let Some(ms) = lease.filter(|ms| *ms > 0) {
+                                every = every.min(Duration::from_millis((ms / 4).max(50)));
+                            }
+                        }
                     }
                 }
                 Ok(r) if r.status().as_u16() == 404 => match who {

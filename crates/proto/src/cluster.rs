@@ -117,6 +117,19 @@ pub struct ClusterMap {
     /// another agent take its shards (0: an older manager, no deadline).
     #[serde(default)]
     pub lease_ms: u64,
+    /// Where the copies of the instance's regions are, its superblock region
+    /// included: a region whose node failed loses that copy here (a backup promoted if
+    /// it was the primary), and agents stop using it.
+    #[serde(default)]
+    pub regions: Vec<RegionPlacement>,
+}
+
+/// A region's copies: the primary's node and the backups' nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionPlacement {
+    pub id: u16,
+    pub primary: u32,
+    pub backups: Vec<u32>,
 }
 
 impl ClusterMap {
@@ -165,6 +178,7 @@ mod tests {
             instance: InstanceSpec::default(),
             draining: vec![],
             lease_ms: 0,
+            regions: vec![],
         };
         for slot in [0, 5000, 9000, 16383] {
             let want = map.shards.owner(slot).unwrap();

@@ -236,6 +236,10 @@ pub mod manager {
         "dmc_manager_agent_failovers_total",
         "Agents removed because their lease lapsed, their shards given to live agents.",
     );
+    pub const NODE_FAILOVERS: Desc = c(
+        "dmc_manager_node_failovers_total",
+        "Memory nodes whose lease lapsed, taken out of the region records (backups promoted).",
+    );
     pub const REGION_GRANTS: Desc = c(
         "dmc_manager_region_grants_total",
         "Regions granted to instances on demand.",
@@ -261,6 +265,7 @@ pub mod manager {
         MAP_VERSION,
         HEARTBEATS,
         AGENT_FAILOVERS,
+        NODE_FAILOVERS,
         REGION_GRANTS,
         REGION_GRANT_REFUSALS,
         SCALE_OPERATIONS,

@@ -221,6 +221,26 @@ impl Pool {
         regions[region as usize] = Some(entry);
     }
 
+    /// Applies the region placements the cluster manager decided (a failed memory
+    /// node's copies dropped, a backup promoted): a region this client knows is served
+    /// by its new copies from now on. One it does not know yet is learned later from
+    /// the superblock, which the manager updated too.
+    pub fn place_regions(&self, placements: &[(RegionId, RegionRecord)]) {
+        for (region, rec) in placements {
+            let known = self.regions.read().get(*region as usize).cloned().flatten();
+            let Some(old) = known else {
+                continue;
+            };
+            let Ok(entry) = self.entry_for(*region, rec) else {
+                continue;
+            };
+            if (old.primary, &old.backups) != (entry.primary, &entry.backups) {
+                tracing::warn!(region, primary = rec.primary, backups = ?rec.backups, "the region's copies changed");
+                self.set_entry(&mut self.regions.write(), *region, entry);
+            }
+        }
+    }
+
     /// Stops allocating in `region`: it is being returned to the memory nodes.
     pub fn retire_region(&self, region: RegionId) {
         self.alloc.lock().retire_region(region);

@@ -1,0 +1,193 @@
+//! Memory-node failover, first part (issue 15, item 2): a memory node whose lease
+//! lapsed loses its place in every region record. Where it held a backup the region
+//! runs on its remaining copies; where it held the primary, the first live backup is
+//! promoted (it holds every committed word: commits reach the backups first). The new
+//! records go to the instance's superblock (every live copy of its region table, so an
+//! agent opening the pool sees them) and into the cluster map, which agents apply
+//! before their next operations on the region. Not yet: copying the region to another
+//! node to restore `r` copies, and bringing a returning node's copies up to date (its
+//! stale copies are simply no longer used).
+
+use dmc_verbs::Verb;
+
+use super::{Manager, ManagerError, Member};
+use crate::state::RegionRecord;
+
+impl Manager {
+    /// Takes memory nodes whose lease lapsed out of every region record (see the
+    /// module doc); a region that would be left with no copy keeps its record (its
+    /// data is gone with the node; nothing better can be served). Returns the nodes
+    /// taken out, if any.
+    pub async fn fail_lapsed_nodes(&self) -> Result<Vec<u32>, ManagerError> {
+        let s = self.snapshot();
+        let dead: Vec<u32> = s
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| !self.alive(Member::Node(*n)))
+            .collect();
+        let changed: Vec<RegionRecord> = s
+            .regions
+            .values()
+            .filter_map(|r| without(r, &dead))
+            .collect();
+        if changed.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.update(|st| {
+            for r in &changed {
+                st.regions.insert(r.id, r.clone());
+            }
+            Ok(())
+        })?;
+        self.record_placements(&changed).await;
+        let failed: Vec<u32> = dead
+            .into_iter()
+            .filter(|n| s.regions.values().any(|r| r.copies().any(|c| c == *n)))
+            .collect();
+        tracing::warn!(nodes = ?failed, regions = changed.len(), "memory nodes failed: their copies left the region records");
+        Ok(failed)
+    }
+
+    /// Writes the records of `regions` into their instances' superblocks, on every
+    /// live copy of each superblock region (best effort: a copy that fails is logged;
+    /// agents also get the records with the map).
+    async fn record_placements(&self, regions: &[RegionRecord]) {
+        let s = self.snapshot();
+        for r in regions {
+            let Some(sb) = s
+                .instances
+                .get(&r.instance)
+                .and_then(|i| s.regions.get(&i.super_region))
+            else {
+                continue;
+            };
+            let entry = dmc_umo::RegionRecord {
+                primary: r.primary,
+                backups: r.backups.clone(),
+            }
+            .encode();
+            for node in sb.copies() {
+                let written = async {
+                    let t = self.node_rpc(&s, node).await?;
+                    let mut verbs = [Verb::Write {
+                        region: sb.id,
+                        offset: dmc_umo::RegionRecord::offset(r.id),
+                        data: &entry,
+                    }];
+                    t.post(&mut verbs).await.map_err(|e| ManagerError::Node {
+                        node,
+                        message: e.to_string(),
+                    })
+                }
+                .await;
+                if let Err(e) = written {
+                    tracing::warn!(region = r.id, node, error = %e, "recording a region's new copies failed");
+                }
+            }
+        }
+    }
+}
+
+/// `r` without its copies on `dead` nodes, the first live copy its primary; `None`
+/// when nothing changes, or when no copy would be left (the data is gone with the
+/// nodes: the record stays as it was).
+fn without(r: &RegionRecord, dead: &[u32]) -> Option<RegionRecord> {
+    let live: Vec<u32> = r.copies().filter(|c| !dead.contains(c)).collect();
+    if live.len() == r.copies().count() {
+        return None;
+    }
+    let Some((&primary, backups)) = live.split_first() else {
+        tracing::error!(
+            region = r.id,
+            "every copy of the region is on failed memory nodes"
+        );
+        return None;
+    };
+    if primary != r.primary {
+        tracing::warn!(
+            region = r.id,
+            from = r.primary,
+            to = primary,
+            "promoted a backup to primary"
+        );
+    }
+    Some(RegionRecord {
+        primary,
+        backups: backups.to_vec(),
+        ..r.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dmc_proto::ByteSize;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
+
+    use crate::manager::{Manager, Member, PoolSettings};
+    use crate::state::{RegionRecord, StateFile};
+
+    /// A lapsed node leaves every region record once, a backup promoted where it was
+    /// the primary; a region with no other copy keeps its record; the map carries the
+    /// new placements; nothing changes (no new map) on later checks.
+    #[tokio::test]
+    async fn a_lapsed_node_leaves_the_region_records_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            Duration::from_millis(100),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        for id in 1..=3u32 {
+            // Nothing listens there: recording in the superblock fails fast, logged.
+            m.add_node(id, format!("127.0.0.1:{id}"), ByteSize(1 << 30))
+                .unwrap();
+        }
+        let rec = |id: u16, primary: u32, backups: Vec<u32>| RegionRecord {
+            id,
+            instance: D.to_string(),
+            primary,
+            backups,
+            size: ByteSize(1 << 20),
+            draining: false,
+        };
+        m.update(|s| {
+            for r in [rec(1, 1, vec![2]), rec(2, 2, vec![1, 3]), rec(3, 1, vec![])] {
+                s.regions.insert(r.id, r);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert!(m.fail_lapsed_nodes().await.unwrap().is_empty(), "all alive");
+        std::thread::sleep(Duration::from_millis(150));
+        m.heartbeat(Member::Node(2)).unwrap();
+        m.heartbeat(Member::Node(3)).unwrap();
+        assert_eq!(m.fail_lapsed_nodes().await.unwrap(), vec![1]);
+        let s = m.snapshot();
+        assert_eq!(
+            (s.regions[&1].primary, s.regions[&1].backups.clone()),
+            (2, vec![])
+        );
+        assert_eq!(
+            (s.regions[&2].primary, s.regions[&2].backups.clone()),
+            (2, vec![3])
+        );
+        assert_eq!(
+            (s.regions[&3].primary, s.regions[&3].backups.clone()),
+            (1, vec![])
+        );
+        let map = m.map(D).unwrap();
+        assert!(
+            map.regions
+                .iter()
+                .any(|r| r.id == 1 && r.primary == 2 && r.backups.is_empty())
+        );
+        let version = m.map_version();
+        assert!(m.fail_lapsed_nodes().await.unwrap().is_empty());
+        assert_eq!(m.map_version(), version, "no change, no new map");
+    }
+}
