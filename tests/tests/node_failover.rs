@@ -71,6 +71,12 @@ fn a_killed_memory_node_leaves_the_regions_and_two_phase_writes_go_on() {
     for r in regions(&c) {
         assert!(r["primary"].as_u64().is_some_and(|p| p != victim), "{r}");
     }
+    // The operator sees which regions run on fewer copies than the pool's replicas.
+    let table = c.manager.cli(&["regions", "list"]).unwrap();
+    assert!(
+        table.contains("degraded") && table.contains("1/2"),
+        "{table}"
+    );
     wait_until("a two-phase write to go through", || {
         redis_cli(&port, &["MSET", "a", "10", "b", "20"]) == "OK"
     });

@@ -216,20 +216,53 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(());
             }
+            // Copies are counted against the pool's replicas, and a copy on a node
+            // whose lease lapsed (not yet failed over) is marked with `!`.
+            let status: serde_json::Value =
+                ok(agent.get(url("/v1/status")).call().map_err(fail)?)?
+                    .body_mut()
+                    .read_json()
+                    .context("reading the manager's reply")?;
+            let replicas = status["replicas"].as_u64().unwrap_or(0) as usize;
+            let dead: Vec<u64> = status["nodes"]
+                .as_array()
+                .map(|n| {
+                    n.iter()
+                        .filter(|n| n["alive"] == false)
+                        .filter_map(|n| n["id"].as_u64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let node = |n: u32| {
+                let mark = if dead.contains(&u64::from(n)) {
+                    "!"
+                } else {
+                    ""
+                };
+                format!("{n}{mark}")
+            };
             println!(
-                "{:>6}  {:<12} {:>10}  {:>7}  {:<10} STATE",
-                "REGION", "INSTANCE", "SIZE", "PRIMARY", "BACKUPS"
+                "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {:>6}  STATE",
+                "REGION", "INSTANCE", "SIZE", "PRIMARY", "BACKUPS", "COPIES"
             );
             for r in &list {
-                let backups: Vec<String> = r.backups.iter().map(|b| b.to_string()).collect();
+                let backups: Vec<String> = r.backups.iter().map(|b| node(*b)).collect();
+                let copies = 1 + r.backups.len();
+                let state = if r.draining {
+                    "draining"
+                } else if copies < replicas {
+                    "degraded"
+                } else {
+                    "active"
+                };
                 println!(
-                    "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {}",
+                    "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {:>6}  {state}",
                     r.id,
                     r.instance,
                     human(r.size.0),
-                    r.primary,
+                    node(r.primary),
                     backups.join(","),
-                    if r.draining { "draining" } else { "active" }
+                    format!("{copies}/{replicas}"),
                 );
             }
         }
