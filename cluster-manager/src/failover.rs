@@ -1,5 +1,7 @@
 //! Failover, run by the manager's serve loop four times a lease. Memory nodes whose
-//! lease lapsed leave the region records ([`Manager::fail_lapsed_nodes`]). Agents whose
+//! lease lapsed leave the region records ([`Manager::fail_lapsed_nodes`]), and the
+//! stale copies of one that comes back are dropped ([`Manager::drop_stale_copies`],
+//! every two leases). Agents whose
 //! lease lapsed are removed from their instance (their shards go to the live agents,
 //! see [`Manager::remove_lapsed_agents`]), and each one this manager's launcher
 //! started is killed (a hung or paused process must never wake up and write) and
@@ -19,6 +21,7 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
     let every = (lease / 4).max(Duration::from_millis(10));
     tokio::spawn(async move {
         let mut last = Instant::now();
+        let mut tick = 0u64;
         loop {
             tokio::time::sleep(every).await;
             // The manager itself did not run for a while (stopped, paused, a starved
@@ -32,6 +35,13 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
                 Ok(failed) if !failed.is_empty() => crate::metrics::nodes_failed_over(failed.len()),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "taking failed memory nodes out failed"),
+            }
+            // Every two leases: stale copies on nodes that came back after failing.
+            tick += 1;
+            if tick.is_multiple_of(8)
+                && let Err(e) = app.manager.drop_stale_copies().await
+            {
+                tracing::warn!(error = %e, "dropping stale region copies failed");
             }
             match app.manager.remove_lapsed_agents() {
                 Ok(gone) if !gone.is_empty() => {

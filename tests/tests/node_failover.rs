@@ -4,11 +4,12 @@
 //! that in the instance's superblock and the map, and the agent serves from the
 //! remaining copies: two-phase writes (MSET, DEL), which need every copy's node to
 //! answer, work again, and every key written before reads back. (Re-replication to
-//! restore two copies is not built yet.)
+//! restore two copies is not built yet.) When the node comes back, its stale copies
+//! are dropped.
 
 use std::time::Instant;
 
-use dmc_e2e::{TestCluster, http_get, port_of, redis_cli, wait_until};
+use dmc_e2e::{MemoryNode, TestCluster, http_get, port_of, redis_cli, wait_until};
 
 fn regions(c: &TestCluster) -> Vec<serde_json::Value> {
     let addr = c.manager.url.trim_start_matches("http://");
@@ -93,4 +94,24 @@ fn a_killed_memory_node_leaves_the_regions_and_two_phase_writes_go_on() {
     assert_eq!(redis_cli(&port, &["GET", "k2"]), "new");
     assert_eq!(redis_cli(&port, &["MGET", "a", "b"]), "10\n20");
     assert_eq!(redis_cli(&port, &["EXISTS", "k0"]), "0");
+    // The node comes back with its old region files: stale, so they are dropped,
+    // never served.
+    let dir = c.node_dirs[victim as usize - 1].path().to_path_buf();
+    let files = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("region-"))
+            .count()
+    };
+    assert!(files(&dir) > 0, "the killed node left its region files");
+    c.nodes[victim as usize - 1] =
+        MemoryNode::start_with(victim as u32, &dir, "512mb", &["--manager", &c.manager.url])
+            .unwrap();
+    wait_until("the returning node's stale copies to be dropped", || {
+        files(&dir) == 0
+    });
+    assert!(regions(&c).iter().all(|r| !holds(r, victim)));
+    assert_eq!(redis_cli(&port, &["GET", "k3"]), "v3");
 }

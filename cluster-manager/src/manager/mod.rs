@@ -101,6 +101,9 @@ pub struct Manager {
     vacated: Mutex<HashMap<u16, HashMap<AgentId, u64>>>,
     /// The map version of the last change of slot owners.
     shards_changed: Mutex<u64>,
+    /// The map version that last took failed memory nodes out of region records:
+    /// their stale copies are dropped only once every agent follows it.
+    placements_changed: Mutex<u64>,
     /// Reach memory nodes over TLS with this CA (none: plain TCP).
     node_tls: Option<dmc_verbs::tls::ClientTls>,
 }
@@ -157,6 +160,7 @@ impl Manager {
             granting: tokio::sync::Mutex::new(()),
             vacated: Mutex::new(HashMap::new()),
             shards_changed: Mutex::new(0),
+            placements_changed: Mutex::new(0),
             node_tls: None,
         };
         // Vacate reports are not persisted: after a restart, a new map version makes

@@ -4,9 +4,9 @@
 //! promoted (it holds every committed word: commits reach the backups first). The new
 //! records go to the instance's superblock (every live copy of its region table, so an
 //! agent opening the pool sees them) and into the cluster map, which agents apply
-//! before their next operations on the region. Not yet: copying the region to another
-//! node to restore `r` copies, and bringing a returning node's copies up to date (its
-//! stale copies are simply no longer used).
+//! before their next operations on the region. A node that comes back has its stale
+//! copies dropped ([`Manager::drop_stale_copies`]), never served. Not yet: copying a
+//! region to another node to restore `r` copies.
 
 use dmc_verbs::Verb;
 
@@ -40,6 +40,7 @@ impl Manager {
             }
             Ok(())
         })?;
+        *self.placements_changed.lock() = self.map_version();
         self.record_placements(&changed).await;
         let failed: Vec<u32> = dead
             .into_iter()
@@ -47,6 +48,64 @@ impl Manager {
             .collect();
         tracing::warn!(nodes = ?failed, regions = changed.len(), "memory nodes failed: their copies left the region records");
         Ok(failed)
+    }
+
+    /// Drops, on every live memory node, the copies of regions whose record no
+    /// longer lists that node: a node that failed, left the records and came back holds
+    /// stale data there, which must never be served (nor take its capacity). Only once
+    /// every live agent follows the map that took the node out, so no agent still
+    /// reads those copies. Regions without a record are left alone (a grant in
+    /// progress creates its copies before it records them). Returns what it dropped,
+    /// as (node, region).
+    pub async fn drop_stale_copies(&self) -> Result<Vec<(u32, u16)>, ManagerError> {
+        let changed = *self.placements_changed.lock();
+        if changed == 0 {
+            return Ok(Vec::new());
+        }
+        let s = self.snapshot();
+        if !s
+            .instances
+            .keys()
+            .all(|i| self.applied_by_all(i, changed, &[]))
+        {
+            return Ok(Vec::new());
+        }
+        let mut dropped = Vec::new();
+        for &node in s.nodes.keys().filter(|n| self.alive(Member::Node(**n))) {
+            let t = self.node_rpc(&s, node).await?;
+            let held = match t.list_regions().await {
+                Ok(held) => held,
+                Err(e) => {
+                    // A broken connection is reopened next time.
+                    self.node_rpc.lock().await.remove(&node);
+                    tracing::debug!(node, error = %e, "listing a node's regions failed");
+                    continue;
+                }
+            };
+            for (region, _) in held {
+                let stale = s
+                    .regions
+                    .get(&region)
+                    .is_some_and(|r| !r.copies().any(|c| c == node));
+                if !stale {
+                    continue;
+                }
+                match t.drop_region(region).await {
+                    Ok(()) => {
+                        tracing::warn!(
+                            node,
+                            region,
+                            "dropped a stale copy a failed node came back with"
+                        );
+                        dropped.push((node, region));
+                    }
+                    Err(e) => {
+                        tracing::warn!(node, region, error = %e, "dropping a stale copy failed")
+                    }
+                }
+            }
+        }
+        Ok(dropped)
     }
 
     /// Writes the records of `regions` into their instances' superblocks, on every
