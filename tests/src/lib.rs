@@ -349,6 +349,20 @@ impl TestCluster {
         })
     }
 
+    /// A manager with 64 MiB regions of 1 MiB segments and `extra` flags, launching
+    /// agents in `routing` mode (drain timeout 5 s), and `nodes` memory nodes of
+    /// 512 MiB: the cluster the scaling and failover tests start from.
+    pub fn routed(routing: &str, nodes: u32, extra: &[&str]) -> Result<TestCluster> {
+        let mut args = vec!["--region-size", "64mb", "--segment-size", "1mb"];
+        args.extend_from_slice(extra);
+        TestCluster::start(
+            &args,
+            &format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
+            nodes,
+            "512mb",
+        )
+    }
+
     /// `agents scale N --json`: the report, checked to reach `n`.
     pub fn scale(&self, n: usize) -> Result<serde_json::Value> {
         self.scale_instance("default", n)

@@ -12,22 +12,7 @@ use dmc_e2e::{PyClient, TestCluster, http_get, metric, port_of};
 
 #[test]
 fn a_killed_agents_shards_are_taken_over_without_client_errors() {
-    let c = TestCluster::start(
-        &[
-            "--region-size",
-            "64mb",
-            "--segment-size",
-            "1mb",
-            "--shards",
-            "64",
-            "--lease-ms",
-            "1000",
-        ],
-        "log = \"warn\"\nrouting = \"proxy\"\n",
-        2,
-        "512mb",
-    )
-    .unwrap();
+    let c = TestCluster::routed("proxy", 2, &["--shards", "64", "--lease-ms", "1000"]).unwrap();
     let report = c.scale(2).unwrap();
     let started: Vec<String> = report["started"]
         .as_array()

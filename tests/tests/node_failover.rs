@@ -29,22 +29,7 @@ fn holds(region: &serde_json::Value, node: u64) -> bool {
 
 #[test]
 fn a_killed_memory_node_leaves_the_regions_and_two_phase_writes_go_on() {
-    let mut c = TestCluster::start(
-        &[
-            "--region-size",
-            "64mb",
-            "--segment-size",
-            "1mb",
-            "--shards",
-            "16",
-            "--lease-ms",
-            "1500",
-        ],
-        "log = \"warn\"\nrouting = \"proxy\"\n",
-        3,
-        "512mb",
-    )
-    .unwrap();
+    let mut c = TestCluster::routed("proxy", 3, &["--shards", "16", "--lease-ms", "1500"]).unwrap();
     let report = c.scale(1).unwrap();
     let port = port_of(&report["started"][0]);
     for i in 0..300 {

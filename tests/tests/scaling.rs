@@ -14,22 +14,9 @@ fn cluster(routing: &str) -> TestCluster {
 
 /// [`cluster`] with more manager flags.
 fn cluster_with(routing: &str, extra: &[&str]) -> TestCluster {
-    let mut args = vec![
-        "--region-size",
-        "64mb",
-        "--segment-size",
-        "1mb",
-        "--shards",
-        "64",
-    ];
+    let mut args = vec!["--shards", "64"];
     args.extend_from_slice(extra);
-    TestCluster::start(
-        &args,
-        &format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
-        2,
-        "512mb",
-    )
-    .unwrap()
+    TestCluster::routed(routing, 2, &args).unwrap()
 }
 
 /// 600 SETs in one pipeline, then 600 GETs in another, through one agent: every reply

@@ -23,12 +23,9 @@ impl Dht {
         let loc: Loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
         for attempt in 0..MAX_RETRIES {
-            // As in `install`: no rebuild of the hash slot between probe and commit.
-            let split_guard = self.no_rebuild(loc.slot).await;
-            let (probe, found) = self.lookup(&loc, key, true).await?;
-            let Some(probe) = probe else {
-                drop(split_guard);
-                self.create_partition(loc.slot, lease).await?;
+            let Some((split_guard, probe, found)) =
+                self.probe_for_write(&loc, lease, key, true).await?
+            else {
                 continue;
             };
             let (abs, now) = self.now();

@@ -263,14 +263,9 @@ impl Dht {
     ) -> Result<SetOutcome, DhtError> {
         let new_word = SlotWord::new(loc.fp, obj);
         for attempt in 0..MAX_RETRIES {
-            // No rebuild of this hash slot's subtables between the probe and the commit:
-            // the slot found is the key's live slot (a one-sided write validates no
-            // bucket header), and its memory is not freed and reused meanwhile.
-            let split_guard = self.no_rebuild(loc.slot).await;
-            let (probe, found) = self.lookup(loc, key, opts.get).await?;
-            let Some(probe) = probe else {
-                drop(split_guard);
-                self.create_partition(loc.slot, lease).await?;
+            let Some((split_guard, probe, found)) =
+                self.probe_for_write(loc, lease, key, opts.get).await?
+            else {
                 continue;
             };
             let (abs, now) = self.now();
@@ -321,6 +316,32 @@ impl Dht {
         Err(DhtError::Contention(loc.slot))
     }
 
+    /// Probes `key` for a one-sided write, holding the hash slot's rebuild lock
+    /// (shared) until the caller's commit: no rebuild of its subtables between the
+    /// probe and the commit, so the slot found is the key's live slot (a one-sided
+    /// write validates no bucket header) and its memory is not freed and reused
+    /// meanwhile. `None`: the hash slot had no partition yet; it was created, probe
+    /// again.
+    pub(super) async fn probe_for_write(
+        &self,
+        loc: &Loc,
+        lease: Lease,
+        key: &[u8],
+        want_value: bool,
+    ) -> Result<Option<(tokio::sync::RwLockReadGuard<'_, ()>, Probe, Option<Found>)>, DhtError>
+    {
+        let guard = self.no_rebuild(loc.slot).await;
+        let (probe, found) = self.lookup(loc, key, want_value).await?;
+        match probe {
+            Some(probe) => Ok(Some((guard, probe, found))),
+            None => {
+                drop(guard);
+                self.create_partition(loc.slot, lease).await?;
+                Ok(None)
+            }
+        }
+    }
+
     /// The slot a one-sided write of a key goes to, with the words it holds: the key's
     /// own (`found`) or an empty one; `None` when both buckets are full (split first).
     pub(super) fn target_slot(
@@ -361,24 +382,30 @@ impl Dht {
         // A writer that dies mid-commit, for the recovery tests: `return(1)` stops
         // after locking the primary, `return(2)` after the backups got the new pair.
         #[cfg(feature = "failpoints")]
-        if let Some(Some(steps)) = fail::eval("dht-one-sided-cut-off", |arg| {
+        let cut_off = fail::eval("dht-one-sided-cut-off", |arg| {
             arg.and_then(|s| s.parse::<u32>().ok())
-        }) {
-            self.cut_off_commit(steps, addr, old, new, meta).await?;
-            self.in_doubt(loc.slot, addr);
-            let cut = dmc_umo::UmoError::Config("cut off by a fail point".into());
-            return Ok(TxOutcome::Failed(cut));
-        }
-        let outcome = self
-            .pool
-            .commit_slot(SlotWrite {
-                addr,
-                old: old.0,
-                old_meta: old_meta.0,
-                new: new.0,
-                meta: meta.0,
-            })
-            .await;
+        })
+        .flatten();
+        #[cfg(not(feature = "failpoints"))]
+        let cut_off: Option<u32> = None;
+        let outcome = match cut_off {
+            Some(_steps) => {
+                #[cfg(feature = "failpoints")]
+                self.cut_off_commit(_steps, addr, old, new, meta).await?;
+                TxOutcome::Failed(dmc_umo::UmoError::Config("cut off by a fail point".into()))
+            }
+            None => {
+                self.pool
+                    .commit_slot(SlotWrite {
+                        addr,
+                        old: old.0,
+                        old_meta: old_meta.0,
+                        new: new.0,
+                        meta: meta.0,
+                    })
+                    .await
+            }
+        };
         if matches!(outcome, TxOutcome::Failed(_)) {
             // A node stopped answering mid-commit: the slot may be left locked.
             self.in_doubt(loc.slot, addr);
