@@ -10,13 +10,15 @@
 //! | `POST /v1/agents` `{listen, instance?}` | register an agent of an instance (`default`): `{id}`; its shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
 //! | `GET /v1/agents/{id}/released?version=V` | `{released}`: whether the agent may write the shards it gained in map `V` (every other agent of its instance, and every one removed from it, applied `V` or has been silent 1.5 leases) |
-//! | `POST /v1/agents/{id}/heartbeat` `{applied}`? | renew an agent's lease; `applied`: the map version it follows |
+//! | `POST /v1/agents/{id}/heartbeat` `{applied, dirty}`? | renew an agent's lease; `applied`: the map version it follows; `dirty`: chunks of regions being filled it wrote |
 //! | `POST /v1/agents/scale` `{count, instance?}` | start or stop an instance's agents until `count` run |
 //! | `GET /v1/instances` | instances: maxmemory, policy, allocated and used bytes |
 //! | `POST /v1/instances` `{name, maxmemory, policy}` | create one (it reserves its superblock region) |
 //! | `PUT /v1/instances/{name}` `{maxmemory?, policy?}` | resize it / change its policy |
 //! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
+//! | `POST /v1/regions/{id}/migrate` `{to}` | move the region's primary role to node `to`, which holds a backup (copy-free; writes to it wait while the roles swap) |
+//! | `POST /v1/regions/{id}/copies` `{node, rate?}` | fill a new copy of the region on `node` while it serves, at `rate` bytes/s |
 //! | `POST /v1/regions/{id}/vacated` `{agent, version}` | an agent moved its data out of a draining region |
 //! | `GET /v1/map?instance=I&after=V&wait_ms=T` | instance `I`'s cluster map, once its version passes `V` (long poll, at most `T` ms) |
 
@@ -51,6 +53,8 @@ pub struct App {
     pub scaling: tokio::sync::Mutex<()>,
     /// Renders the process's metrics for `GET /metrics`.
     pub metrics: dmc_process::metrics::PrometheusHandle,
+    /// Bytes a second a new region copy is filled at (0: unbounded).
+    pub fill_rate: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,6 +80,22 @@ pub struct Heartbeat {
     /// Bytes of the agent's blocks per region, `(region, bytes)`.
     #[serde(default)]
     pub regions: Vec<(u16, u64)>,
+    /// Chunks of regions being filled the agent wrote since its last report.
+    #[serde(default)]
+    pub dirty: Vec<dmc_proto::cluster::DirtyChunks>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct MigrateRequest {
+    pub to: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FillRequest {
+    pub node: u32,
+    /// Copy rate in bytes a second (absent: the manager's `fill-rate`).
+    #[serde(default)]
+    pub rate: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -283,6 +303,9 @@ pub fn router(app: Arc<App>) -> Router {
                         serde_json::from_slice(&body)
                             .map_err(|e| ApiError(ManagerError::Invalid(e.to_string())))?
                     };
+                    // The chunks first: a fill that sees this version applied must
+                    // have them.
+                    app.manager.report_dirty(beat.dirty);
                     match beat.applied {
                         Some(v) => app.manager.applied(id, v)?,
                         None => app.manager.heartbeat(Member::Agent(id))?,
@@ -363,6 +386,23 @@ pub fn router(app: Arc<App>) -> Router {
         .route(
             "/v1/regions",
             get(|State(app): Shared| async move { Json(app.manager.regions()) }),
+        )
+        .route(
+            "/v1/regions/{id}/migrate",
+            post(
+                |State(app): Shared, Path(id): Path<u16>, Json(r): Json<MigrateRequest>| async move {
+                    Ok::<_, ApiError>(Json(app.manager.migrate_region(id, r.to).await?))
+                },
+            ),
+        )
+        .route(
+            "/v1/regions/{id}/copies",
+            post(
+                |State(app): Shared, Path(id): Path<u16>, Json(r): Json<FillRequest>| async move {
+                    let rate = r.rate.unwrap_or(app.fill_rate);
+                    Ok::<_, ApiError>(Json(app.manager.fill_copy(id, r.node, rate).await?))
+                },
+            ),
         )
         .route(
             "/v1/regions/{id}/vacated",

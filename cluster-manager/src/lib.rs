@@ -11,5 +11,6 @@ pub mod launcher;
 pub mod listener;
 pub mod manager;
 pub mod metrics;
+pub mod rereplicate;
 pub mod scale;
 pub mod state;

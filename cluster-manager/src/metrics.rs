@@ -45,6 +45,18 @@ pub fn nodes_failed_over(n: usize) {
     metrics::counter!(names::NODE_FAILOVERS.name).increment(n as u64);
 }
 
+/// A region's primary moved to a backup; its writes waited `block`.
+pub fn region_migrated(block: Duration) {
+    metrics::counter!(names::REGION_MIGRATIONS.name).increment(1);
+    metrics::histogram!(names::MIGRATION_WRITE_BLOCK.name).record(block.as_secs_f64());
+}
+
+/// A new region copy of `bytes` is complete.
+pub fn copy_filled(bytes: u64) {
+    metrics::counter!(names::COPIES_FILLED.name).increment(1);
+    metrics::counter!(names::BYTES_FILLED.name).increment(bytes);
+}
+
 /// A region request was answered: granted, or refused.
 pub fn region_request(granted: bool) {
     let d = if granted {

@@ -97,11 +97,24 @@ pub struct RegionRecord {
     /// Being vacated by the instance's agents before it is returned to the pool.
     #[serde(default)]
     pub draining: bool,
+    /// Nodes whose copy is being filled (re-replication or a drain): created, written
+    /// by every agent, not complete yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filling: Vec<u32>,
+    /// New writes wait: its roles are being swapped or a fill is being finished.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub frozen: bool,
 }
 
 impl RegionRecord {
+    /// The complete copies: the primary, then the backups.
     pub fn copies(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.primary).chain(self.backups.iter().copied())
+    }
+
+    /// Every node holding a copy of the region, complete or being filled.
+    pub fn holders(&self) -> impl Iterator<Item = u32> + '_ {
+        self.copies().chain(self.filling.iter().copied())
     }
 }
 
@@ -152,7 +165,7 @@ impl ClusterState {
     pub fn allocated_on(&self, node: u32) -> u64 {
         self.regions
             .values()
-            .filter(|r| r.copies().any(|n| n == node))
+            .filter(|r| r.holders().any(|n| n == node))
             .map(|r| r.size.0)
             .sum()
     }

@@ -98,6 +98,12 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let (pool, connections) = open_pool(&pool_cfg, super_region, source)
         .await
         .context("opening the memory pool")?;
+    if let Some(map) = first_map.as_ref().filter(|m| m.lease_ms > 0) {
+        // A command that hits a failed memory node waits for the failover (the node's
+        // lease lapses, the manager checks four times a lease, the map arrives) and
+        // is retried on the promoted copies, rather than failing.
+        pool.set_failover_wait(Duration::from_millis(map.lease_ms * 2 + 500));
+    }
     let policy = RedisPolicy::parse(&cfg.maxmemory_policy).context("maxmemory-policy")?;
     let ownership = match first_map {
         // A member of a cluster owns what the map says, once it is applied.
@@ -178,7 +184,8 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         router.drain(id);
         // Acknowledge the first map now: `agents scale` waits for it.
         let (u, v) = (url.clone(), applied.load(Ordering::Acquire));
-        let _ = tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || membership::report_applied(&u, id, v, &[])).await;
         watch_map(
             url.clone(),
             cfg.instance.clone(),

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dmc_proto::cluster::ClusterMap;
+use dmc_proto::cluster::{ClusterMap, DirtyChunks};
 
 use crate::config::PoolSection;
 use crate::pool::pool_from_map;
@@ -80,6 +80,7 @@ pub(crate) fn watch_map(
         .unwrap_or_default();
     use dmc_process::membership;
     tokio::spawn(async move {
+        let mut leaving = false;
         loop {
             let after = applied.load(Ordering::Acquire);
             let (u, i) = (url.clone(), instance.clone());
@@ -97,17 +98,48 @@ pub(crate) fn watch_map(
                 Ok(Ok(map)) if map.version > after => {
                     let removed = map.agent(me).is_none();
                     let v = router.apply(me, map).await;
-                    if removed {
+                    if removed && !leaving {
                         // Keep following maps while draining: writes go to the owners.
                         tracing::info!(version = v, "removed from the cluster; draining");
                         leave.notify_one();
+                        leaving = true;
                     }
-                    applied.store(v, Ordering::Release);
                     router.drain(me);
+                    // The chunks written in regions being filled go with the report;
+                    // `applied` (which heartbeats also report) rises only once the
+                    // manager has them, so it never sees the version without them.
+                    // A failed report is retried: the same map comes back at once.
+                    let dht = &router.engine().dht;
+                    let dirty: Vec<DirtyChunks> = dht
+                        .take_dirty()
+                        .into_iter()
+                        .map(|d| DirtyChunks {
+                            region: d.region,
+                            chunks: d.chunks,
+                        })
+                        .collect();
                     let u = url.clone();
-                    let _ =
-                        tokio::task::spawn_blocking(move || membership::report_applied(&u, me, v))
-                            .await;
+                    let sent = dirty.clone();
+                    let reported = tokio::task::spawn_blocking(move || {
+                        membership::report_applied(&u, me, v, &sent)
+                    })
+                    .await;
+                    match reported {
+                        Ok(Ok(())) => applied.store(v, Ordering::Release),
+                        failed => {
+                            tracing::warn!(version = v, error = ?failed.err(), "reporting the applied map failed; retrying");
+                            dht.restore_dirty(
+                                dirty
+                                    .into_iter()
+                                    .map(|d| dmc_umo::DirtyChunks {
+                                        region: d.region,
+                                        chunks: d.chunks,
+                                    })
+                                    .collect(),
+                            );
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {

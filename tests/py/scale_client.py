@@ -1,14 +1,16 @@
 """A redis-py client that writes and reads continuously through one agent while the
 test rescales the cluster, then checks every acknowledged write.
 
-usage: scale_client.py PORT KEYS READY_FILE STOP_FILE [--cluster]
+usage: scale_client.py PORT KEYS READY_FILE STOP_FILE [--cluster] [--prefix P]
 
 Loads KEYS keys, touches READY_FILE, then loops until STOP_FILE exists: SET a key to a
 new value, then GET a random key and compare it with the last value acknowledged for it
 (read-your-writes through one connection). Every exception and every wrong value is an
 error. At the end every key is read back once more. Prints one JSON line:
 {"writes", "reads", "errors", "wrong", "missing", "first_errors", "per_second"}.
-With --cluster the client is redis-py's RedisCluster (it follows MOVED).
+With --cluster the client is redis-py's RedisCluster (it follows MOVED). Keys are
+P:0 .. P:KEYS-1 (P is "scale" unless --prefix says): clients running at once need
+their own prefixes.
 """
 
 import json
@@ -24,6 +26,9 @@ from redis.cluster import RedisCluster
 def main():
     port, keys, ready_file, stop_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     cluster = "--cluster" in sys.argv[5:]
+    prefix = "scale"
+    if "--prefix" in sys.argv[5:]:
+        prefix = sys.argv[sys.argv.index("--prefix") + 1]
     if cluster:
         r = RedisCluster(host="127.0.0.1", port=port, socket_timeout=15,
                          socket_connect_timeout=5, lib_name=None, lib_version=None)
@@ -32,7 +37,7 @@ def main():
                         socket_connect_timeout=5, lib_name=None, lib_version=None)
     acked = {}
     for i in range(keys):
-        k, v = f"scale:{i}", f"v0-{i}"
+        k, v = f"{prefix}:{i}", f"v0-{i}"
         r.set(k, v)
         acked[k] = v.encode()
     with open(ready_file, "w") as f:
@@ -44,14 +49,14 @@ def main():
     start = time.monotonic()
     while not os.path.exists(stop_file):
         n += 1
-        k = f"scale:{random.randrange(keys)}"
+        k = f"{prefix}:{random.randrange(keys)}"
         v = f"v{n}-{k}".encode()
         sec = int(time.monotonic() - start)
         try:
             r.set(k, v)
             acked[k] = v
             writes += 1
-            q = f"scale:{random.randrange(keys)}"
+            q = f"{prefix}:{random.randrange(keys)}"
             got = r.get(q)
             reads += 1
             if got != acked[q]:

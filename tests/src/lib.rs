@@ -389,6 +389,51 @@ impl TestCluster {
         Ok(report)
     }
 
+    /// `GET /v1/regions`: every region record.
+    pub fn regions(&self) -> Vec<serde_json::Value> {
+        let addr = self.manager.url.trim_start_matches("http://");
+        http_get(addr, "/v1/regions")
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The copies that differ from their region's primary, byte for byte, as
+    /// `region R: node N differs from primary P at offset O`; read from the memory
+    /// nodes' region files (node `k` is `node_dirs[k - 1]`). Empty when every copy of
+    /// every region equals its primary.
+    pub fn divergent_copies(&self) -> Vec<String> {
+        let file = |node: u64, region: u64| {
+            let dir = self.node_dirs.get(node as usize - 1)?;
+            std::fs::read(dir.path().join(format!("region-{region:05}.mem"))).ok()
+        };
+        let mut out = Vec::new();
+        for r in self.regions() {
+            let (Some(id), Some(primary)) = (r["id"].as_u64(), r["primary"].as_u64()) else {
+                continue;
+            };
+            let Some(want) = file(primary, id) else {
+                out.push(format!("region {id}: no file on primary {primary}"));
+                continue;
+            };
+            for b in r["backups"].as_array().into_iter().flatten() {
+                let b = b.as_u64().unwrap_or(0);
+                match file(b, id) {
+                    None => out.push(format!("region {id}: no file on backup {b}")),
+                    Some(got) if got != want => {
+                        let at = got.iter().zip(&want).position(|(x, y)| x != y);
+                        out.push(format!(
+                            "region {id}: node {b} differs from primary {primary} at offset {at:?}"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        out
+    }
+
     /// Files of pool regions on the memory nodes, and their bytes.
     pub fn region_files(&self) -> (usize, u64) {
         let mut files = (0, 0);

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{AgentsCmd, Cmd, InstancesCmd, NodesCmd, RegionsCmd};
 use crate::api::{AddNode, CreateInstance, ResizeInstance, ScaleRequest};
-use crate::manager::{InstanceStatus, ShardRow, Status};
+use crate::manager::{Fill, InstanceStatus, Migration, ShardRow, Status};
 use crate::scale::ScaleReport;
 use crate::state::RegionRecord;
 
@@ -248,12 +248,22 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             for r in &list {
                 let backups: Vec<String> = r.backups.iter().map(|b| node(*b)).collect();
                 let copies = 1 + r.backups.len();
+                let filling = r
+                    .filling
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
                 let state = if r.draining {
-                    "draining"
+                    "draining".to_string()
+                } else if r.frozen {
+                    "frozen".to_string()
+                } else if !r.filling.is_empty() {
+                    format!("filling {filling}")
                 } else if copies < replicas {
-                    "degraded"
+                    "degraded".to_string()
                 } else {
-                    "active"
+                    "active".to_string()
                 };
                 println!(
                     "{:>6}  {:<12} {:>10}  {:>7}  {:<10} {:>6}  {state}",
@@ -265,6 +275,49 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                     format!("{copies}/{replicas}"),
                 );
             }
+        }
+        Cmd::Regions {
+            cmd: RegionsCmd::Migrate { id, to },
+        } => {
+            let m: Migration = ok(agent
+                .post(url(&format!("/v1/regions/{id}/migrate")))
+                .send_json(serde_json::json!({ "to": to }))
+                .map_err(fail)?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&m)?);
+                return Ok(());
+            }
+            println!(
+                "region {} primary {} -> {}: writes to it waited at most {:.1} ms (drain {:.1} ms)",
+                m.region, m.from, m.to, m.write_block_ms, m.drain_ms
+            );
+        }
+        Cmd::Regions {
+            cmd: RegionsCmd::Copy { id, to, rate },
+        } => {
+            let f: Fill = ok(agent
+                .post(url(&format!("/v1/regions/{id}/copies")))
+                .send_json(serde_json::json!({ "node": to, "rate": rate.map(|r| r.0) }))
+                .map_err(fail)?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&f)?);
+                return Ok(());
+            }
+            println!(
+                "region {} has a new copy on node {}: {} copied in {:.0} ms ({} chunks again while frozen); writes waited at most {:.1} ms",
+                f.region,
+                f.node,
+                human(f.bytes),
+                f.copy_ms,
+                f.recopied_chunks,
+                f.write_block_ms
+            );
         }
         Cmd::Serve { .. } => bail!("serve is not a client command"),
     }

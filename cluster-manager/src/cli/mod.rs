@@ -1,6 +1,6 @@
 //! `cluster-manager serve` and the operator commands that talk to it over HTTP:
 //! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`,
-//! `instances list|create|resize`, `regions list`. Tables for people, `--json` for
+//! `instances list|create|resize`, `regions list|migrate|copy`. Tables for people, `--json` for
 //! scripts.
 //! `main` calls [`run`]; `serve` lives in `serve.rs`, the HTTP client commands in
 //! `client.rs`. This file only defines the command line and dispatches: it never talks
@@ -99,6 +99,24 @@ pub enum InstancesCmd {
 #[derive(Debug, Subcommand)]
 pub enum RegionsCmd {
     List,
+    /// Move a region's primary role to a node holding a backup of it (copy-free:
+    /// writes to the region wait while the roles swap, reads never do).
+    Migrate {
+        id: u16,
+        /// The node to serve as primary.
+        #[arg(long)]
+        to: u32,
+    },
+    /// Fill a new copy of a region on a node while the region serves.
+    Copy {
+        id: u16,
+        /// The node to hold the new copy.
+        #[arg(long)]
+        to: u32,
+        /// Copy rate (e.g. 256mb a second; default: the manager's fill-rate).
+        #[arg(long)]
+        rate: Option<dmc_proto::ByteSize>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

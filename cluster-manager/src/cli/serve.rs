@@ -46,6 +46,12 @@ pub struct ServeConfig {
     /// File holding the cluster secret (else `DMC_CLUSTER_SECRET`): every API request,
     /// every memory node and every agent must present it. Required.
     pub secret_file: Option<PathBuf>,
+    /// Bytes a second copied into a new region copy (re-replication after a node
+    /// failure): bounded so foreground traffic keeps the memory nodes' bandwidth.
+    pub fill_rate: ByteSize,
+    /// Restore every region's `replicas` copies in the background after a memory node
+    /// fails.
+    pub rereplicate: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +88,8 @@ impl Default for ServeConfig {
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_cert_file: None,
+            fill_rate: ByteSize(256 << 20),
+            rereplicate: true,
         }
     }
 }
@@ -155,6 +163,12 @@ pub struct ServeArgs {
     /// Reach memory nodes over TLS, trusting this CA (PEM).
     #[arg(long)]
     node_tls_ca_cert_file: Option<PathBuf>,
+    /// Bytes a second copied into a new region copy (e.g. 256mb).
+    #[arg(long)]
+    fill_rate: Option<ByteSize>,
+    /// Restore regions' copies after a memory node fails (true or false).
+    #[arg(long)]
+    rereplicate: Option<bool>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub(super) print_config: bool,
@@ -179,7 +193,8 @@ impl ServeArgs {
         over!(listen => listen, state => state, shards => shards, lease_ms => lease_ms,
             log => log, pool_transport => pool.transport, replicas => pool.replicas,
             region_size => pool.region_size, segment_size => pool.segment_size,
-            drain_ms => launcher.drain_ms, agent_port_base => launcher.port_base);
+            drain_ms => launcher.drain_ms, agent_port_base => launcher.port_base,
+            fill_rate => fill_rate, rereplicate => rereplicate);
         if let Some(v) = &self.agent_binary {
             c.launcher.agent_binary = Some(v.clone());
         }
@@ -268,6 +283,7 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
             },
             scaling: tokio::sync::Mutex::new(()),
             metrics: dmc_process::metrics::install(dmc_process::metrics::manager::ALL),
+            fill_rate: config.fill_rate.0,
         });
         // Returns draining regions once every agent vacated them (after a grace
         // period for reads still in flight).
@@ -295,6 +311,9 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
         // Agent failover: an agent silent for a whole lease leaves its instance, its
         // shards go to the live agents, and a launched one is replaced.
         crate::failover::spawn(app.clone(), Duration::from_millis(config.lease_ms));
+        if config.rereplicate {
+            crate::rereplicate::spawn(app.clone(), Duration::from_millis(config.lease_ms));
+        }
         tracing::info!(%addr, state = %state.display(), "cluster manager serving");
         {
             let mut out = std::io::stdout().lock();

@@ -52,6 +52,8 @@ impl Manager {
                     id: r.id,
                     primary: r.primary,
                     backups: r.backups.clone(),
+                    filling: r.filling.clone(),
+                    frozen: r.frozen,
                 })
                 .collect(),
             instance: InstanceSpec {

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{ClusterState, Instance, StateError, StateFile};
 
+mod copies;
 mod instances;
 mod map;
 mod members;
@@ -25,6 +26,7 @@ mod node_failover;
 mod regions;
 mod status;
 
+pub use copies::{Fill, Migration};
 pub use status::{AgentStatus, InstanceStatus, NodeStatus, ShardRow, Status};
 
 /// The memory pool every agent of the cluster opens (from the manager's config).
@@ -106,6 +108,10 @@ pub struct Manager {
     placements_changed: Mutex<u64>,
     /// Reach memory nodes over TLS with this CA (none: plain TCP).
     node_tls: Option<dmc_verbs::tls::ClientTls>,
+    /// One migration or fill at a time.
+    placing: tokio::sync::Mutex<()>,
+    /// Per region being filled: the chunks agents reported writing during the fill.
+    fill_dirty: Mutex<HashMap<u16, std::collections::BTreeSet<u32>>>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -162,7 +168,10 @@ impl Manager {
             shards_changed: Mutex::new(0),
             placements_changed: Mutex::new(0),
             node_tls: None,
+            placing: tokio::sync::Mutex::new(()),
+            fill_dirty: Mutex::new(HashMap::new()),
         };
+        manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes
         // the agents vacate (and report) draining regions again.
         if manager.state.lock().regions.values().any(|r| r.draining) {

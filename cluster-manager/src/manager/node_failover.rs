@@ -86,7 +86,7 @@ impl Manager {
                 let stale = s
                     .regions
                     .get(&region)
-                    .is_some_and(|r| !r.copies().any(|c| c == node));
+                    .is_some_and(|r| !r.holders().any(|c| c == node));
                 if !stale {
                     continue;
                 }
@@ -111,7 +111,7 @@ impl Manager {
     /// Writes the records of `regions` into their instances' superblocks, on every
     /// live copy of each superblock region (best effort: a copy that fails is logged;
     /// agents also get the records with the map).
-    async fn record_placements(&self, regions: &[RegionRecord]) {
+    pub(super) async fn record_placements(&self, regions: &[RegionRecord]) {
         let s = self.snapshot();
         for r in regions {
             let Some(sb) = s
@@ -126,12 +126,17 @@ impl Manager {
                 backups: r.backups.clone(),
             }
             .encode();
-            for node in sb.copies() {
+            let at = dmc_umo::RegionRecord::offset(r.id);
+            if let Some(log) = self.fill_dirty.lock().get_mut(&sb.id) {
+                // The superblock's region is being filled: copy this record again.
+                log.insert((at / dmc_umo::FILL_CHUNK) as u32);
+            }
+            for node in sb.holders() {
                 let written = async {
                     let t = self.node_rpc(&s, node).await?;
                     let mut verbs = [Verb::Write {
                         region: sb.id,
-                        offset: dmc_umo::RegionRecord::offset(r.id),
+                        offset: at,
                         data: &entry,
                     }];
                     t.post(&mut verbs).await.map_err(|e| ManagerError::Node {
@@ -153,7 +158,13 @@ impl Manager {
 /// nodes: the record stays as it was).
 fn without(r: &RegionRecord, dead: &[u32]) -> Option<RegionRecord> {
     let live: Vec<u32> = r.copies().filter(|c| !dead.contains(c)).collect();
-    if live.len() == r.copies().count() {
+    let filling: Vec<u32> = r
+        .filling
+        .iter()
+        .copied()
+        .filter(|c| !dead.contains(c))
+        .collect();
+    if live.len() == r.copies().count() && filling.len() == r.filling.len() {
         return None;
     }
     let Some((&primary, backups)) = live.split_first() else {
@@ -174,6 +185,7 @@ fn without(r: &RegionRecord, dead: &[u32]) -> Option<RegionRecord> {
     Some(RegionRecord {
         primary,
         backups: backups.to_vec(),
+        filling,
         ..r.clone()
     })
 }
@@ -213,6 +225,8 @@ mod tests {
             backups,
             size: ByteSize(1 << 20),
             draining: false,
+            filling: vec![],
+            frozen: false,
         };
         m.update(|s| {
             for r in [rec(1, 1, vec![2]), rec(2, 2, vec![1, 3]), rec(3, 1, vec![])] {

@@ -86,6 +86,8 @@ impl Manager {
             backups: chosen[1..].to_vec(),
             size: ByteSize(size),
             draining: false,
+            filling: vec![],
+            frozen: false,
         };
         self.update(|st| {
             st.regions.insert(id, rec.clone());
@@ -100,7 +102,7 @@ impl Manager {
     }
 
     /// Creates region `id` on every node of `nodes`, or on none.
-    async fn create_copies(
+    pub(super) async fn create_copies(
         &self,
         s: &ClusterState,
         id: u16,
@@ -296,6 +298,8 @@ mod tests {
                     backups: vec![],
                     size: ByteSize(1 << 20),
                     draining: true,
+                    filling: vec![],
+                    frozen: false,
                 },
             );
             Ok(())
@@ -342,6 +346,8 @@ mod tests {
                     backups: vec![],
                     size: ByteSize(1 << 20),
                     draining: false,
+                    filling: vec![],
+                    frozen: false,
                 },
             );
             Ok(())

@@ -30,19 +30,25 @@ impl Router {
         if old.as_ref().is_some_and(|o| o.version >= map.version) {
             return self.version();
         }
-        // Regions whose memory node failed: their remaining copies serve from now on.
-        let placements: Vec<(u16, dmc_umo::RegionRecord)> = map
+        // Where the regions' copies are (a failed node's gone, a primary moved, a copy
+        // being filled) and which are frozen; the writes in flight under the old
+        // placements are drained before the map is reported applied.
+        let placements: Vec<dmc_umo::Placement> = map
             .regions
             .iter()
-            .map(|r| {
-                let rec = dmc_umo::RegionRecord {
+            .map(|r| dmc_umo::Placement {
+                region: r.id,
+                record: dmc_umo::RegionRecord {
                     primary: r.primary,
                     backups: r.backups.clone(),
-                };
-                (r.id, rec)
+                },
+                filling: r.filling.clone(),
+                frozen: r.frozen,
             })
             .collect();
-        self.engine.dht.pool().place_regions(&placements);
+        if let Err(e) = self.engine.dht.place_regions(&placements).await {
+            tracing::error!(error = %e, "applying the region placements");
+        }
         let ownership = self.engine.dht.ownership();
         let mut changed = vec![false; HASH_SLOTS as usize];
         // First give up what this map takes away, so that no other agent waits on us

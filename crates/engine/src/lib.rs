@@ -250,6 +250,9 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::Pool(dmc_umo::UmoError::TooLarge(_)) => {
             Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
         }
+        DhtError::Pool(dmc_umo::UmoError::Frozen(_)) => Reply::err(
+            "TRYAGAIN the key's memory region is being moved; nothing was written, try again",
+        ),
         DhtError::Unsupported(text) => Reply::err(format!("ERR {text}")),
         other => Reply::err(format!("ERR memory pool: {other}")),
     }

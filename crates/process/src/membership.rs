@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dmc_proto::cluster::{ClusterMap, RegionGrant};
+use dmc_proto::cluster::{ClusterMap, DirtyChunks, RegionGrant};
 use dmc_proto::shards::AgentId;
 use serde_json::json;
 
@@ -248,11 +248,17 @@ pub fn released(url: &str, id: AgentId, version: u64) -> Result<bool, ManagerCal
 
 /// Reports that agent `id` applied map `version` (a heartbeat that also acknowledges
 /// a map at once, without waiting for the next beat).
-pub fn report_applied(url: &str, id: AgentId, version: u64) -> Result<(), ManagerCallError> {
+/// `dirty`: the chunks of regions being filled the agent wrote since its last report.
+pub fn report_applied(
+    url: &str,
+    id: AgentId,
+    version: u64,
+    dirty: &[DirtyChunks],
+) -> Result<(), ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(5))
         .post(format!("{b}/v1/agents/{id}/heartbeat"))
-        .send_json(json!({ "applied": version }));
+        .send_json(json!({ "applied": version, "dirty": dirty }));
     checked("the heartbeat", &b, r).map(|_| ())
 }
 

@@ -130,6 +130,22 @@ pub struct RegionPlacement {
     pub id: u16,
     pub primary: u32,
     pub backups: Vec<u32>,
+    /// Nodes whose copy is being filled (re-replication): agents write there too,
+    /// never read there, and log the chunks they write (see [`DirtyChunks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filling: Vec<u32>,
+    /// New writes to the region wait (its roles are being swapped, or a fill is being
+    /// finished); reads go on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub frozen: bool,
+}
+
+/// The chunks of a region an agent wrote while the region had a copy being filled,
+/// reported with its map acknowledgements.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirtyChunks {
+    pub region: u16,
+    pub chunks: Vec<u32>,
 }
 
 impl ClusterMap {

@@ -240,6 +240,22 @@ pub mod manager {
         "dmc_manager_node_failovers_total",
         "Memory nodes whose lease lapsed, taken out of the region records (backups promoted).",
     );
+    pub const REGION_MIGRATIONS: Desc = c(
+        "dmc_manager_region_migrations_total",
+        "Regions whose primary role moved to a backup (copy-free migration).",
+    );
+    pub const MIGRATION_WRITE_BLOCK: Desc = h(
+        "dmc_manager_migration_write_block_seconds",
+        "How long writes to a migrating region waited: from its freeze to every agent following the thawed map.",
+    );
+    pub const COPIES_FILLED: Desc = c(
+        "dmc_manager_copies_filled_total",
+        "New region copies filled (re-replication after a node failure, or a drain).",
+    );
+    pub const BYTES_FILLED: Desc = c(
+        "dmc_manager_filled_bytes_total",
+        "Bytes copied into new region copies.",
+    );
     pub const REGION_GRANTS: Desc = c(
         "dmc_manager_region_grants_total",
         "Regions granted to instances on demand.",
@@ -266,6 +282,10 @@ pub mod manager {
         HEARTBEATS,
         AGENT_FAILOVERS,
         NODE_FAILOVERS,
+        REGION_MIGRATIONS,
+        MIGRATION_WRITE_BLOCK,
+        COPIES_FILLED,
+        BYTES_FILLED,
         REGION_GRANTS,
         REGION_GRANT_REFUSALS,
         SCALE_OPERATIONS,

@@ -22,6 +22,10 @@ pub enum UmoError {
     Config(String),
     #[error("another client is formatting the pool")]
     Formatting,
+    /// The region stayed frozen (its copies are being moved) longer than a write
+    /// waits; nothing was written.
+    #[error("region {0} is being moved; nothing was written")]
+    Frozen(RegionId),
 }
 
 impl UmoError {

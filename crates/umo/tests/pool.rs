@@ -621,3 +621,166 @@ async fn a_two_phase_commit_that_reached_only_the_backups_is_rolled_forward() {
         SlotRecovery::Agreed
     );
 }
+
+/// The copies of `region` on every node that holds it, as (node, bytes).
+async fn region_copies(
+    transports: &[Arc<dyn Transport>],
+    region: u16,
+    size: u64,
+) -> Vec<(u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    for t in transports {
+        let held = t.list_regions().await.unwrap();
+        if held.iter().any(|(r, _)| *r == region) {
+            let mut buf = vec![0u8; size as usize];
+            t.read(region, 0, &mut buf).await.unwrap();
+            out.push((t.node(), buf));
+        }
+    }
+    out
+}
+
+/// Filling a new copy while writes race the copier (issue 15, item 2): a chunk the
+/// copier read before a write and wrote after it holds the older bytes, and only the
+/// agents' log of chunks written during the fill, copied again while the region is
+/// frozen, makes the copy identical to the primary. The race is forced: every chunk
+/// is read first, the writes land, then the stale chunks are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
+    use dmc_umo::{FILL_CHUNK, Placement, RegionRecord};
+    let nodes = start_nodes(3, 64 << 20).await;
+    let transports = connect(&nodes).await;
+    let config = small(2);
+    let size = config.region_size;
+    let pool = Pool::open(config, connect(&nodes).await).await.unwrap();
+    let first = pool.write_object(0, b"first", b"v").await.unwrap();
+    let region = first.block.addr.region();
+    let holders: Vec<u32> = region_copies(&transports, region, size)
+        .await
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(holders.len(), 2);
+    let target = (1..=3u32).find(|n| !holders.contains(n)).unwrap();
+    let target_t = &transports[target as usize - 1];
+    target_t.create_region(region, size).await.unwrap();
+    let record = RegionRecord {
+        primary: holders[0],
+        backups: vec![holders[1]],
+    };
+    let placement = |filling: Vec<u32>, frozen: bool, backups: Vec<u32>| Placement {
+        region,
+        record: RegionRecord {
+            backups,
+            ..record.clone()
+        },
+        filling,
+        frozen,
+    };
+    pool.place_regions(&[placement(vec![target], false, record.backups.clone())])
+        .await
+        .unwrap();
+
+    // The copier reads everything, then the writes land (on all three copies), then
+    // the copier writes what it read.
+    let primary_t = &transports[holders[0] as usize - 1];
+    let mut snapshot = vec![0u8; size as usize];
+    primary_t.read(region, 0, &mut snapshot).await.unwrap();
+    let mut objs = Vec::new();
+    for i in 0..300u32 {
+        let key = format!("k{i}");
+        let obj = pool
+            .write_object(0, key.as_bytes(), &[i as u8; 100])
+            .await
+            .unwrap();
+        if obj.block.addr.region() == region {
+            objs.push((key, obj));
+        }
+    }
+    assert!(!objs.is_empty());
+    target_t.write(region, 0, &snapshot).await.unwrap();
+    let copies = region_copies(&transports, region, size).await;
+    assert_ne!(
+        copies[0].1, copies[2].1,
+        "the forced race left the copy stale"
+    );
+
+    // Freeze: the log names every chunk written since the fill began.
+    pool.place_regions(&[placement(vec![target], true, record.backups.clone())])
+        .await
+        .unwrap();
+    assert!(pool.is_frozen(region));
+    let dirty = pool.take_dirty();
+    let chunks: Vec<u32> = dirty
+        .iter()
+        .filter(|d| d.region == region)
+        .flat_map(|d| d.chunks.clone())
+        .collect();
+    assert!(!chunks.is_empty());
+    // Writes wait while frozen; reads do not.
+    let waiting = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.write_object(0, b"late", b"v").await })
+    };
+    assert!(matches!(
+        pool.read_object(first, 0, b"first").await.unwrap(),
+        ReadObject::Value(_)
+    ));
+    for chunk in chunks {
+        let at = chunk as u64 * FILL_CHUNK;
+        let mut buf = vec![0u8; FILL_CHUNK.min(size - at) as usize];
+        primary_t.read(region, at, &mut buf).await.unwrap();
+        target_t.write(region, at, &buf).await.unwrap();
+    }
+    assert!(!waiting.is_finished(), "a write to a frozen region waits");
+    let copies = region_copies(&transports, region, size).await;
+    assert!(
+        copies.iter().all(|(_, c)| *c == copies[0].1),
+        "after the frozen recopy every copy equals the primary"
+    );
+
+    // Thawed with the new copy as a backup: the waiting write lands on all three.
+    pool.place_regions(&[placement(vec![], false, vec![holders[1], target])])
+        .await
+        .unwrap();
+    let late = waiting.await.unwrap().unwrap();
+    assert_eq!(pool.copy_count(region).await.unwrap(), 3);
+    let copies = region_copies(&transports, region, size).await;
+    assert_eq!(copies.len(), 3);
+    assert!(copies.iter().all(|(_, c)| *c == copies[0].1));
+    objs.push(("late".to_string(), late));
+    for (key, obj) in &objs {
+        assert!(matches!(
+            pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
+            ReadObject::Value(_)
+        ));
+    }
+}
+
+/// A write that waits on a frozen region longer than the pool's bound fails with
+/// nothing written, so it never holds up the map change that thaws the region.
+#[tokio::test]
+async fn a_write_to_a_region_frozen_too_long_fails_cleanly() {
+    use dmc_umo::{Placement, RegionRecord, UmoError};
+    let nodes = start_nodes(2, 64 << 20).await;
+    let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+    let first = pool.write_object(0, b"first", b"v").await.unwrap();
+    let region = first.block.addr.region();
+    pool.place_regions(&[Placement {
+        region,
+        record: RegionRecord {
+            primary: 1,
+            backups: vec![2],
+        },
+        filling: vec![],
+        frozen: true,
+    }])
+    .await
+    .unwrap();
+    let word = first.block.addr;
+    let err = pool
+        .write_all(&[(word, &b"xxxxxxxx"[..])])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, UmoError::Frozen(r) if r == region), "{err}");
+}

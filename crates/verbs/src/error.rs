@@ -46,6 +46,15 @@ pub enum VerbsError {
 }
 
 impl VerbsError {
+    /// The node could not be reached or stopped answering (as opposed to refusing a
+    /// request): what a failed or partitioned node looks like.
+    pub fn is_node_failure(&self) -> bool {
+        matches!(
+            self,
+            VerbsError::Io { .. } | VerbsError::Timeout(_) | VerbsError::Closed
+        )
+    }
+
     pub fn io(context: &str, err: std::io::Error) -> Self {
         VerbsError::Io {
             context: context.to_string(),

@@ -1,9 +1,11 @@
 //! What the layers above learn of the memory pool under the table, and the pool-level
 //! actions they may ask for: its statistics and per-region usage, how many memory
 //! nodes it spans, fencing a shard the agent gains, forgetting a region the manager
-//! took back. The engine and the agent go through these, never to the pool itself.
+//! took back, following the manager's region placements (and the log of chunks
+//! written in regions being filled). The engine and the agent go through these, never
+//! to the pool itself.
 
-use dmc_umo::{PoolStats, UmoError};
+use dmc_umo::{DirtyChunks, Placement, PoolStats, UmoError};
 use dmc_verbs::RegionId;
 
 use super::Dht;
@@ -39,5 +41,21 @@ impl Dht {
     /// Forgets a region the manager returned to the memory nodes.
     pub fn forget_region(&self, region: RegionId) {
         self.pool.forget_region(region);
+    }
+
+    /// Follows the manager's region placements; returns once the writes in flight
+    /// under the old ones are drained (see [`dmc_umo::Pool::place_regions`]).
+    pub async fn place_regions(&self, placements: &[Placement]) -> Result<(), UmoError> {
+        self.pool.place_regions(placements).await
+    }
+
+    /// Takes the log of chunks written in regions being filled.
+    pub fn take_dirty(&self) -> Vec<DirtyChunks> {
+        self.pool.take_dirty()
+    }
+
+    /// Puts back a log that could not be reported.
+    pub fn restore_dirty(&self, dirty: Vec<DirtyChunks>) {
+        self.pool.restore_dirty(dirty)
     }
 }

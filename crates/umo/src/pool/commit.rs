@@ -33,6 +33,19 @@ impl Pool {
                 .flat_map(|t| t.writes.iter().map(|w| w.addr.region())),
         );
         let _ = self.discover_all(unknown).await;
+        let _permit = loop {
+            let regions = txs
+                .iter()
+                .flat_map(|t| t.writes.iter().map(|w| w.addr.region()));
+            match self.gate.try_enter(regions) {
+                Ok(p) => break p,
+                Err(frozen) => {
+                    if let Err(e) = self.gate.thawed(frozen).await {
+                        return txs.iter().map(|_| TxOutcome::Failed(e.clone())).collect();
+                    }
+                }
+            }
+        };
         // node -> prepares, and for each: (tx index, write indexes, node is a primary)
         let mut plan: BTreeMap<usize, NodePlan> = BTreeMap::new();
         {
@@ -47,14 +60,21 @@ impl Pool {
                         )));
                         continue 'tx;
                     };
-                    for n in entry.copies() {
+                    if !entry.filling.is_empty() {
+                        self.dirty.mark(write.addr.region(), write.addr.offset(), 8);
+                    }
+                    let complete = 1 + entry.backups.len();
+                    for (k, n) in entry.copies().enumerate() {
+                        // A copy being filled holds no word to validate yet: written
+                        // blind, under the node's lock.
+                        let filling = k >= complete;
                         let slot = per_node.entry(n).or_default();
                         slot.0.push(WordWrite {
                             region: write.addr.region(),
                             offset: write.addr.offset(),
-                            expect: write.expect,
+                            expect: if filling { None } else { write.expect },
                             new: write.new,
-                            in_word_lock: write.in_word_lock,
+                            in_word_lock: write.in_word_lock && !filling,
                         });
                         slot.1.push(w);
                         slot.2 |= n == entry.primary;

@@ -55,15 +55,19 @@ use crate::layout::{self, RegionRecord, SUPER_REGION};
 
 mod allocation;
 mod commit;
+mod failover;
 mod fence;
+mod gate;
 mod object_read;
 mod object_write;
+mod placement;
 mod regions;
 mod slot_commit;
 mod slot_recovery;
 mod superblock;
 mod verbs;
 
+pub use placement::{DirtyChunks, FILL_CHUNK, Placement};
 pub use slot_commit::SlotWrite;
 pub use slot_recovery::SlotRecovery;
 
@@ -104,15 +108,24 @@ impl Default for PoolConfig {
 }
 
 /// Where a region's copies are: indexes into the pool's node list.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct RegionEntry {
     primary: usize,
     backups: Vec<usize>,
+    /// Copies being filled (re-replication): every write goes there too, nothing is
+    /// read or validated there, and recovery leaves them alone.
+    filling: Vec<usize>,
 }
 
 impl RegionEntry {
-    fn copies(&self) -> impl Iterator<Item = usize> + '_ {
+    /// The complete copies: the primary, then the backups.
+    fn complete(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(self.primary).chain(self.backups.iter().copied())
+    }
+
+    /// Every copy a write must reach: the complete ones, then those being filled.
+    fn copies(&self) -> impl Iterator<Item = usize> + '_ {
+        self.complete().chain(self.filling.iter().copied())
     }
 }
 
@@ -217,6 +230,14 @@ pub struct Pool {
     grow_lock: tokio::sync::Mutex<()>,
     next_txid: AtomicU64,
     created_ms: u64,
+    /// Freezes and drains writes per region (migration, re-replication).
+    gate: gate::WriteGate,
+    /// Chunks written in regions that have copies being filled (see `placement`).
+    dirty: placement::DirtyLog,
+    /// Woken whenever `place_regions` changes a placement (see `failover`).
+    placed: tokio::sync::Notify,
+    /// How long an operation that hit a failed node waits for its failover (ms).
+    failover_wait_ms: AtomicU64,
 }
 
 impl Pool {
@@ -299,6 +320,10 @@ impl Pool {
             grow_lock: tokio::sync::Mutex::new(()),
             next_txid: AtomicU64::new(1),
             created_ms: 0,
+            gate: gate::WriteGate::new(),
+            dirty: placement::DirtyLog::default(),
+            placed: tokio::sync::Notify::new(),
+            failover_wait_ms: AtomicU64::new(0),
         };
         // Several clients may open a new pool at once (agents of a cluster starting
         // together): one formats it, the others wait until they can load it.

@@ -38,7 +38,11 @@ impl Pool {
             tracing::warn!(region, primary = rec.primary, backups = ?rec.backups, serving = self.nodes[primary].node(),
                 "region is missing copies on unconfigured nodes: serving it degraded");
         }
-        Ok(RegionEntry { primary, backups })
+        Ok(RegionEntry {
+            primary,
+            backups,
+            filling: Vec::new(),
+        })
     }
 
     /// Creates `region` on the `r` nodes with the most free bytes.
@@ -216,29 +220,14 @@ impl Pool {
     }
 
     /// Records where a region's copies are.
-    fn set_entry(&self, regions: &mut [Option<RegionEntry>], region: RegionId, entry: RegionEntry) {
+    pub(super) fn set_entry(
+        &self,
+        regions: &mut [Option<RegionEntry>],
+        region: RegionId,
+        entry: RegionEntry,
+    ) {
         self.primaries[region as usize].store(entry.primary as u32 + 1, Ordering::Release);
         regions[region as usize] = Some(entry);
-    }
-
-    /// Applies the region placements the cluster manager decided (a failed memory
-    /// node's copies dropped, a backup promoted): a region this client knows is served
-    /// by its new copies from now on. One it does not know yet is learned later from
-    /// the superblock, which the manager updated too.
-    pub fn place_regions(&self, placements: &[(RegionId, RegionRecord)]) {
-        for (region, rec) in placements {
-            let known = self.regions.read().get(*region as usize).cloned().flatten();
-            let Some(old) = known else {
-                continue;
-            };
-            let Ok(entry) = self.entry_for(*region, rec) else {
-                continue;
-            };
-            if (old.primary, &old.backups) != (entry.primary, &entry.backups) {
-                tracing::warn!(region, primary = rec.primary, backups = ?rec.backups, "the region's copies changed");
-                self.set_entry(&mut self.regions.write(), *region, entry);
-            }
-        }
     }
 
     /// Stops allocating in `region`: it is being returned to the memory nodes.

@@ -29,6 +29,7 @@
 use dmc_verbs::Verb;
 use dmc_verbs::node::WORD_LOCK;
 
+use super::failover::FAILOVER_RETRIES;
 use super::{Pool, TxOutcome};
 use crate::addr::GlobalAddr;
 use crate::error::UmoError;
@@ -65,13 +66,42 @@ impl Pool {
     /// free the new object. A failure is undone where the nodes answer (the lock
     /// released, backups written back); only a node that stops answering mid-write
     /// leaves the slot locked, for recovery.
+    ///
+    /// A node that failed mid-write is waited out (its failover promotes a backup) and
+    /// the commit retried on the copies left. A write that had reached every backup
+    /// before the primary failed is found there, on the promoted backup: that retry
+    /// meets `new` instead of `old` and reports the write committed.
     pub async fn commit_slot(&self, w: SlotWrite) -> TxOutcome {
+        let mut tries = 0;
+        loop {
+            match self.commit_slot_once(w).await {
+                TxOutcome::Conflict { actual, .. } if tries > 0 && actual == w.new => {
+                    return TxOutcome::Committed;
+                }
+                TxOutcome::Failed(e)
+                    if tries < FAILOVER_RETRIES
+                        && self.failed_over(&e, &[w.addr.region()]).await =>
+                {
+                    tries += 1
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn commit_slot_once(&self, w: SlotWrite) -> TxOutcome {
         if (w.old | w.new) & WORD_LOCK != 0 {
             return TxOutcome::Locked;
         }
         let region = w.addr.region();
         let primary = match self.discover(region).await {
             Ok(n) => n,
+            Err(e) => return TxOutcome::Failed(e),
+        };
+        let _permit = match self.gate.enter(region).await {
+            Ok(p) => p,
+            // Nothing was written: not in doubt, but the caller cannot tell; a
+            // recovery of this slot finds its copies agreeing.
             Err(e) => return TxOutcome::Failed(e),
         };
         let mut copies = [0usize; MAX_COPIES];
@@ -81,6 +111,9 @@ impl Pool {
             let Some(Some(entry)) = regions.get(region as usize) else {
                 return TxOutcome::Failed(UmoError::UnknownRegion(region));
             };
+            if !entry.filling.is_empty() {
+                self.dirty.mark(region, w.addr.offset(), 16);
+            }
             for n in entry.copies().take(MAX_COPIES) {
                 copies[n_copies] = n;
                 n_copies += 1;

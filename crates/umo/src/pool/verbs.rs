@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 use dmc_verbs::Verb;
 use futures::future::join_all;
 
+use dmc_verbs::RegionId;
+
 use super::Pool;
+use super::failover::FAILOVER_RETRIES;
 use crate::addr::GlobalAddr;
 use crate::error::UmoError;
 
@@ -30,29 +33,70 @@ impl Pool {
         }))
     }
 
-    /// Fetch-and-add on the primary right now, if the backend completes verbs inline.
+    /// Fetch-and-add on every copy right now, if every copy's backend completes verbs
+    /// inline; returns the primary's old value. See [`faa`](Self::faa).
     pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
-        let node = &self.nodes[self.primary(addr.region()).ok()?];
-        let mut verbs = [Verb::Faa {
-            region: addr.region(),
-            offset: addr.offset(),
-            add,
-            old: 0,
-        }];
-        if let Err(e) = node.post_now(&mut verbs)? {
-            return Some(Err(UmoError::Node {
-                node: node.node(),
-                source: e,
-            }));
+        let region = addr.region();
+        let primary = self.primary(region).ok()?;
+        if !self.nodes[primary].completes_inline() {
+            return None;
         }
-        match verbs {
-            [Verb::Faa { old, .. }] => Some(Ok(old)),
-            _ => unreachable!("the batch holds the FAA it was built with"),
+        let _permit = self.gate.try_enter([region]).ok()?;
+        // Inline verbs do not wait: the map's read lock is held throughout, and no
+        // list of copies is allocated.
+        let regions = self.regions.read();
+        let entry = regions.get(region as usize)?.as_ref()?;
+        if entry.copies().any(|n| !self.nodes[n].completes_inline()) {
+            return None;
+        }
+        if !entry.filling.is_empty() {
+            self.dirty.mark(region, addr.offset(), 8);
+        }
+        let mut first = None;
+        // Adding zero reads the counter: the primary alone answers it.
+        let copies = if add == 0 { 1 } else { usize::MAX };
+        for n in entry.copies().take(copies) {
+            let node = &self.nodes[n];
+            let mut verbs = [Verb::Faa {
+                region,
+                offset: addr.offset(),
+                add,
+                old: 0,
+            }];
+            let done = node
+                .post_now(&mut verbs)?
+                .map_err(UmoError::node(node.node()));
+            let old = match verbs {
+                [Verb::Faa { old, .. }] => old,
+                _ => unreachable!("the batch holds the FAA it was built with"),
+            };
+            if n == primary {
+                if let Err(e) = done {
+                    return Some(Err(e));
+                }
+                first = Some(old);
+            }
+        }
+        first.map(Ok)
+    }
+
+    /// Reads from the primary copy; a primary that failed is waited out (its failover
+    /// promotes a backup) and the read retried there.
+    pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
+        let mut tries = 0;
+        loop {
+            match self.read_once(addr, buf).await {
+                Err(e)
+                    if tries < FAILOVER_RETRIES && self.failed_over(&e, &[addr.region()]).await =>
+                {
+                    tries += 1
+                }
+                done => return done,
+            }
         }
     }
 
-    /// Reads from the primary copy.
-    pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
+    async fn read_once(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
         let node = &self.nodes[self.discover(addr.region()).await?];
         let mut verbs = [Verb::Read {
             region: addr.region(),
@@ -71,8 +115,25 @@ impl Pool {
         })
     }
 
-    /// Reads several ranges from their primaries: one posted batch per node.
+    /// Reads several ranges from their primaries: one posted batch per node; failed
+    /// nodes are waited out as in [`read`](Self::read).
     pub async fn read_batch(&self, reads: &mut [(GlobalAddr, &mut [u8])]) -> Result<(), UmoError> {
+        let mut tries = 0;
+        loop {
+            match self.read_batch_once(reads).await {
+                Err(e) if tries < FAILOVER_RETRIES => {
+                    let regions: Vec<RegionId> = reads.iter().map(|(a, _)| a.region()).collect();
+                    if !self.failed_over(&e, &regions).await {
+                        return Err(e);
+                    }
+                    tries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn read_batch_once(&self, reads: &mut [(GlobalAddr, &mut [u8])]) -> Result<(), UmoError> {
         self.discover_all(self.unknown(reads.iter().map(|(a, _)| a.region())))
             .await?;
         // Common case: every range on one node (a key's two buckets share a subtable).
@@ -120,15 +181,16 @@ impl Pool {
         self.discover(addr.region()).await?;
         let entry = self.entry(addr.region())?;
         entry
-            .copies()
+            .complete()
             .nth(copy)
             .ok_or_else(|| UmoError::Config(format!("region {} has no copy {copy}", addr.region())))
     }
 
-    /// How many copies `region` has (primary included).
+    /// How many complete copies `region` has (primary included; not those being
+    /// filled).
     pub async fn copy_count(&self, region: dmc_verbs::RegionId) -> Result<usize, UmoError> {
         self.discover(region).await?;
-        Ok(self.entry(region)?.copies().count())
+        Ok(self.entry(region)?.complete().count())
     }
 
     /// Reads from copy `copy` of the region (0 = primary, 1.. = backups).
@@ -157,6 +219,7 @@ impl Pool {
         data: &[u8],
     ) -> Result<(), UmoError> {
         let n = self.copy_node(addr, copy).await?;
+        let _permit = self.write_permit(addr, data.len() as u64).await?;
         let mut verbs = [Verb::Write {
             region: addr.region(),
             offset: addr.offset(),
@@ -175,13 +238,57 @@ impl Pool {
         new: u64,
     ) -> Result<u64, UmoError> {
         let n = self.copy_node(addr, copy).await?;
+        let _permit = self.write_permit(addr, 8).await?;
         self.cas_on(n, addr, expected, new).await
     }
 
-    /// Writes every range to every copy of its region: one posted batch per node.
+    /// A permit for a repair of one copy, the bytes marked dirty if the region has a
+    /// copy being filled (which the repair does not reach).
+    async fn write_permit(
+        &self,
+        addr: GlobalAddr,
+        len: u64,
+    ) -> Result<super::gate::Permit<'_>, UmoError> {
+        let permit = self.gate.enter(addr.region()).await?;
+        if self.dirty.active()
+            && self
+                .entry(addr.region())
+                .is_ok_and(|e| !e.filling.is_empty())
+        {
+            self.dirty.mark(addr.region(), addr.offset(), len);
+        }
+        Ok(permit)
+    }
+
+    /// Writes every range to every copy of its region: one posted batch per node. A
+    /// copy's node that failed is waited out (its failover takes the copy out) and the
+    /// writes repeated on the copies left: writing the same bytes twice is harmless, as
+    /// nothing points at them yet.
     pub async fn write_all(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
+        let mut tries = 0;
+        loop {
+            match self.write_all_once(writes).await {
+                Err(e) if tries < FAILOVER_RETRIES => {
+                    let regions: Vec<RegionId> = writes.iter().map(|(a, _)| a.region()).collect();
+                    if !self.failed_over(&e, &regions).await {
+                        return Err(e);
+                    }
+                    tries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn write_all_once(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
         self.discover_all(self.unknown(writes.iter().map(|(a, _)| a.region())))
             .await?;
+        let _permit = loop {
+            match self.gate.try_enter(writes.iter().map(|(a, _)| a.region())) {
+                Ok(p) => break p,
+                Err(frozen) => self.gate.thawed(frozen).await?,
+            }
+        };
         let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
         {
             let regions = self.regions.read();
@@ -189,6 +296,10 @@ impl Pool {
                 let entry = regions[addr.region() as usize]
                     .as_ref()
                     .ok_or(UmoError::UnknownRegion(addr.region()))?;
+                if !entry.filling.is_empty() {
+                    self.dirty
+                        .mark(addr.region(), addr.offset(), data.len() as u64);
+                }
                 for n in entry.copies() {
                     by_node.entry(n).or_default().push(Verb::Write {
                         region: addr.region(),
@@ -230,28 +341,41 @@ impl Pool {
         results.into_iter().collect()
     }
 
-    /// Fetch-and-add on the primary copy (metadata counters; backups do not follow).
+    /// Fetch-and-add on every copy (metadata counters: access statistics, the pool's
+    /// usage); returns the primary's old value. Additions commute, so the copies agree
+    /// once every addition has landed, and a promoted backup keeps its keys' statistics.
+    /// A backup that fails to answer only misses an advisory addition.
     pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
-        let node = &self.nodes[self.discover(addr.region()).await?];
-        let mut verbs = [Verb::Faa {
-            region: addr.region(),
-            offset: addr.offset(),
-            add,
-            old: 0,
-        }];
-        match node.post_now(&mut verbs) {
-            Some(r) => r.map_err(|e| UmoError::Node {
-                node: node.node(),
-                source: e,
-            })?,
-            None => node.post(&mut verbs).await.map_err(|e| UmoError::Node {
-                node: node.node(),
-                source: e,
-            })?,
+        let region = addr.region();
+        let primary = self.discover(region).await?;
+        let _permit = self.gate.enter(region).await?;
+        let copies: Vec<usize> = {
+            let entry = self.entry(region)?;
+            if !entry.filling.is_empty() {
+                self.dirty.mark(region, addr.offset(), 8);
+            }
+            // Adding zero reads the counter: the primary alone answers it.
+            let copies = if add == 0 { 1 } else { usize::MAX };
+            entry.copies().take(copies).collect()
+        };
+        let mut first = Err(UmoError::UnknownRegion(region));
+        for n in copies {
+            let mut verbs = [Verb::Faa {
+                region,
+                offset: addr.offset(),
+                add,
+                old: 0,
+            }];
+            let done = self.post_on(n, &mut verbs).await;
+            if n == primary {
+                first = done.map(|()| match verbs {
+                    [Verb::Faa { old, .. }] => old,
+                    _ => unreachable!("the batch holds the FAA it was built with"),
+                });
+            } else if let Err(e) = done {
+                tracing::debug!(region, error = %e, "a backup missed a counter addition");
+            }
         }
-        match verbs {
-            [Verb::Faa { old, .. }] => Ok(old),
-            _ => unreachable!("the batch holds the FAA it was built with"),
-        }
+        first
     }
 }
