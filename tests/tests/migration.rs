@@ -26,6 +26,7 @@ fn regions_migrate_under_load_without_a_client_error() {
                 .cli(&["regions", "migrate", &id, "--to", &to, "--json"])
                 .unwrap();
             let m: serde_json::Value = serde_json::from_str(&out).unwrap();
+            eprintln!("migration: {m}");
             assert_eq!(m["to"].as_u64().unwrap().to_string(), to, "{m}");
             blocks.push(m["write_block_ms"].as_f64().unwrap());
             let now = c

@@ -361,17 +361,22 @@ impl Manager {
     /// cannot within two leases is failing (its lease lapses, and it stops writing).
     async fn wait_applied(&self, instance: &str, version: u64) -> Result<(), ManagerError> {
         let deadline = Instant::now() + self.lease * 2;
-        let mut pause = Duration::from_micros(100);
-        while !self.applied_by_all(instance, version, &[]) {
+        loop {
+            let reported = self.applied_changed.notified();
+            tokio::pin!(reported);
+            reported.as_mut().enable();
+            if self.applied_by_all(instance, version, &[]) {
+                return Ok(());
+            }
             if Instant::now() > deadline {
                 return Err(ManagerError::Invalid(format!(
                     "not every agent of {instance} applied cluster map {version} within two leases"
                 )));
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(2));
+            // Agents that die leave `applied_by_all` by their lease: look again now
+            // and then even without a report.
+            let _ = tokio::time::timeout(Duration::from_millis(50), reported).await;
         }
-        Ok(())
     }
 }
 

@@ -127,6 +127,7 @@ impl Manager {
             let v = applied.entry(id).or_default();
             *v = (*v).max(version);
         }
+        self.applied_changed.notify_waiters();
         self.heartbeat(Member::Agent(id))
     }
 

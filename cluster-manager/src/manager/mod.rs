@@ -110,6 +110,8 @@ pub struct Manager {
     node_tls: Option<dmc_verbs::tls::ClientTls>,
     /// One migration or fill at a time.
     placing: tokio::sync::Mutex<()>,
+    /// Woken whenever an agent reports a map applied.
+    applied_changed: tokio::sync::Notify,
     /// Per region being filled: the chunks agents reported writing during the fill.
     fill_dirty: Mutex<HashMap<u16, std::collections::BTreeSet<u32>>>,
 }
@@ -169,6 +171,7 @@ impl Manager {
             placements_changed: Mutex::new(0),
             node_tls: None,
             placing: tokio::sync::Mutex::new(()),
+            applied_changed: tokio::sync::Notify::new(),
             fill_dirty: Mutex::new(HashMap::new()),
         };
         manager.abandon_placements()?;

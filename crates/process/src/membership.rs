@@ -255,8 +255,13 @@ pub fn report_applied(
     version: u64,
     dirty: &[DirtyChunks],
 ) -> Result<(), ManagerCallError> {
+    // One kept-alive connection for every report: a map acknowledgement is on the
+    // path of a region's write block (the manager waits for it), so it should cost a
+    // request, not a new client and a new connection.
+    static AGENT: std::sync::OnceLock<ureq::Agent> = std::sync::OnceLock::new();
     let b = base(url);
-    let r = http(Duration::from_secs(5))
+    let r = AGENT
+        .get_or_init(|| http(Duration::from_secs(5)))
         .post(format!("{b}/v1/agents/{id}/heartbeat"))
         .send_json(json!({ "applied": version, "dirty": dirty }));
     checked("the heartbeat", &b, r).map(|_| ())
