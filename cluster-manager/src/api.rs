@@ -7,6 +7,7 @@
 //! | `POST /v1/nodes` `{id, endpoint, capacity}` | add a memory node |
 //! | `DELETE /v1/nodes/{id}` | remove it |
 //! | `POST /v1/nodes/{id}/heartbeat` | renew a node's lease |
+//! | `POST /v1/nodes/{id}/drain` `{rate?}` | move every region copy off the node (primaries to backups, copies filled elsewhere) |
 //! | `POST /v1/agents` `{listen, instance?}` | register an agent of an instance (`default`): `{id}`; its shards are rebalanced |
 //! | `DELETE /v1/agents/{id}` | remove it; its shards go to the others |
 //! | `GET /v1/agents/{id}/released?version=V` | `{released}`: whether the agent may write the shards it gained in map `V` (every other agent of its instance, and every one removed from it, applied `V` or has been silent 1.5 leases) |
@@ -256,6 +257,18 @@ pub fn router(app: Arc<App>) -> Router {
                 app.manager.remove_node(id)?;
                 Ok::<_, ApiError>(StatusCode::NO_CONTENT)
             }),
+        )
+        .route(
+            "/v1/nodes/{id}/drain",
+            post(
+                |State(app): Shared, Path(id): Path<u32>, body: Bytes| async move {
+                    let rate = serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| v["rate"].as_u64())
+                        .unwrap_or(app.fill_rate);
+                    Ok::<_, ApiError>(Json(app.manager.drain_node(id, rate).await?))
+                },
+            ),
         )
         .route(
             "/v1/nodes/{id}/heartbeat",

@@ -36,6 +36,9 @@ pub struct NodeRecord {
     /// `host:port` or `unix:/path` of its RPC endpoint.
     pub endpoint: String,
     pub capacity: ByteSize,
+    /// Being emptied (`nodes drain`): no new region copies go there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// A compute agent the manager knows.
@@ -382,6 +385,7 @@ mod tests {
                 id: 1,
                 endpoint: "127.0.0.1:7000".into(),
                 capacity: ByteSize(4 << 30),
+                draining: false,
             },
         );
         s.agents.insert(

@@ -70,3 +70,53 @@ fn regions_migrate_under_load_without_a_client_error() {
         c.divergent_copies().is_empty()
     });
 }
+
+/// `nodes drain`: the node that holds a primary gives the role to its backup, its
+/// copies are filled on the third node and dropped, and it can be removed, while a
+/// redis-py client writes and reads without an error.
+#[test]
+fn a_drained_node_gives_up_every_copy_under_load_and_can_be_removed() {
+    let c = TestCluster::routed("proxy", 3, &["--shards", "16", "--lease-ms", "2000"]).unwrap();
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    let client = PyClient::start(&port, &[]);
+    let node = c.regions()[0]["primary"].as_u64().unwrap();
+    let out = c
+        .manager
+        .cli(&["nodes", "drain", &node.to_string(), "--json"])
+        .unwrap();
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    eprintln!("drain: {d}");
+    assert!(!d["migrated"].as_array().unwrap().is_empty(), "{d}");
+    assert!(!d["filled"].as_array().unwrap().is_empty(), "{d}");
+    for r in c.regions() {
+        assert_ne!(r["primary"].as_u64(), Some(node), "{r}");
+        assert!(
+            !r["backups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b.as_u64() == Some(node)),
+            "{r}"
+        );
+        assert_eq!(r["backups"].as_array().unwrap().len(), 1, "{r}");
+    }
+    let dir = c.node_dirs[node as usize - 1].path().to_path_buf();
+    wait_until("the drained node's copies to be dropped", || {
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with("region-"))
+    });
+    c.manager
+        .cli(&["nodes", "remove", &node.to_string()])
+        .unwrap();
+    let result = client.finish();
+    eprintln!("client during the drain: {result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(result["missing"], 0, "{result}");
+    wait_until("every copy to equal its primary", || {
+        c.divergent_copies().is_empty()
+    });
+}

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{AgentsCmd, Cmd, InstancesCmd, NodesCmd, RegionsCmd};
 use crate::api::{AddNode, CreateInstance, ResizeInstance, ScaleRequest};
-use crate::manager::{Fill, InstanceStatus, Migration, ShardRow, Status};
+use crate::manager::{Drain, Fill, InstanceStatus, Migration, ShardRow, Status};
 use crate::scale::ScaleReport;
 use crate::state::RegionRecord;
 
@@ -317,6 +317,28 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 f.copy_ms,
                 f.recopied_chunks,
                 f.write_block_ms
+            );
+        }
+        Cmd::Nodes {
+            cmd: NodesCmd::Drain { id, rate },
+        } => {
+            let d: Drain = ok(agent
+                .post(url(&format!("/v1/nodes/{id}/drain")))
+                .send_json(serde_json::json!({ "rate": rate.map(|r| r.0) }))
+                .map_err(fail)?)?
+            .body_mut()
+            .read_json()
+            .context("reading the manager's reply")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+                return Ok(());
+            }
+            println!(
+                "node {} drained in {} ms: {} primaries moved, {} copies filled elsewhere",
+                d.node,
+                d.millis,
+                d.migrated.len(),
+                d.filled.len()
             );
         }
         Cmd::Serve { .. } => bail!("serve is not a client command"),

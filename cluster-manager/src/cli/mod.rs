@@ -1,5 +1,5 @@
 //! `cluster-manager serve` and the operator commands that talk to it over HTTP:
-//! `status`, `nodes list|add|remove`, `agents list|add|remove|scale N`, `slots`,
+//! `status`, `nodes list|add|remove|drain`, `agents list|add|remove|scale N`, `slots`,
 //! `instances list|create|resize`, `regions list|migrate|copy`. Tables for people, `--json` for
 //! scripts.
 //! `main` calls [`run`]; `serve` lives in `serve.rs`, the HTTP client commands in
@@ -133,6 +133,14 @@ pub enum NodesCmd {
     },
     Remove {
         id: u32,
+    },
+    /// Move every region copy off a node (primaries to backups, copies filled on other
+    /// nodes) so it can be removed.
+    Drain {
+        id: u32,
+        /// Fill rate (e.g. 256mb a second; default: the manager's fill-rate).
+        #[arg(long)]
+        rate: Option<ByteSize>,
     },
 }
 

@@ -26,7 +26,7 @@ use dmc_proto::shards::AgentId;
 use dmc_umo::FILL_CHUNK;
 
 use super::{Manager, ManagerError, Member};
-use crate::state::RegionRecord;
+use crate::state::{ClusterState, RegionRecord};
 
 /// Bytes copied per read and write when filling a copy.
 const COPY_UNIT: u64 = 8 * FILL_CHUNK;
@@ -77,6 +77,9 @@ impl Manager {
         }
         if !self.alive(Member::Node(to)) {
             return Err(ManagerError::Invalid(format!("node {to} is not alive")));
+        }
+        if self.snapshot().nodes.get(&to).is_some_and(|n| n.draining) {
+            return Err(ManagerError::Invalid(format!("node {to} is being drained")));
         }
         let t0 = Instant::now();
         let frozen = self.change_region(id, |r| r.frozen = true)?;
@@ -267,18 +270,25 @@ impl Manager {
             {
                 continue;
             }
-            let target = s
-                .nodes
-                .values()
-                .filter(|n| alive(n.id) && !r.holders().any(|c| c == n.id))
-                .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
-                .filter(|(free, _)| *free >= r.size.0)
-                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-            if let Some((_, node)) = target {
+            if let Some(node) = self.fill_target(&s, r) {
                 return Some((r.id, node));
             }
         }
         None
+    }
+
+    /// The live node, not being drained, with the most room for a copy of `r` that
+    /// holds none yet.
+    pub(super) fn fill_target(&self, s: &ClusterState, r: &RegionRecord) -> Option<u32> {
+        s.nodes
+            .values()
+            .filter(|n| {
+                self.alive(Member::Node(n.id)) && !n.draining && !r.holders().any(|c| c == n.id)
+            })
+            .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
+            .filter(|(free, _)| *free >= r.size.0)
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map(|(_, n)| n)
     }
 
     /// Adds the chunks an agent reports to the logs of the fills in progress (reports

@@ -72,6 +72,7 @@ impl Manager {
                     id,
                     endpoint,
                     capacity,
+                    draining: false,
                 },
             );
             Ok(())
@@ -88,12 +89,12 @@ impl Manager {
             let held: Vec<u16> = s
                 .regions
                 .values()
-                .filter(|r| r.copies().any(|n| n == id))
+                .filter(|r| r.holders().any(|n| n == id))
                 .map(|r| r.id)
                 .collect();
             if !held.is_empty() {
                 return Err(ManagerError::Invalid(format!(
-                    "node {id} holds copies of regions {held:?}; move them off it first"
+                    "node {id} holds copies of regions {held:?}; move them off it first (nodes drain {id})"
                 )));
             }
             s.nodes

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::{ClusterState, Instance, StateError, StateFile};
 
 mod copies;
+mod drain;
 mod instances;
 mod map;
 mod members;
@@ -27,6 +28,7 @@ mod regions;
 mod status;
 
 pub use copies::{Fill, Migration};
+pub use drain::Drain;
 pub use status::{AgentStatus, InstanceStatus, NodeStatus, ShardRow, Status};
 
 /// The memory pool every agent of the cluster opens (from the manager's config).

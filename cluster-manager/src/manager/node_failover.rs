@@ -95,7 +95,8 @@ impl Manager {
                         tracing::warn!(
                             node,
                             region,
-                            "dropped a stale copy a failed node came back with"
+                            "dropped a copy its region record no longer lists \
+                             (a failed node came back with it, or the node was drained)"
                         );
                         dropped.push((node, region));
                     }

@@ -46,7 +46,7 @@ impl Manager {
         let mut free: Vec<(u64, u32)> = s
             .nodes
             .values()
-            .filter(|n| self.alive(Member::Node(n.id)))
+            .filter(|n| self.alive(Member::Node(n.id)) && !n.draining)
             .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
             .filter(|(free, _)| *free >= size)
             .collect();
