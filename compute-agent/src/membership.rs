@@ -127,7 +127,12 @@ pub(crate) fn watch_map(
                     match reported {
                         Ok(Ok(())) => applied.store(v, Ordering::Release),
                         failed => {
-                            tracing::warn!(version = v, error = ?failed.err(), "reporting the applied map failed; retrying");
+                            let error = match failed {
+                                Ok(Err(e)) => e.to_string(),
+                                Err(e) => e.to_string(),
+                                Ok(Ok(())) => String::new(),
+                            };
+                            tracing::warn!(version = v, %error, "reporting the applied map failed; retrying");
                             dht.restore_dirty(
                                 dirty
                                     .into_iter()

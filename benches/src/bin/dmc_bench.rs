@@ -36,6 +36,56 @@ enum Cmd {
     /// Replay a CSV trace (timestamp_ms,op,key,size) as a look-aside cache client and
     /// report the hit ratio (per second in --timeline).
     Trace(TraceArgs),
+    /// Draw per-second timelines (`run --timeline` CSVs) as one PNG: throughput and
+    /// p99 latency, with marked events.
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlotArgs {
+    /// The PNG to write.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "")]
+    title: String,
+    /// An event: SECOND:LABEL (repeatable).
+    #[arg(long)]
+    mark: Vec<String>,
+    /// NAME=TIMELINE.csv (repeatable).
+    series: Vec<String>,
+}
+
+fn plot_cmd(a: PlotArgs) -> Result<()> {
+    let mut series = Vec::new();
+    for s in &a.series {
+        let (name, path) = s
+            .split_once('=')
+            .with_context(|| format!("{s}: expected NAME=FILE.csv"))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        let (mut ops, mut p99) = (Vec::new(), Vec::new());
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        // The last second of a run is partial.
+        for line in &rows[..rows.len().saturating_sub(1)] {
+            let f: Vec<&str> = line.split(',').collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+            if let (Some(sec), Some(o), Some(p)) = (num(0), num(1), num(8)) {
+                ops.push((sec, o));
+                p99.push((sec, p / 1000.0));
+            }
+        }
+        series.push((name.to_string(), ops, p99));
+    }
+    let mut marks = Vec::new();
+    for m in &a.mark {
+        let (at, label) = m
+            .split_once(':')
+            .with_context(|| format!("{m}: expected SECOND:LABEL"))?;
+        marks.push((
+            at.parse::<f64>().context("the mark's second")?,
+            label.to_string(),
+        ));
+    }
+    dmc_benches::loadgen::plot::timeline(&a.out, &a.title, &series, &marks)
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +229,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     match cli.cmd {
+        Cmd::Plot(a) => plot_cmd(a),
         Cmd::Run(a) => rt.block_on(run_cmd(a)),
         Cmd::Trace(a) => rt.block_on(trace_cmd(a)),
         Cmd::Compare(a) => {

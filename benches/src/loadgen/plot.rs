@@ -149,3 +149,81 @@ pub fn lines(
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
+
+/// A per-second timeline: throughput above, p99 latency below, one line per series,
+/// and a dashed vertical line at each marked second (a failure, a migration).
+/// `series`: (name, [(second, ops/s)], [(second, p99 ms)]).
+pub fn timeline(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<(f64, f64)>, Vec<(f64, f64)>)],
+    marks: &[(f64, String)],
+) -> Result<()> {
+    init()?;
+    let root = BitMapBackend::new(path, (1000, 720)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 24))?;
+    let (top, bottom) = root.split_vertically(400);
+    let x_max = series
+        .iter()
+        .flat_map(|(_, a, b)| a.iter().chain(b.iter()).map(|p| p.0))
+        .fold(1.0f64, f64::max);
+    let panels = [
+        (&top, "ops/s", 0usize),
+        (&bottom, "p99 latency (ms)", 1usize),
+    ];
+    for (area, y_label, which) in panels {
+        let pick = |s: &(String, Vec<(f64, f64)>, Vec<(f64, f64)>)| -> Vec<(f64, f64)> {
+            if which == 0 { s.1.clone() } else { s.2.clone() }
+        };
+        let y_max = series
+            .iter()
+            .flat_map(|s| pick(s).into_iter().map(|p| p.1))
+            .fold(1e-9f64, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .margin(16)
+            .x_label_area_size(36)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("second")
+            .y_desc(y_label)
+            .draw()?;
+        for (k, (at, label)) in marks.iter().enumerate() {
+            let color = RGBColor(90, 90, 90);
+            chart.draw_series(DashedLineSeries::new(
+                vec![(*at, 0.0), (*at, y_max)],
+                6,
+                4,
+                color.stroke_width(1),
+            ))?;
+            if which == 0 {
+                let y = y_max * (0.95 - 0.07 * (k % 4) as f64);
+                chart.draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*at + x_max * 0.005, y),
+                    ("sans-serif", 15),
+                )))?;
+            }
+        }
+        for (s, entry) in series.iter().enumerate() {
+            let color = COLORS[s % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(pick(entry), color.stroke_width(2)))?
+                .label(entry.0.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

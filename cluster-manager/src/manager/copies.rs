@@ -8,10 +8,11 @@
 //! * **filling a new copy** ([`Manager::fill_copy`]): the new copy is created and listed
 //!   as *filling*, so once every agent has applied that map each write reaches it too,
 //!   and the agents log which chunks they wrote. The manager copies the region from the
-//!   primary chunk by chunk at a bounded rate, freezes the region, copies again every
-//!   chunk an agent logged (a chunk copied while a write raced it may hold the older
-//!   bytes; with the region frozen no write is in flight, so the second copy is exact),
-//!   and thaws it with the new copy as a backup.
+//!   primary chunk by chunk at a bounded rate, then copies again the chunks agents
+//!   reported in a few rounds (a new map version collects the reports; a chunk copied
+//!   while a write raced it may hold the older bytes), freezes the region, copies the
+//!   chunks reported since (with the region frozen no write is in flight, so this copy
+//!   is exact), and thaws it with the new copy as a backup.
 //!
 //! One such operation runs at a time. Every step is a persisted record change; a
 //! manager restarted in the middle finds a region frozen or filling and calls it off
@@ -30,6 +31,10 @@ use crate::state::{ClusterState, RegionRecord};
 
 /// Bytes copied per read and write when filling a copy.
 const COPY_UNIT: u64 = 8 * FILL_CHUNK;
+/// Most pre-copy rounds before a fill freezes its region.
+const PRECOPY_ROUNDS: usize = 4;
+/// A pre-copy round that copied this many chunks or fewer is the last.
+const PRECOPY_DONE: usize = 8;
 
 /// What a migration did, and how long writes to the region waited.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -51,7 +56,9 @@ pub struct Fill {
     pub node: u32,
     pub bytes: u64,
     pub copy_ms: f64,
-    /// Chunks written during the copy, copied again while frozen.
+    /// Chunks written during the copy, copied again in the pre-copy rounds.
+    pub precopied_chunks: usize,
+    /// Chunks written during the last round, copied again while frozen.
     pub recopied_chunks: usize,
     /// From the freeze's map to every agent following the thawed one.
     pub write_block_ms: f64,
@@ -172,6 +179,31 @@ impl Manager {
                 }
             }
         }
+        // Pre-copy rounds: a new map version makes every agent report the chunks its
+        // landed writes touched; copying them again shrinks what is left for the frozen
+        // pass to what one round of writes dirties.
+        let mut recopied = 0;
+        for _ in 0..PRECOPY_ROUNDS {
+            self.update(|_| Ok(()))?;
+            self.wait_applied(&rec.instance, self.map_version()).await?;
+            let dirty = self
+                .fill_dirty
+                .lock()
+                .get_mut(&id)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            for &chunk in &dirty {
+                let at = chunk as u64 * FILL_CHUNK;
+                if at < size {
+                    self.copy_range(id, node, at, FILL_CHUNK.min(size - at))
+                        .await?;
+                }
+            }
+            recopied += dirty.len();
+            if dirty.len() <= PRECOPY_DONE {
+                break;
+            }
+        }
         let copy_time = t0.elapsed();
         // Freeze: once every agent follows, each has drained and reported its log.
         let t1 = Instant::now();
@@ -206,13 +238,14 @@ impl Manager {
         let write_block = t1.elapsed();
         self.record_placements(&[self.region_record(id)?]).await;
         crate::metrics::copy_filled(size);
-        tracing::info!(region = id, node, bytes = size, copy = ?copy_time, recopied = dirty.len(), write_block = ?write_block,
-            "a new copy of the region is complete");
+        tracing::info!(region = id, node, bytes = size, copy = ?copy_time, precopied = recopied,
+            recopied = dirty.len(), write_block = ?write_block, "a new copy of the region is complete");
         Ok(Fill {
             region: id,
             node,
             bytes: size,
             copy_ms: ms(copy_time),
+            precopied_chunks: recopied,
             recopied_chunks: dirty.len(),
             write_block_ms: ms(write_block),
         })

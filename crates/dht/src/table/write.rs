@@ -388,6 +388,19 @@ impl Dht {
         .flatten();
         #[cfg(not(feature = "failpoints"))]
         let cut_off: Option<u32> = None;
+        // A writer process that dies mid-commit, for the end-to-end fault tests:
+        // `return(STEPS)` runs the first STEPS steps as above, then aborts the process.
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(steps)) = fail::eval("dht-one-sided-crash", |arg| {
+            arg.and_then(|s| s.parse::<u32>().ok())
+        }) {
+            let _ = self.cut_off_commit(steps, addr, old, new, meta).await;
+            tracing::error!(
+                steps,
+                "fail point dht-one-sided-crash: the process dies mid-commit"
+            );
+            std::process::abort();
+        }
         let outcome = match cut_off {
             Some(_steps) => {
                 #[cfg(feature = "failpoints")]

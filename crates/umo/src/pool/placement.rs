@@ -7,8 +7,10 @@
 //!
 //! While a region has a copy being filled, this client logs which [`FILL_CHUNK`]s of
 //! it every write touched; the agent reports the log with its map acknowledgements, and
-//! the manager copies those chunks again once the region is frozen (a chunk the
-//! manager copied while a write raced it may hold the older bytes).
+//! the manager copies those chunks again (a chunk the manager copied while a write
+//! raced it may hold the older bytes): in rounds while writes go on, then once more
+//! with the region frozen. A report holds only chunks of writes that have landed: the
+//! log is sealed before each drain, and what is logged after waits for the next map.
 //!
 //! Called by the agent's map watcher; the write paths call [`DirtyLog::mark`].
 
@@ -44,11 +46,27 @@ pub struct DirtyChunks {
     pub chunks: Vec<u32>,
 }
 
-/// The chunks written per filling region since the last [`Pool::take_dirty`].
+/// The chunks written per filling region: `chunks` since the last placement, `ready`
+/// (to report) those of writes that have all landed.
 #[derive(Default)]
 pub(super) struct DirtyLog {
     any: AtomicBool,
     chunks: Mutex<HashMap<RegionId, BTreeSet<u32>>>,
+    ready: Mutex<HashMap<RegionId, BTreeSet<u32>>>,
+}
+
+impl DirtyLog {
+    /// Moves the chunks logged so far to `ready`: called before a drain, so that once
+    /// the drain returns every write they came from has landed (a write logs its chunks
+    /// before its verbs, inside its permit). Chunks of writes that start later stay
+    /// for the next report.
+    fn seal(&self) {
+        let logged = std::mem::take(&mut *self.chunks.lock());
+        let mut ready = self.ready.lock();
+        for (region, chunks) in logged {
+            ready.entry(region).or_default().extend(chunks);
+        }
+    }
 }
 
 impl DirtyLog {
@@ -123,8 +141,17 @@ impl Pool {
             .chunks
             .lock()
             .retain(|region, _| filling.contains(region));
+        self.dirty
+            .ready
+            .lock()
+            .retain(|region, _| filling.contains(region));
         if changed {
             self.placed.notify_waiters();
+        }
+        // While a copy is being filled every map is a report of the chunks written:
+        // the manager may bump the map only to collect them (its pre-copy rounds).
+        if changed || !filling.is_empty() {
+            self.dirty.seal();
             self.gate.drain().await;
         }
         match unreachable.is_empty() {
@@ -136,9 +163,11 @@ impl Pool {
         }
     }
 
-    /// Takes the log of chunks written in regions being filled (see the module doc).
+    /// Takes the log of chunks written in regions being filled whose writes have all
+    /// landed (those logged before the last `place_regions` drained; see the module
+    /// doc).
     pub fn take_dirty(&self) -> Vec<DirtyChunks> {
-        std::mem::take(&mut *self.dirty.chunks.lock())
+        std::mem::take(&mut *self.dirty.ready.lock())
             .into_iter()
             .map(|(region, chunks)| DirtyChunks {
                 region,
@@ -150,7 +179,7 @@ impl Pool {
     /// Puts back a log [`take_dirty`](Self::take_dirty) returned that could not be
     /// reported.
     pub fn restore_dirty(&self, dirty: Vec<DirtyChunks>) {
-        let mut log = self.dirty.chunks.lock();
+        let mut log = self.dirty.ready.lock();
         for d in dirty {
             log.entry(d.region).or_default().extend(d.chunks);
         }
