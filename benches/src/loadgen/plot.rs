@@ -150,13 +150,16 @@ pub fn lines(
     Ok(())
 }
 
+/// One line of a [`timeline`]: its name, (second, ops/s) and (second, p99 ms).
+pub type TimelineSeries = (String, Vec<(f64, f64)>, Vec<(f64, f64)>);
+
 /// A per-second timeline: throughput above, p99 latency below, one line per series,
 /// and a dashed vertical line at each marked second (a failure, a migration).
 /// `series`: (name, [(second, ops/s)], [(second, p99 ms)]).
 pub fn timeline(
     path: &Path,
     title: &str,
-    series: &[(String, Vec<(f64, f64)>, Vec<(f64, f64)>)],
+    series: &[TimelineSeries],
     marks: &[(f64, String)],
 ) -> Result<()> {
     init()?;
@@ -173,7 +176,7 @@ pub fn timeline(
         (&bottom, "p99 latency (ms)", 1usize),
     ];
     for (area, y_label, which) in panels {
-        let pick = |s: &(String, Vec<(f64, f64)>, Vec<(f64, f64)>)| -> Vec<(f64, f64)> {
+        let pick = |s: &TimelineSeries| -> Vec<(f64, f64)> {
             if which == 0 { s.1.clone() } else { s.2.clone() }
         };
         let y_max = series
