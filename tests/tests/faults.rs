@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use dmc_e2e::{Agent, TestCluster, port_of, redis_cli, wait_until};
 
-/// The live agents as (id, listen) and their shard rows (first slot, last slot, owner).
-fn owners(c: &TestCluster) -> (Vec<(u64, String)>, Vec<(u64, u64, u64)>) {
+/// A shard's first slot, last slot and owner.
+type ShardRow = (u64, u64, u64);
+
+/// The live agents as (id, listen) and their shard rows.
+fn owners(c: &TestCluster) -> (Vec<(u64, String)>, Vec<ShardRow>) {
     let s = c.manager.status().unwrap();
     let agents = s["agents"]
         .as_array()
@@ -43,7 +46,7 @@ fn owners(c: &TestCluster) -> (Vec<(u64, String)>, Vec<(u64, u64, u64)>) {
 }
 
 /// A key (of `keys`) whose hash slot agent `id` owns.
-fn key_owned_by(rows: &[(u64, u64, u64)], id: u64, keys: &[String]) -> String {
+fn key_owned_by(rows: &[ShardRow], id: u64, keys: &[String]) -> String {
     keys.iter()
         .find(|k| {
             let slot = u64::from(dmc_dht::hash::key_slot(k.as_bytes()));
