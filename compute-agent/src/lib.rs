@@ -95,7 +95,12 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         .map_or(dmc_proto::cluster::DEFAULT_SUPER_REGION, |m| {
             m.instance.super_region
         });
-    let (pool, connections) = open_pool(&pool_cfg, super_region, source)
+    // A memory node that does not answer within two leases is as good as failed: the
+    // manager fails it over after one, and the command waits for that (below).
+    let verb_timeout = first_map.as_ref().filter(|m| m.lease_ms > 0).map(|m| {
+        Duration::from_millis(m.lease_ms * 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    });
+    let (pool, connections) = open_pool(&pool_cfg, super_region, source, verb_timeout)
         .await
         .context("opening the memory pool")?;
     if let Some(map) = first_map.as_ref().filter(|m| m.lease_ms > 0) {

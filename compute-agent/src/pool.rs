@@ -61,10 +61,14 @@ impl dmc_umo::RegionSource for ManagerRegions {
 /// The pool, and its memory-node connections that open on demand (empty when the
 /// node ids are unknown and every node was connected up front).
 /// `super_region` is the region of the instance's superblock (a cluster map names it).
+/// `verb_timeout`: how long a memory node may take to answer (default: the RPC
+/// default); a cluster bounds it by its lease, so a hung node counts as failed about
+/// when the manager fails it over.
 pub(crate) async fn open_pool(
     cfg: &PoolSection,
     super_region: u16,
     source: Option<Arc<dyn dmc_umo::RegionSource>>,
+    verb_timeout: Option<std::time::Duration>,
 ) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
     let mut lazy = Vec::new();
     let mut pc = PoolConfig {
@@ -102,10 +106,12 @@ pub(crate) async fn open_pool(
                 let ep: Endpoint = n
                     .parse()
                     .map_err(|e| anyhow::anyhow!("pool node {n}: {e}"))?;
+                let defaults = RpcOptions::default();
                 let options = RpcOptions {
                     secret: secret.clone(),
                     tls: tls.clone(),
-                    ..RpcOptions::default()
+                    timeout: verb_timeout.unwrap_or(defaults.timeout),
+                    ..defaults
                 };
                 if on_demand {
                     let t = Arc::new(dmc_verbs::LazyTransport::new(

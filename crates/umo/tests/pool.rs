@@ -784,3 +784,166 @@ async fn a_write_to_a_region_frozen_too_long_fails_cleanly() {
         .unwrap_err();
     assert!(matches!(err, UmoError::Frozen(r) if r == region), "{err}");
 }
+
+/// A node that dies: every verb and RPC to it fails as a closed connection once
+/// `dead` is set, or only its commit RPCs with `dead_on_commit` (it died between the
+/// phases).
+struct DyingNode {
+    inner: Arc<dyn Transport>,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+    dead_on_commit: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Transport for DyingNode {
+    fn node(&self) -> dmc_verbs::NodeId {
+        self.inner.node()
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [dmc_verbs::Verb<'b>],
+    ) -> futures::future::BoxFuture<'a, Result<(), dmc_verbs::VerbsError>> {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(dmc_verbs::VerbsError::Closed)));
+        }
+        self.inner.post(verbs)
+    }
+    fn post_now(
+        &self,
+        verbs: &mut [dmc_verbs::Verb<'_>],
+    ) -> Option<Result<(), dmc_verbs::VerbsError>> {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Some(Err(dmc_verbs::VerbsError::Closed));
+        }
+        self.inner.post_now(verbs)
+    }
+    fn completes_inline(&self) -> bool {
+        self.inner.completes_inline()
+    }
+    fn call(
+        &self,
+        req: dmc_verbs::wire::Request,
+    ) -> futures::future::BoxFuture<'_, Result<dmc_verbs::wire::Response, dmc_verbs::VerbsError>>
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        let commit = matches!(req, dmc_verbs::wire::Request::Commit(_));
+        if self.dead.load(SeqCst) || (commit && self.dead_on_commit.load(SeqCst)) {
+            return Box::pin(std::future::ready(Err(dmc_verbs::VerbsError::Closed)));
+        }
+        self.inner.call(req)
+    }
+}
+
+/// Two-phase commits ride out a memory node's failure (issue 15, item 2): a backup
+/// that is dead at the prepare fails the transaction, which is aborted everywhere and,
+/// once the map takes the node out, prepared again on the copies left; a backup that
+/// dies between the phases leaves the transaction committed on every other copy, which
+/// counts as committed once the node is out. Before, both answered `Failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_phase_commits_wait_out_a_failed_node_and_go_through() {
+    use dmc_umo::{Placement, RegionRecord};
+    use std::sync::atomic::Ordering::SeqCst;
+    let nodes = start_nodes(3, 64 << 20).await;
+    let switches: Vec<_> = (0..3)
+        .map(|_| {
+            (
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            )
+        })
+        .collect();
+    let ts: Vec<Arc<dyn Transport>> = connect(&nodes)
+        .await
+        .into_iter()
+        .zip(&switches)
+        .map(|(inner, (dead, on_commit))| {
+            Arc::new(DyingNode {
+                inner,
+                dead: dead.clone(),
+                dead_on_commit: on_commit.clone(),
+            }) as Arc<dyn Transport>
+        })
+        .collect();
+    let pool = Pool::open(small(2), ts).await.unwrap();
+    pool.set_failover_wait(Duration::from_secs(5));
+    let word = pool.alloc(8, true).await.unwrap().addr;
+    let region = word.region();
+    let transports = connect(&nodes).await;
+    let holders: Vec<u32> = region_copies(&transports, region, small(2).region_size)
+        .await
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    // Which holder is the primary: the one a read of the word goes to (both hold 0).
+    let record = RegionRecord {
+        primary: holders[0],
+        backups: vec![holders[1]],
+    };
+    pool.place_regions(&[Placement {
+        region,
+        record: record.clone(),
+        filling: vec![],
+        frozen: false,
+    }])
+    .await
+    .unwrap();
+    let backup = holders[1];
+    let tx = |expect: u64, new: u64| Tx {
+        shard: 5,
+        epoch: 1,
+        writes: vec![TxWrite {
+            addr: word,
+            expect: Some(expect),
+            new,
+            in_word_lock: false,
+        }],
+    };
+    let primary = holders[0];
+    let fail_over = move |pool: Arc<Pool>| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pool.place_regions(&[Placement {
+            region,
+            record: RegionRecord {
+                primary,
+                backups: vec![],
+            },
+            filling: vec![],
+            frozen: false,
+        }])
+        .await
+        .unwrap();
+    };
+
+    // Dead at the prepare.
+    switches[backup as usize - 1].0.store(true, SeqCst);
+    let failover = tokio::spawn(fail_over(pool.clone()));
+    assert_eq!(pool.commit(&[tx(0, 8)]).await, vec![TxOutcome::Committed]);
+    failover.await.unwrap();
+    let mut b = [0u8; 8];
+    pool.read(word, &mut b).await.unwrap();
+    assert_eq!(u64::from_le_bytes(b), 8);
+
+    // Dead between the phases: the backup (committed first) fails, the primary commits.
+    // (The backup is back first, brought up to date by hand, as a fill would.)
+    switches[backup as usize - 1].0.store(false, SeqCst);
+    transports[backup as usize - 1]
+        .write(region, word.offset(), &8u64.to_le_bytes())
+        .await
+        .unwrap();
+    pool.place_regions(&[Placement {
+        region,
+        record,
+        filling: vec![],
+        frozen: false,
+    }])
+    .await
+    .unwrap();
+    switches[backup as usize - 1].1.store(true, SeqCst);
+    let failover = tokio::spawn(fail_over(pool.clone()));
+    assert_eq!(pool.commit(&[tx(8, 16)]).await, vec![TxOutcome::Committed]);
+    failover.await.unwrap();
+    pool.read(word, &mut b).await.unwrap();
+    assert_eq!(u64::from_le_bytes(b), 16);
+}

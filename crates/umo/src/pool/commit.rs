@@ -5,12 +5,15 @@
 //! A primary never commits before the backups: a reader of a primary must not see a
 //! word that a backup lacks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use dmc_verbs::wire::{Request, Response, TxPrepare, TxVote, WordWrite};
 use futures::future::join_all;
 
+use dmc_verbs::RegionId;
+
+use super::failover::FAILOVER_RETRIES;
 use super::{Pool, Tx, TxOutcome};
 use crate::error::UmoError;
 
@@ -22,7 +25,51 @@ impl Pool {
     /// Commits transactions with OCC + 2PC: prepare (lock and validate under the shard
     /// epoch) on every copy, then commit on backups, then on primaries, so a reader of a
     /// primary never sees a word that a backup lacks. One RPC per node per phase.
+    ///
+    /// A memory node that fails during a commit is waited out (see `failover.rs`): a
+    /// transaction it failed in the prepare phase was aborted everywhere, so it is
+    /// prepared again on the copies left; one it failed in the commit phase was
+    /// committed on every other participant, so once the node is out of the region
+    /// map the transaction is committed on every copy there is.
     pub async fn commit(&self, txs: &[Tx]) -> Vec<TxOutcome> {
+        let (mut outcomes, mut committing) = self.commit_once(txs).await;
+        for _ in 0..FAILOVER_RETRIES {
+            let mut again = Vec::new();
+            for (t, outcome) in outcomes.iter_mut().enumerate() {
+                let TxOutcome::Failed(e) = &*outcome else {
+                    continue;
+                };
+                let regions: Vec<RegionId> =
+                    txs[t].writes.iter().map(|w| w.addr.region()).collect();
+                if !self.failed_over(e, &regions).await {
+                    continue;
+                }
+                if committing.contains(&t) {
+                    *outcome = TxOutcome::Committed;
+                } else {
+                    again.push(t);
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let retry: Vec<Tx> = again.iter().map(|&t| txs[t].clone()).collect();
+            let (redone, redone_committing) = self.commit_once(&retry).await;
+            committing.retain(|t| !again.contains(t));
+            for (k, (&t, outcome)) in again.iter().zip(redone).enumerate() {
+                outcomes[t] = outcome;
+                if redone_committing.contains(&k) {
+                    committing.insert(t);
+                }
+            }
+        }
+        outcomes
+    }
+
+    /// One attempt of [`commit`](Self::commit); also returns the transactions that
+    /// failed in the commit phase (every participant had voted yes), which are
+    /// committed on every participant that answered.
+    async fn commit_once(&self, txs: &[Tx]) -> (Vec<TxOutcome>, HashSet<usize>) {
         let base = self
             .next_txid
             .fetch_add(txs.len() as u64, Ordering::Relaxed);
@@ -41,7 +88,8 @@ impl Pool {
                 Ok(p) => break p,
                 Err(frozen) => {
                     if let Err(e) = self.gate.thawed(frozen).await {
-                        return txs.iter().map(|_| TxOutcome::Failed(e.clone())).collect();
+                        let failed = txs.iter().map(|_| TxOutcome::Failed(e.clone())).collect();
+                        return (failed, HashSet::new());
                     }
                 }
             }
@@ -115,10 +163,12 @@ impl Pool {
                 };
                 outcomes[*t].get_or_insert(outcome.unwrap_or(TxOutcome::Committed));
             }
-            return outcomes
+            let outcomes = outcomes
                 .into_iter()
                 .map(|o| o.unwrap_or(TxOutcome::Committed))
                 .collect();
+            // A lost reply is in doubt (the node may have applied it): not retried.
+            return (outcomes, HashSet::new());
         }
 
         // Phase 1: prepare everywhere.
@@ -189,19 +239,24 @@ impl Pool {
         let failed_first = self.commit_phase(first).await;
         let failed_last = self.commit_phase(last).await;
         abort_calls.await;
+        let mut committing = HashSet::new();
         for (t, o) in outcomes.iter_mut().enumerate() {
             let txid = base + t as u64;
             if o.is_none() {
                 *o = Some(match failed_first.get(&txid).or(failed_last.get(&txid)) {
-                    Some(e) => TxOutcome::Failed(e.clone()),
+                    Some(e) => {
+                        committing.insert(t);
+                        TxOutcome::Failed(e.clone())
+                    }
                     None => TxOutcome::Committed,
                 });
             }
         }
-        outcomes
+        let outcomes = outcomes
             .into_iter()
             .map(|o| o.unwrap_or(TxOutcome::Committed))
-            .collect()
+            .collect();
+        (outcomes, committing)
     }
 
     /// What a one-round vote means for its transaction (`None`: committed).
