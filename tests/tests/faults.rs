@@ -122,7 +122,11 @@ fn an_agent_killed_mid_commit_leaves_no_key_wedged_and_copies_agree() {
             assert_eq!(redis_cli(&port, &["GET", k]), "old", "{k}");
         }
         wait_until("every copy to equal its primary", || {
-            c.divergent_copies().is_empty()
+            let differ = c.divergent_copies();
+            if !differ.is_empty() {
+                eprintln!("{differ:?}");
+            }
+            differ.is_empty()
         });
     }
 }
@@ -164,6 +168,10 @@ fn a_paused_agent_woken_after_its_shards_moved_commits_nothing() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(redis_cli(&port, &["GET", &victim]), "last");
     wait_until("every copy to equal its primary", || {
-        c.divergent_copies().is_empty()
+        let differ = c.divergent_copies();
+        if !differ.is_empty() {
+            eprintln!("{differ:?}");
+        }
+        differ.is_empty()
     });
 }

@@ -93,7 +93,11 @@ fn a_fill_cut_off_by_a_manager_crash_is_called_off_and_its_copy_dropped() {
     assert_eq!(redis_cli(&port, &["SET", "after", "restart"]), "OK");
     assert_eq!(redis_cli(&port, &["MSET", "a", "1", "b", "2"]), "OK");
     wait_until("every copy to equal its primary", || {
-        c.divergent_copies().is_empty()
+        let differ = c.divergent_copies();
+        if !differ.is_empty() {
+            eprintln!("{differ:?}");
+        }
+        differ.is_empty()
     });
 }
 
@@ -124,6 +128,10 @@ fn a_manager_crash_right_after_a_node_failure_still_ends_with_two_copies() {
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");
     wait_until("every copy to equal its primary", || {
-        c.divergent_copies().is_empty()
+        let differ = c.divergent_copies();
+        if !differ.is_empty() {
+            eprintln!("{differ:?}");
+        }
+        differ.is_empty()
     });
 }

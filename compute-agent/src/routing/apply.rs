@@ -154,7 +154,7 @@ impl Router {
     pub fn renew_lease_of(&self, lease_ms: u64, sent: std::time::Instant) {
         if lease_ms > 0 {
             let until = sent + std::time::Duration::from_millis(lease_ms);
-            self.engine.dht.ownership().renew_until(until);
+            self.engine.dht.renew_lease(until);
         }
     }
 

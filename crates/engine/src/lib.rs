@@ -241,7 +241,7 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::NotOwner(slot) => {
             Reply::err(format!("{NOT_OWNER} {slot} is owned by another agent"))
         }
-        DhtError::LeaseExpired => Reply::err(
+        DhtError::LeaseExpired | DhtError::Pool(dmc_umo::UmoError::LeaseLapsed) => Reply::err(
             "TRYAGAIN this agent's lease lapsed (the cluster manager does not answer); writes resume when it does",
         ),
         DhtError::Contention(_) => {

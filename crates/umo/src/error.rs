@@ -26,6 +26,10 @@ pub enum UmoError {
     /// waits; nothing was written.
     #[error("region {0} is being moved; nothing was written")]
     Frozen(RegionId),
+    /// This client's lease with the cluster manager ran out: it writes nothing until a
+    /// heartbeat is accepted again (its shards may be someone else's by now).
+    #[error("this client's lease lapsed; nothing was written")]
+    LeaseLapsed,
 }
 
 impl UmoError {

@@ -947,3 +947,44 @@ async fn two_phase_commits_wait_out_a_failed_node_and_go_through() {
     pool.read(word, &mut b).await.unwrap();
     assert_eq!(u64::from_le_bytes(b), 16);
 }
+
+/// A client whose lease ran out writes nothing, counters included (a paused agent that
+/// wakes up after the manager moved copies without it added to a copy it no longer
+/// knew, which left the copies different); a renewed lease writes again.
+#[tokio::test]
+async fn a_client_whose_lease_lapsed_writes_nothing() {
+    use dmc_umo::UmoError;
+    let pool = Pool::embedded(64 << 20, small(2)).await.unwrap();
+    let word = pool.alloc(8, true).await.unwrap().addr;
+    assert_eq!(pool.faa(word, 1).await.unwrap(), 0, "no lease: no deadline");
+    pool.renew_write_lease(std::time::Instant::now());
+    assert!(matches!(
+        pool.faa(word, 1).await,
+        Err(UmoError::LeaseLapsed)
+    ));
+    assert!(matches!(
+        pool.faa_now(word, 1),
+        Some(Err(UmoError::LeaseLapsed)) | None
+    ));
+    assert!(matches!(
+        pool.write_all(&[(word, &[0u8; 8][..])]).await,
+        Err(UmoError::LeaseLapsed)
+    ));
+    let tx = Tx {
+        shard: 1,
+        epoch: 1,
+        writes: vec![TxWrite {
+            addr: word,
+            expect: None,
+            new: 5,
+            in_word_lock: false,
+        }],
+    };
+    assert!(matches!(
+        pool.commit(std::slice::from_ref(&tx)).await[0],
+        TxOutcome::Failed(UmoError::LeaseLapsed)
+    ));
+    pool.renew_write_lease(std::time::Instant::now() + Duration::from_secs(60));
+    assert_eq!(pool.faa(word, 1).await.unwrap(), 1);
+    assert_eq!(pool.commit(&[tx]).await, vec![TxOutcome::Committed]);
+}

@@ -58,4 +58,12 @@ impl Dht {
     pub fn restore_dirty(&self, dirty: Vec<DirtyChunks>) {
         self.pool.restore_dirty(dirty)
     }
+
+    /// Lets this client write until `until`: hash slots it owns
+    /// ([`crate::owner::Ownership::renew_until`]) and the pool itself (counters and
+    /// objects included, see [`dmc_umo::Pool::renew_write_lease`]).
+    pub fn renew_lease(&self, until: std::time::Instant) {
+        self.owner.renew_until(until);
+        self.pool.renew_write_lease(until);
+    }
 }

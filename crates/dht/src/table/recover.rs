@@ -14,9 +14,13 @@
 use std::sync::atomic::Ordering;
 
 use dmc_umo::{GlobalAddr, SlotRecovery};
+use futures::StreamExt;
 
 use super::{Dht, DhtError};
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
+
+/// Hash slots recovered at once when a shard is taken over.
+const RECOVERY_PARALLEL: usize = 64;
 
 impl Dht {
     /// Makes the copies of every slot of hash slots `range` agree again where a commit
@@ -26,32 +30,49 @@ impl Dht {
     /// on gaining the slots, after their previous owner released them (or its lease
     /// lapsed), before writing them. Returns how many slots it repaired.
     pub async fn recover_locked(&self, range: std::ops::Range<u16>) -> Result<usize, DhtError> {
+        // Hash slots are independent: many at once, so a takeover over `tcp` costs a
+        // few round trips per batch, not two per slot (thousands of slots per shard).
+        let mut slots = futures::stream::iter(range)
+            .map(|slot| self.recover_slot(slot))
+            .buffer_unordered(RECOVERY_PARALLEL);
         let mut resolved = 0;
-        let len = (self.buckets * layout::BUCKET) as usize;
-        for slot in range {
-            let Some(dir) = self.load_dir(slot).await? else {
-                continue;
-            };
-            let mut done: Vec<GlobalAddr> = Vec::new();
-            for &subtable in &dir.subtables {
-                if done.contains(&subtable) {
-                    continue; // several directory entries share a subtable
-                }
-                done.push(subtable);
-                let copies = self.pool.copy_count(subtable.region()).await?;
-                let mut tables = vec![vec![0u8; len]; copies];
-                for (copy, table) in tables.iter_mut().enumerate() {
-                    self.pool.read_copy(subtable, copy, table).await?;
-                }
-                for at in Self::unsettled_words(&tables) {
-                    if self.resolve(subtable.offset_by(at as u64)).await? {
-                        resolved += 1;
-                    }
-                }
-            }
+        while let Some(done) = slots.next().await {
+            resolved += done?;
         }
         if resolved > 0 {
             tracing::info!(resolved, "repaired slots a stopped commit left half-way");
+        }
+        Ok(resolved)
+    }
+
+    /// [`recover_locked`](Self::recover_locked) of one hash slot: every copy of each
+    /// of its subtables read at once, then the unsettled words repaired.
+    async fn recover_slot(&self, slot: u16) -> Result<usize, DhtError> {
+        let len = (self.buckets * layout::BUCKET) as usize;
+        let Some(dir) = self.load_dir(slot).await? else {
+            return Ok(0);
+        };
+        let mut resolved = 0;
+        let mut done: Vec<GlobalAddr> = Vec::new();
+        for &subtable in &dir.subtables {
+            if done.contains(&subtable) {
+                continue; // several directory entries share a subtable
+            }
+            done.push(subtable);
+            let copies = self.pool.copy_count(subtable.region()).await?;
+            let reads = (0..copies).map(|copy| async move {
+                let mut table = vec![0u8; len];
+                self.pool
+                    .read_copy(subtable, copy, &mut table)
+                    .await
+                    .map(|()| table)
+            });
+            let tables = futures::future::try_join_all(reads).await?;
+            for at in Self::unsettled_words(&tables) {
+                if self.resolve(subtable.offset_by(at as u64)).await? {
+                    resolved += 1;
+                }
+            }
         }
         Ok(resolved)
     }

@@ -70,6 +70,13 @@ impl Pool {
     /// failed in the commit phase (every participant had voted yes), which are
     /// committed on every participant that answered.
     async fn commit_once(&self, txs: &[Tx]) -> (Vec<TxOutcome>, HashSet<usize>) {
+        if self.lease_lapsed() {
+            let refused = txs
+                .iter()
+                .map(|_| TxOutcome::Failed(UmoError::LeaseLapsed))
+                .collect();
+            return (refused, HashSet::new());
+        }
         let base = self
             .next_txid
             .fetch_add(txs.len() as u64, Ordering::Relaxed);

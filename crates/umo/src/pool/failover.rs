@@ -6,6 +6,11 @@
 //! manager's lease: the node's lease lapses, then the map reaches the agent); with no
 //! bound set (a standalone pool) nothing waits.
 //!
+//! A client whose lease with the manager ran out writes nothing at all, counters
+//! included ([`Pool::renew_write_lease`]): a paused agent that wakes up after the
+//! manager gave its work away and moved copies without it must not add to a copy it
+//! no longer knows about.
+//!
 //! Called by the read and write paths; `place_regions` wakes the waiters.
 
 use std::sync::atomic::Ordering;
@@ -20,6 +25,21 @@ use crate::error::UmoError;
 pub(super) const FAILOVER_RETRIES: usize = 3;
 
 impl Pool {
+    /// Lets this client write until `until` (one lease after its last accepted
+    /// heartbeat was sent); never called, it writes without a deadline.
+    pub fn renew_write_lease(&self, until: std::time::Instant) {
+        let us = until.saturating_duration_since(self.lease_base).as_micros() as u64;
+        self.writable_until_us
+            .fetch_max(us.max(1), Ordering::SeqCst);
+    }
+
+    /// Whether this client's lease ran out: its writes fail with
+    /// [`UmoError::LeaseLapsed`] before any verb.
+    pub(super) fn lease_lapsed(&self) -> bool {
+        let until = self.writable_until_us.load(Ordering::Relaxed);
+        until != 0 && self.lease_base.elapsed().as_micros() as u64 >= until
+    }
+
     /// How long an operation that hit a failed memory node waits for the map that
     /// takes the node out (zero: it fails at once).
     pub fn set_failover_wait(&self, wait: Duration) {

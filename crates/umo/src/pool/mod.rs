@@ -238,6 +238,10 @@ pub struct Pool {
     placed: tokio::sync::Notify,
     /// How long an operation that hit a failed node waits for its failover (ms).
     failover_wait_ms: AtomicU64,
+    /// Microseconds after `lease_base` from which this client writes nothing (see
+    /// `failover.rs`); 0: no lease (a standalone pool).
+    writable_until_us: AtomicU64,
+    lease_base: Instant,
 }
 
 impl Pool {
@@ -324,6 +328,8 @@ impl Pool {
             dirty: placement::DirtyLog::default(),
             placed: tokio::sync::Notify::new(),
             failover_wait_ms: AtomicU64::new(0),
+            writable_until_us: AtomicU64::new(0),
+            lease_base: Instant::now(),
         };
         // Several clients may open a new pool at once (agents of a cluster starting
         // together): one formats it, the others wait until they can load it.

@@ -93,6 +93,9 @@ impl Pool {
         if (w.old | w.new) & WORD_LOCK != 0 {
             return TxOutcome::Locked;
         }
+        if self.lease_lapsed() {
+            return TxOutcome::Failed(UmoError::LeaseLapsed);
+        }
         let region = w.addr.region();
         let primary = match self.discover(region).await {
             Ok(n) => n,

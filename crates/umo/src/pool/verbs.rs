@@ -36,6 +36,9 @@ impl Pool {
     /// Fetch-and-add on every copy right now, if every copy's backend completes verbs
     /// inline; returns the primary's old value. See [`faa`](Self::faa).
     pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
+        if self.lease_lapsed() {
+            return Some(Err(UmoError::LeaseLapsed));
+        }
         let region = addr.region();
         let primary = self.primary(region).ok()?;
         if !self.nodes[primary].completes_inline() {
@@ -249,6 +252,9 @@ impl Pool {
         addr: GlobalAddr,
         len: u64,
     ) -> Result<super::gate::Permit<'_>, UmoError> {
+        if self.lease_lapsed() {
+            return Err(UmoError::LeaseLapsed);
+        }
         let permit = self.gate.enter(addr.region()).await?;
         if self.dirty.active()
             && self
@@ -281,6 +287,9 @@ impl Pool {
     }
 
     async fn write_all_once(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
+        if self.lease_lapsed() {
+            return Err(UmoError::LeaseLapsed);
+        }
         self.discover_all(self.unknown(writes.iter().map(|(a, _)| a.region())))
             .await?;
         let _permit = loop {
@@ -346,6 +355,9 @@ impl Pool {
     /// once every addition has landed, and a promoted backup keeps its keys' statistics.
     /// A backup that fails to answer only misses an advisory addition.
     pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
+        if self.lease_lapsed() {
+            return Err(UmoError::LeaseLapsed);
+        }
         let region = addr.region();
         let primary = self.discover(region).await?;
         let _permit = self.gate.enter(region).await?;
