@@ -84,6 +84,9 @@ pub struct Heartbeat {
     /// Chunks of regions being filled the agent wrote since its last report.
     #[serde(default)]
     pub dirty: Vec<dmc_proto::cluster::DirtyChunks>,
+    /// The memory nodes the agent's pool can reach.
+    #[serde(default)]
+    pub nodes: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -328,6 +331,9 @@ pub fn router(app: Arc<App>) -> Router {
                     }
                     if beat.applied.is_some() {
                         app.manager.report_regions(id, beat.regions);
+                    }
+                    if let Some(nodes) = beat.nodes {
+                        app.manager.report_nodes(id, nodes);
                     }
                     Ok::<_, ApiError>(StatusCode::NO_CONTENT)
                 },

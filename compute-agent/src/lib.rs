@@ -206,6 +206,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 applied,
                 used: used.clone(),
                 regions: region_used.clone(),
+                nodes: router.engine().dht.memory_node_ids(),
                 renewed: {
                     let router = router.clone();
                     membership::RenewHook(Arc::new(move |sent| router.renew_lease(sent)))

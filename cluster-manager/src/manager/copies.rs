@@ -132,6 +132,13 @@ impl Manager {
             )));
         }
         let s = self.snapshot();
+        if !self.reachable_by_agents(&s, &rec.instance, node) {
+            return Err(ManagerError::Invalid(format!(
+                "some agents of {} cannot reach node {node} (it joined after they opened \
+                 their pools; restart them first)",
+                rec.instance
+            )));
+        }
         match self.create_copies(&s, id, rec.size.0, &[node]).await {
             Ok(()) => {}
             Err(ManagerError::Exists(_)) => {
@@ -316,7 +323,10 @@ impl Manager {
         s.nodes
             .values()
             .filter(|n| {
-                self.alive(Member::Node(n.id)) && !n.draining && !r.holders().any(|c| c == n.id)
+                self.alive(Member::Node(n.id))
+                    && !n.draining
+                    && !r.holders().any(|c| c == n.id)
+                    && self.reachable_by_agents(s, &r.instance, n.id)
             })
             .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
             .filter(|(free, _)| *free >= r.size.0)
@@ -425,4 +435,75 @@ impl Manager {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use dmc_proto::ByteSize;
+    use dmc_proto::cluster::DEFAULT_INSTANCE as D;
+
+    use crate::manager::{Manager, PoolSettings};
+    use crate::state::{RegionRecord, StateFile};
+
+    /// A region short of copies gets a new one on a live node that holds none, only
+    /// where every agent of its instance can reach it (an agent's node list is fixed
+    /// when it opens its pool; a copy it cannot reach would miss its writes).
+    #[test]
+    fn refills_go_only_to_nodes_every_agent_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            Duration::from_secs(60),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        for id in 1..=3u32 {
+            m.add_node(id, format!("127.0.0.1:{id}"), ByteSize(1 << 30))
+                .unwrap();
+        }
+        m.update(|s| {
+            s.regions.insert(
+                4,
+                RegionRecord {
+                    id: 4,
+                    instance: D.to_string(),
+                    primary: 1,
+                    backups: vec![],
+                    size: ByteSize(1 << 20),
+                    draining: false,
+                    filling: vec![],
+                    frozen: false,
+                },
+            );
+            Ok(())
+        })
+        .unwrap();
+        let agent = m.register_agent("127.0.0.1:9".into(), D).unwrap();
+        // Node 3 has the most room (ties: the lowest id wins, so make 2 busier).
+        m.update(|s| {
+            s.regions.insert(
+                5,
+                RegionRecord {
+                    id: 5,
+                    instance: D.to_string(),
+                    primary: 2,
+                    backups: vec![1],
+                    size: ByteSize(1 << 20),
+                    draining: false,
+                    filling: vec![],
+                    frozen: false,
+                },
+            );
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(m.next_refill(), Some((4, 3)), "no report yet: any node");
+        m.report_nodes(agent, vec![1, 2]);
+        assert_eq!(m.next_refill(), Some((4, 2)), "the agent cannot reach 3");
+        m.report_nodes(agent, vec![1]);
+        assert_eq!(m.next_refill(), None);
+    }
 }

@@ -97,6 +97,8 @@ pub struct Manager {
     used: Mutex<HashMap<String, u64>>,
     /// Bytes per region, per agent, as each last reported.
     region_used: Mutex<HashMap<AgentId, Vec<(u16, u64)>>>,
+    /// The memory nodes each agent's pool can reach, as each last reported.
+    agent_nodes: Mutex<HashMap<AgentId, Vec<u32>>>,
     /// RPC connections to memory nodes (region creation), opened on first use.
     node_rpc: tokio::sync::Mutex<HashMap<u32, std::sync::Arc<dyn dmc_verbs::Transport>>>,
     /// One region grant at a time (ids and placement are decided under it).
@@ -166,6 +168,7 @@ impl Manager {
             departed: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
             region_used: Mutex::new(HashMap::new()),
+            agent_nodes: Mutex::new(HashMap::new()),
             node_rpc: tokio::sync::Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             vacated: Mutex::new(HashMap::new()),

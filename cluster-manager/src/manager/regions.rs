@@ -46,7 +46,11 @@ impl Manager {
         let mut free: Vec<(u64, u32)> = s
             .nodes
             .values()
-            .filter(|n| self.alive(Member::Node(n.id)) && !n.draining)
+            .filter(|n| {
+                self.alive(Member::Node(n.id))
+                    && !n.draining
+                    && self.reachable_by_agents(&s, instance, n.id)
+            })
             .map(|n| (n.capacity.0.saturating_sub(s.allocated_on(n.id)), n.id))
             .filter(|(free, _)| *free >= size)
             .collect();

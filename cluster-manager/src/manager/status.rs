@@ -85,6 +85,23 @@ impl Manager {
         self.region_used.lock().insert(agent, regions);
     }
 
+    /// Records the memory nodes agent `agent`'s pool can reach.
+    pub fn report_nodes(&self, agent: AgentId, nodes: Vec<u32>) {
+        self.agent_nodes.lock().insert(agent, nodes);
+    }
+
+    /// Whether every live agent of `instance` that reported its memory nodes can reach
+    /// `node`: an agent's node list is fixed when it opens its pool, and a copy on a
+    /// node one of them cannot reach would miss its writes. (An agent that has not
+    /// reported yet opened its pool from a map listing every node.)
+    pub(crate) fn reachable_by_agents(&self, s: &ClusterState, instance: &str, node: u32) -> bool {
+        let reports = self.agent_nodes.lock();
+        s.agents_of(instance)
+            .filter(|a| self.alive(Member::Agent(*a)))
+            .filter_map(|a| reports.get(&a))
+            .all(|nodes| nodes.contains(&node))
+    }
+
     /// Bytes in use on memory node `node`: what the agents report of the regions it
     /// holds a copy of (every copy holds the same bytes).
     fn used_on(&self, s: &ClusterState, node: u32) -> u64 {

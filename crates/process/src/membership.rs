@@ -35,6 +35,9 @@ pub enum Registration {
         used: Arc<AtomicU64>,
         /// Bytes of its blocks per region, `(region, bytes)`.
         regions: Arc<std::sync::Mutex<Vec<(u16, u64)>>>,
+        /// The memory nodes its pool can reach (fixed when it opened the pool): the
+        /// manager places new copies on these only.
+        nodes: Vec<u32>,
         /// Told when each accepted heartbeat was sent: the agent's lease runs from it.
         renewed: RenewHook,
     },
@@ -301,6 +304,7 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                     applied,
                     used,
                     regions,
+                    nodes,
                     ..
                 } => {
                     let regions = regions.lock().map(|r| r.clone()).unwrap_or_default();
@@ -310,6 +314,7 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                             "applied": applied.load(Ordering::Acquire),
                             "used": used.load(Ordering::Relaxed),
                             "regions": regions,
+                            "nodes": nodes,
                         }))
                 }
             };

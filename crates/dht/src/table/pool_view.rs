@@ -32,6 +32,11 @@ impl Dht {
         self.pool.nodes().len()
     }
 
+    /// The ids of the memory nodes the pool can reach.
+    pub fn memory_node_ids(&self) -> Vec<u32> {
+        self.pool.nodes().iter().map(|n| n.node()).collect()
+    }
+
     /// Fences `shard` at `epoch` on every memory node: from here no writer with an
     /// older epoch starts a change of it.
     pub async fn fence_shard(&self, shard: u32, epoch: u64) -> Result<(), UmoError> {
