@@ -77,6 +77,9 @@ pub fn collect(engine: &Engine) {
     counter(agent::TABLE_SPLITS, d.splits);
     counter(agent::TABLE_RETRIES, d.retries);
     counter(agent::RECOVERED_COMMITS, d.recovered_commits);
+    counter(agent::POOL_FROZEN_WAITS, p.frozen_waits);
+    counter(agent::POOL_FAILOVER_RETRIES, p.failover_retries);
+    counter(agent::POOL_LEASE_REFUSALS, p.lease_refusals);
     gauge(agent::LOCAL_CACHE_KEYS, c.keys);
     gauge(agent::LOCAL_CACHE_BYTES, c.bytes);
     counter(agent::LOCAL_CACHE_HITS, c.hits);

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use dmc_e2e::{
-    MemoryNode, PyClient, TestCluster, http_get, metric, port_of, redis_cli, wait_until,
+    MemoryNode, PyClient, TestCluster, http_get, info_field, metric, port_of, redis_cli, wait_until,
 };
 
 fn holds(region: &serde_json::Value, node: u64) -> bool {
@@ -118,6 +118,12 @@ fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
     eprintln!(
         "node {victim} out of the regions {out_after:?}, two copies again {restored_after:?} after SIGKILL; clients: {results:?}"
     );
+    // The agents count the operations they retried on the new copies.
+    let retried: u64 = ports
+        .iter()
+        .map(|p| info_field(p, "cluster", "dmc_pool_failover_retries"))
+        .sum();
+    assert!(retried > 0, "no operation met the dead node");
     for r in &results {
         // Commands that hit the dead node waited for its failover and were retried.
         assert_eq!(r["errors"], 0, "{r}");

@@ -690,6 +690,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
         } else {
             "0"
         };
+        let pool = engine.dht.pool_stats();
         sections.push((
             "Cluster",
             vec![
@@ -702,6 +703,12 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("dmc_moved_replies", n(&st.moved_replies)),
                 ("dmc_pool_nodes", n(&st.pool_nodes)),
                 ("dmc_pool_connections", n(&st.pool_connections)),
+                ("dmc_pool_frozen_waits", pool.frozen_waits.to_string()),
+                (
+                    "dmc_pool_failover_retries",
+                    pool.failover_retries.to_string(),
+                ),
+                ("dmc_pool_lease_refusals", pool.lease_refusals.to_string()),
             ],
         ));
     }

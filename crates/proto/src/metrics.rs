@@ -111,6 +111,18 @@ pub mod agent {
         "dmc_agent_recovered_commits_total",
         "Slot words a stopped single-key commit left locked, rolled forward or undone.",
     );
+    pub const POOL_FROZEN_WAITS: Desc = c(
+        "dmc_agent_pool_frozen_waits_total",
+        "Pool writes that found their region frozen (its copies being moved) and waited.",
+    );
+    pub const POOL_FAILOVER_RETRIES: Desc = c(
+        "dmc_agent_pool_failover_retries_total",
+        "Pool operations retried on new copies after a memory node failed under them.",
+    );
+    pub const POOL_LEASE_REFUSALS: Desc = c(
+        "dmc_agent_pool_lease_refusals_total",
+        "Pool writes refused because the agent's lease with the manager had lapsed.",
+    );
     pub const LOCAL_CACHE_KEYS: Desc = g(
         "dmc_agent_local_cache_keys",
         "Keys in the local DRAM cache.",
@@ -147,6 +159,9 @@ pub mod agent {
         TABLE_SPLITS,
         TABLE_RETRIES,
         RECOVERED_COMMITS,
+        POOL_FROZEN_WAITS,
+        POOL_FAILOVER_RETRIES,
+        POOL_LEASE_REFUSALS,
         LOCAL_CACHE_KEYS,
         LOCAL_CACHE_BYTES,
         LOCAL_CACHE_HITS,

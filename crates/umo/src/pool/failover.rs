@@ -37,7 +37,11 @@ impl Pool {
     /// [`UmoError::LeaseLapsed`] before any verb.
     pub(super) fn lease_lapsed(&self) -> bool {
         let until = self.writable_until_us.load(Ordering::Relaxed);
-        until != 0 && self.lease_base.elapsed().as_micros() as u64 >= until
+        let lapsed = until != 0 && self.lease_base.elapsed().as_micros() as u64 >= until;
+        if lapsed {
+            self.counters.lease_refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        lapsed
     }
 
     /// How long an operation that hit a failed memory node waits for the map that
@@ -76,6 +80,9 @@ impl Pool {
             placed.as_mut().enable();
             if !holds(self) {
                 tracing::debug!(node, "retrying on the copies that replaced a failed node");
+                self.counters
+                    .failover_retries
+                    .fetch_add(1, Ordering::Relaxed);
                 return true;
             }
             if tokio::time::timeout_at(deadline, placed).await.is_err() {

@@ -35,6 +35,8 @@ pub(super) struct WriteGate {
     /// Any bit of `frozen` is set (the hot path reads only this).
     any_frozen: AtomicBool,
     thawed: tokio::sync::Notify,
+    /// Writes that found a region frozen and waited.
+    frozen_waits: AtomicU64,
     /// One drain at a time: each flips the phase once.
     draining: tokio::sync::Mutex<()>,
 }
@@ -71,8 +73,14 @@ impl WriteGate {
             frozen: (0..WORDS).map(|_| AtomicU64::new(0)).collect(),
             any_frozen: AtomicBool::new(false),
             thawed: tokio::sync::Notify::new(),
+            frozen_waits: AtomicU64::new(0),
             draining: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Writes that found a region frozen and waited, so far.
+    pub(super) fn frozen_waits(&self) -> u64 {
+        self.frozen_waits.load(Ordering::Relaxed)
     }
 
     pub(super) fn is_frozen(&self, region: RegionId) -> bool {
@@ -106,6 +114,7 @@ impl WriteGate {
     /// thaws the region needs: an agent that applies a map moving a shard waits for
     /// that shard's writes, and one of them may wait here for a later map.
     pub(super) async fn thawed(&self, region: RegionId) -> Result<(), UmoError> {
+        self.frozen_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + FROZEN_WAIT;
         loop {
             let thawed = self.thawed.notified();

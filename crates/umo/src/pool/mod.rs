@@ -189,6 +189,19 @@ pub struct PoolStats {
     pub regions: u32,
     pub region_size: u64,
     pub alloc: AllocStats,
+    /// Writes that found their region frozen (its copies being moved) and waited.
+    pub frozen_waits: u64,
+    /// Operations retried on new copies after a memory node failed under them.
+    pub failover_retries: u64,
+    /// Writes refused because this client's lease with the manager had lapsed.
+    pub lease_refusals: u64,
+}
+
+/// The counters behind [`PoolStats`]' event counts.
+#[derive(Default)]
+struct PoolCounters {
+    failover_retries: AtomicU64,
+    lease_refusals: AtomicU64,
 }
 
 /// Where new regions come from when a pool grows. Without one the pool creates them
@@ -242,6 +255,7 @@ pub struct Pool {
     /// `failover.rs`); 0: no lease (a standalone pool).
     writable_until_us: AtomicU64,
     lease_base: Instant,
+    counters: PoolCounters,
 }
 
 impl Pool {
@@ -330,6 +344,7 @@ impl Pool {
             failover_wait_ms: AtomicU64::new(0),
             writable_until_us: AtomicU64::new(0),
             lease_base: Instant::now(),
+            counters: PoolCounters::default(),
         };
         // Several clients may open a new pool at once (agents of a cluster starting
         // together): one formats it, the others wait until they can load it.
@@ -373,6 +388,15 @@ impl Pool {
             regions: self.regions.read().iter().filter(|r| r.is_some()).count() as u32,
             region_size: self.config.region_size,
             alloc: self.allocator(Instant::now()).stats(),
+            frozen_waits: self.gate.frozen_waits(),
+            failover_retries: self
+                .counters
+                .failover_retries
+                .load(std::sync::atomic::Ordering::Relaxed),
+            lease_refusals: self
+                .counters
+                .lease_refusals
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
