@@ -60,7 +60,11 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                         human(n.allocated),
                         human(n.used),
                         percent(n.used, n.allocated),
-                        if n.alive { "alive" } else { "dead" }
+                        match (n.alive, n.draining) {
+                            (false, _) => "dead",
+                            (true, true) => "draining",
+                            (true, false) => "alive",
+                        }
                     );
                 }
             }

@@ -31,6 +31,8 @@ use crate::state::{ClusterState, RegionRecord};
 
 /// Bytes copied per read and write when filling a copy.
 const COPY_UNIT: u64 = 8 * FILL_CHUNK;
+/// Copy units in flight at once.
+const COPY_IN_FLIGHT: u64 = 4;
 /// Most pre-copy rounds before a fill freezes its region.
 const PRECOPY_ROUNDS: usize = 4;
 /// A pre-copy round that copied this many chunks or fewer is the last.
@@ -176,9 +178,19 @@ impl Manager {
         let started = Instant::now();
         let mut offset = 0;
         while offset < size {
-            let len = COPY_UNIT.min(size - offset);
-            self.copy_range(id, node, offset, len).await?;
-            offset += len;
+            // A few units in flight at once: each is a read from the primary and a write
+            // to the new copy, round trips that would otherwise run one after another.
+            let batch: Vec<(u64, u64)> = (0..COPY_IN_FLIGHT)
+                .map(|k| offset + k * COPY_UNIT)
+                .take_while(|at| *at < size)
+                .map(|at| (at, COPY_UNIT.min(size - at)))
+                .collect();
+            let mut copies = Vec::with_capacity(batch.len());
+            for &(at, len) in &batch {
+                copies.push(self.copy_range(id, node, at, len));
+            }
+            futures::future::try_join_all(copies).await?;
+            offset = batch.last().map_or(size, |&(at, len)| at + len);
             if rate > 0 {
                 let due = Duration::from_secs_f64(offset as f64 / rate as f64);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
@@ -199,13 +211,7 @@ impl Manager {
                 .get_mut(&id)
                 .map(std::mem::take)
                 .unwrap_or_default();
-            for &chunk in &dirty {
-                let at = chunk as u64 * FILL_CHUNK;
-                if at < size {
-                    self.copy_range(id, node, at, FILL_CHUNK.min(size - at))
-                        .await?;
-                }
-            }
+            self.copy_chunks(id, node, size, &dirty).await?;
             recopied += dirty.len();
             if dirty.len() <= PRECOPY_DONE {
                 break;
@@ -229,13 +235,7 @@ impl Manager {
             );
             dirty = (0..size.div_ceil(FILL_CHUNK) as u32).collect();
         }
-        for &chunk in &dirty {
-            let at = chunk as u64 * FILL_CHUNK;
-            if at < size {
-                self.copy_range(id, node, at, FILL_CHUNK.min(size - at))
-                    .await?;
-            }
-        }
+        self.copy_chunks(id, node, size, &dirty).await?;
         let done = self.change_region(id, |r| {
             r.filling.retain(|&n| n != node);
             r.backups.push(node);
@@ -256,6 +256,30 @@ impl Manager {
             recopied_chunks: dirty.len(),
             write_block_ms: ms(write_block),
         })
+    }
+
+    /// Copies the [`FILL_CHUNK`]s `chunks` of region `id` (of `size` bytes) from its
+    /// primary to `node`'s copy, several at once.
+    async fn copy_chunks(
+        &self,
+        id: u16,
+        node: u32,
+        size: u64,
+        chunks: &BTreeSet<u32>,
+    ) -> Result<(), ManagerError> {
+        let offsets: Vec<u64> = chunks
+            .iter()
+            .map(|&c| c as u64 * FILL_CHUNK)
+            .filter(|at| *at < size)
+            .collect();
+        for window in offsets.chunks(8) {
+            let mut copies = Vec::with_capacity(window.len());
+            for &at in window {
+                copies.push(self.copy_range(id, node, at, FILL_CHUNK.min(size - at)));
+            }
+            futures::future::try_join_all(copies).await?;
+        }
+        Ok(())
     }
 
     /// Copies `len` bytes at `offset` of region `id` from its primary (as the record

@@ -22,6 +22,9 @@ pub struct NodeStatus {
     /// Bytes of live and limbo blocks in those copies, as the agents report them.
     pub used: u64,
     pub alive: bool,
+    /// Being emptied by `nodes drain`: no new copies go there.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// What `status` and `instances list` show of an instance.
@@ -160,6 +163,7 @@ impl Manager {
                     allocated: s.allocated_on(n.id),
                     used: self.used_on(&s, n.id),
                     alive: self.alive(Member::Node(n.id)),
+                    draining: n.draining,
                 })
                 .collect(),
             agents: s
