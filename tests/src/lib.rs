@@ -434,6 +434,18 @@ impl TestCluster {
         out
     }
 
+    /// Waits (30 s at most) until every copy of every region equals its primary,
+    /// printing the differences seen meanwhile (counters still moving settle).
+    pub fn wait_copies_identical(&self) {
+        wait_until("every copy to equal its primary", || {
+            let differ = self.divergent_copies();
+            if !differ.is_empty() {
+                eprintln!("{differ:?}");
+            }
+            differ.is_empty()
+        });
+    }
+
     /// Files of pool regions on the memory nodes, and their bytes.
     pub fn region_files(&self) -> (usize, u64) {
         let mut files = (0, 0);
@@ -449,6 +461,14 @@ impl TestCluster {
     }
 }
 
+/// Whether a region record (of `GET /v1/regions`) has its primary and one backup and
+/// nothing moving: no copy being filled, not frozen.
+pub fn region_settled(r: &serde_json::Value) -> bool {
+    r["backups"].as_array().is_some_and(|b| b.len() == 1)
+        && r["filling"].as_array().is_none_or(|f| f.is_empty())
+        && r["frozen"] != true
+}
+
 /// The port of a `host:port` listen address in a manager report.
 pub fn port_of(listen: &serde_json::Value) -> String {
     listen
@@ -458,14 +478,23 @@ pub fn port_of(listen: &serde_json::Value) -> String {
         .to_string()
 }
 
-/// `redis-cli -p PORT args…`, trimmed stdout.
+/// `redis-cli -p PORT args…`, trimmed stdout; its stderr is echoed to the test log.
+/// Panics if redis-cli cannot be run, so a machine without it fails loudly.
 pub fn redis_cli(port: &str, args: &[&str]) -> String {
     Command::new("redis-cli")
         .args(["-p", port])
         .args(args)
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
+        .map(|o| {
+            if !o.stderr.is_empty() {
+                eprintln!(
+                    "redis-cli -p {port} {args:?}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+            }
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        })
+        .unwrap_or_else(|e| panic!("cannot run redis-cli (is redis-tools installed?): {e}"))
 }
 
 /// A numeric INFO field of `section` on the server at `port` (0 if absent).

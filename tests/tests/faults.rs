@@ -121,13 +121,7 @@ fn an_agent_killed_mid_commit_leaves_no_key_wedged_and_copies_agree() {
         for k in keys.iter().filter(|k| **k != victim) {
             assert_eq!(redis_cli(&port, &["GET", k]), "old", "{k}");
         }
-        wait_until("every copy to equal its primary", || {
-            let differ = c.divergent_copies();
-            if !differ.is_empty() {
-                eprintln!("{differ:?}");
-            }
-            differ.is_empty()
-        });
+        c.wait_copies_identical();
     }
 }
 
@@ -165,13 +159,6 @@ fn a_paused_agent_woken_after_its_shards_moved_commits_nothing() {
     };
     assert_eq!(redis_cli(&port, &["GET", &victim]), want);
     assert_eq!(redis_cli(&port, &["SET", &victim, "last"]), "OK");
-    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(redis_cli(&port, &["GET", &victim]), "last");
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
 }

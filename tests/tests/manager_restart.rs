@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dmc_e2e::{
-    PyClient, SECRET_ENV, TEST_SECRET, TestCluster, bin, port_of, redis_cli, wait_until,
+    PyClient, SECRET_ENV, TEST_SECRET, TestCluster, bin, port_of, redis_cli, region_settled,
+    wait_until,
 };
 
 const ARGS: [&str; 6] = [
@@ -31,12 +32,6 @@ fn region(c: &TestCluster, id: u64) -> serde_json::Value {
         .into_iter()
         .find(|r| r["id"].as_u64() == Some(id))
         .unwrap_or_default()
-}
-
-fn settled(r: &serde_json::Value) -> bool {
-    r["backups"].as_array().is_some_and(|b| b.len() == 1)
-        && r["filling"].as_array().is_none_or(|f| f.is_empty())
-        && r["frozen"] != true
 }
 
 #[test]
@@ -85,20 +80,16 @@ fn a_fill_cut_off_by_a_manager_crash_is_called_off_and_its_copy_dropped() {
     c.manager.kill();
     let _ = copy.wait();
     c.manager.restart(&restart_args()).unwrap();
-    wait_until("the fill to be called off", || settled(&region(&c, id)));
+    wait_until("the fill to be called off", || {
+        region_settled(&region(&c, id))
+    });
     wait_until("the partial copy to be dropped", || !file.exists());
     for i in 0..300 {
         assert_eq!(redis_cli(&port, &["GET", &format!("k{i}")]), "v");
     }
     assert_eq!(redis_cli(&port, &["SET", "after", "restart"]), "OK");
     assert_eq!(redis_cli(&port, &["MSET", "a", "1", "b", "2"]), "OK");
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
 }
 
 #[test]
@@ -116,7 +107,7 @@ fn a_manager_crash_right_after_a_node_failure_still_ends_with_two_copies() {
         let regions = c.regions();
         !regions.is_empty()
             && regions.iter().all(|r| {
-                settled(r)
+                region_settled(r)
                     && r["primary"].as_u64() != Some(victim)
                     && r["backups"][0].as_u64() != Some(victim)
             })
@@ -127,11 +118,5 @@ fn a_manager_crash_right_after_a_node_failure_still_ends_with_two_copies() {
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
 }

@@ -66,13 +66,7 @@ fn regions_migrate_under_load_without_a_client_error() {
     }
     assert_eq!(redis_cli(&ports[0], &["MSET", "a", "1", "b", "2"]), "OK");
     assert_eq!(redis_cli(&ports[1], &["MGET", "a", "b"]), "1\n2");
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
 }
 
 /// `nodes drain`: the node that holds a primary gives the role to its backup, its
@@ -120,11 +114,5 @@ fn a_drained_node_gives_up_every_copy_under_load_and_can_be_removed() {
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
 }

@@ -12,7 +12,8 @@
 use std::time::{Duration, Instant};
 
 use dmc_e2e::{
-    MemoryNode, PyClient, TestCluster, http_get, info_field, metric, port_of, redis_cli, wait_until,
+    MemoryNode, PyClient, TestCluster, http_get, info_field, metric, port_of, redis_cli,
+    region_settled, wait_until,
 };
 
 fn holds(region: &serde_json::Value, node: u64) -> bool {
@@ -20,12 +21,6 @@ fn holds(region: &serde_json::Value, node: u64) -> bool {
         || region["backups"]
             .as_array()
             .is_some_and(|b| b.iter().any(|n| n.as_u64() == Some(node)))
-}
-
-fn settled(region: &serde_json::Value) -> bool {
-    region["backups"].as_array().is_some_and(|b| b.len() == 1)
-        && region["filling"].as_array().is_none_or(|f| f.is_empty())
-        && region["frozen"] != true
 }
 
 #[test]
@@ -105,7 +100,7 @@ fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
     });
     let out_after = killed.elapsed();
     wait_until("every region to have two copies again", || {
-        c.regions().iter().all(settled)
+        c.regions().iter().all(region_settled)
     });
     let restored_after = killed.elapsed();
     // The clients go on for a while on the restored copies.
@@ -145,13 +140,7 @@ fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
     );
     // Quiet, every copy equals its primary (counters included: additions reach every
     // copy), polled because maintenance still adds to the usage counter.
-    wait_until("every copy to equal its primary", || {
-        let differ = c.divergent_copies();
-        if !differ.is_empty() {
-            eprintln!("{differ:?}");
-        }
-        differ.is_empty()
-    });
+    c.wait_copies_identical();
     let text = http_get(c.manager.url.trim_start_matches("http://"), "/metrics").unwrap();
     assert!(
         metric(&text, "dmc_manager_copies_filled_total").is_some_and(|n| n >= 1.0),
