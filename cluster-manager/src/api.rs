@@ -121,6 +121,9 @@ pub struct CreateInstance {
     pub maxmemory: ByteSize,
     #[serde(default = "noeviction")]
     pub policy: String,
+    /// Backup agents per shard.
+    #[serde(default)]
+    pub backups: u32,
 }
 
 fn noeviction() -> String {
@@ -131,6 +134,8 @@ fn noeviction() -> String {
 pub struct ResizeInstance {
     pub maxmemory: Option<ByteSize>,
     pub policy: Option<String>,
+    #[serde(default)]
+    pub backups: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -370,7 +375,7 @@ pub fn router(app: Arc<App>) -> Router {
                     }
                     let inst = app
                         .manager
-                        .create_instance(&c.name, c.maxmemory, &c.policy)
+                        .create_instance(&c.name, c.maxmemory, &c.policy, c.backups)
                         .await?;
                     Ok::<_, ApiError>((StatusCode::CREATED, Json(inst)))
                 },
@@ -387,7 +392,7 @@ pub fn router(app: Arc<App>) -> Router {
                             "{p:?} is not a maxmemory-policy"
                         ))));
                     }
-                    let inst = app.manager.resize_instance(&name, r.maxmemory, r.policy)?;
+                    let inst = app.manager.resize_instance(&name, r)?;
                     Ok::<_, ApiError>(Json(inst))
                 },
             ),

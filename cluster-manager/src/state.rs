@@ -69,6 +69,10 @@ pub struct Instance {
     pub policy: String,
     pub super_region: u16,
     pub shards: ShardMap,
+    /// Backup agents per shard: they keep the shard's hot keys in their caches, fed by
+    /// its primary, and take it over first when it dies.
+    #[serde(default)]
+    pub backups: u32,
 }
 
 impl Instance {
@@ -85,6 +89,7 @@ impl Instance {
             policy: policy.into(),
             super_region,
             shards: ShardMap::new(shards),
+            backups: 0,
         }
     }
 }
@@ -181,11 +186,13 @@ impl ClusterState {
             .map(|a| a.id)
     }
 
-    /// Gives `instance`'s shards to its agents, evenly (no key moves).
+    /// Gives `instance`'s shards to its agents, evenly (no key moves; a dead primary's
+    /// shards go to their backups first), and each shard its backup agents.
     pub fn rebalance(&mut self, instance: &str) {
         let agents: Vec<AgentId> = self.agents_of(instance).collect();
         if let Some(i) = self.instances.get_mut(instance) {
             i.shards.assign(&agents);
+            i.shards.assign_backups(&agents, i.backups as usize);
         }
     }
 

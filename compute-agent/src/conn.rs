@@ -257,6 +257,18 @@ async fn serve_session(
                     |_| Ok(())
                 );
                 if family == Some(Family::Internal) {
+                    let cmd = index.and_then(|i| table::TABLE.get(i)).map(|s| s.cmd);
+                    if cmd == Some(table::Cmd::DmcWarm) {
+                        // A cache update from a primary this agent backs up: only
+                        // another agent of the cluster may send one.
+                        let reply = if peer {
+                            router.warm(&args)
+                        } else {
+                            Reply::err("NOPERM DMC.WARM is for the cluster's agents")
+                        };
+                        reply.encode(session.proto, &mut out);
+                        continue;
+                    }
                     // DMC.PEER SECRET: another agent of the cluster, whose commands
                     // are never forwarded again.
                     let secret = dmc_process::secret::installed();

@@ -84,4 +84,9 @@ pub fn collect(engine: &Engine) {
     gauge(agent::LOCAL_CACHE_BYTES, c.bytes);
     counter(agent::LOCAL_CACHE_HITS, c.hits);
     counter(agent::LOCAL_CACHE_MISSES, c.misses);
+    gauge(agent::LOCAL_CACHE_WARM_KEYS, c.warm);
+    counter(agent::WARM_FED, load(&st.warm_fed));
+    counter(agent::WARM_FEED_DROPPED, load(&st.warm_feed_dropped));
+    counter(agent::WARM_CONFIRMED, load(&st.warm_confirmed));
+    counter(agent::WARM_STALE, load(&st.warm_stale));
 }

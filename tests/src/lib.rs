@@ -389,6 +389,45 @@ impl TestCluster {
         Ok(report)
     }
 
+    /// The live agents as (id, listen) and the default instance's shards.
+    pub fn owners(&self) -> (Vec<(u64, String)>, Vec<ShardRow>) {
+        let s = self.manager.status().unwrap_or_default();
+        let agents = s["agents"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|a| a["alive"] == true)
+                    .filter_map(|a| Some((a["id"].as_u64()?, a["listen"].as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rows: serde_json::Value = self
+            .manager
+            .cli(&["slots", "--json"])
+            .ok()
+            .and_then(|out| serde_json::from_str(&out).ok())
+            .unwrap_or_default();
+        let rows = rows
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| {
+                        Some(ShardRow {
+                            first: r["first_slot"].as_u64()?,
+                            last: r["last_slot"].as_u64()?,
+                            primary: r["primary"].as_u64()?,
+                            backups: r["backups"]
+                                .as_array()
+                                .map(|b| b.iter().filter_map(|b| b.as_u64()).collect())
+                                .unwrap_or_default(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        (agents, rows)
+    }
+
     /// `GET /v1/regions`: every region record.
     pub fn regions(&self) -> Vec<serde_json::Value> {
         let addr = self.manager.url.trim_start_matches("http://");
@@ -476,6 +515,38 @@ pub fn port_of(listen: &serde_json::Value) -> String {
         .and_then(|l| l.rsplit(':').next())
         .unwrap_or_default()
         .to_string()
+}
+
+/// A shard as `slots --json` shows it: its slot range, primary agent and backups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRow {
+    pub first: u64,
+    pub last: u64,
+    pub primary: u64,
+    pub backups: Vec<u64>,
+}
+
+impl ShardRow {
+    pub fn holds(&self, key: &str) -> bool {
+        let slot = u64::from(dmc_dht::hash::key_slot(key.as_bytes()));
+        (self.first..=self.last).contains(&slot)
+    }
+}
+
+/// The keys (of `keys`) whose hash slot agent `id` owns in `rows`.
+pub fn keys_owned_by(rows: &[ShardRow], id: u64, keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| rows.iter().any(|r| r.primary == id && r.holds(k)))
+        .cloned()
+        .collect()
+}
+
+/// A key (of `keys`) whose hash slot agent `id` owns.
+pub fn key_owned_by(rows: &[ShardRow], id: u64, keys: &[String]) -> String {
+    keys_owned_by(rows, id, keys)
+        .into_iter()
+        .next()
+        .expect("a key of the agent's slots")
 }
 
 /// `redis-cli -p PORT args…`, trimmed stdout; its stderr is echoed to the test log.

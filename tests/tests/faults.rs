@@ -8,54 +8,7 @@
 
 use std::time::Duration;
 
-use dmc_e2e::{Agent, TestCluster, port_of, redis_cli, wait_until};
-
-/// A shard's first slot, last slot and owner.
-type ShardRow = (u64, u64, u64);
-
-/// The live agents as (id, listen) and their shard rows.
-fn owners(c: &TestCluster) -> (Vec<(u64, String)>, Vec<ShardRow>) {
-    let s = c.manager.status().unwrap();
-    let agents = s["agents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["alive"] == true)
-        .map(|a| {
-            (
-                a["id"].as_u64().unwrap(),
-                a["listen"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    let rows: serde_json::Value =
-        serde_json::from_str(&c.manager.cli(&["slots", "--json"]).unwrap()).unwrap();
-    let rows = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r["first_slot"].as_u64()?,
-                r["last_slot"].as_u64()?,
-                r["primary"].as_u64()?,
-            ))
-        })
-        .collect();
-    (agents, rows)
-}
-
-/// A key (of `keys`) whose hash slot agent `id` owns.
-fn key_owned_by(rows: &[ShardRow], id: u64, keys: &[String]) -> String {
-    keys.iter()
-        .find(|k| {
-            let slot = u64::from(dmc_dht::hash::key_slot(k.as_bytes()));
-            rows.iter()
-                .any(|&(a, b, owner)| owner == id && (a..=b).contains(&slot))
-        })
-        .cloned()
-        .expect("a key of the agent's slots")
-}
+use dmc_e2e::{Agent, TestCluster, key_owned_by, port_of, redis_cli, wait_until};
 
 /// Starts a cluster with one launched agent holding `keys`, then a second agent by hand
 /// with `failpoints`; returns the cluster, the first agent's port, the second agent and
@@ -81,7 +34,7 @@ fn two_agents(failpoints: &str, keys: &[String]) -> (TestCluster, String, Agent,
             })
         })
         .unwrap();
-    let (agents, _) = owners(&c);
+    let (agents, _) = c.owners();
     let id = agents.iter().find(|(_, l)| *l == listen).unwrap().0;
     (c, port, second, id)
 }
@@ -92,7 +45,7 @@ fn an_agent_killed_mid_commit_leaves_no_key_wedged_and_copies_agree() {
     for (steps, expect) in [(1, "old"), (2, "new")] {
         let (c, port, mut second, id) =
             two_agents(&format!("dht-one-sided-crash=return({steps})"), &keys);
-        let (_, rows) = owners(&c);
+        let (_, rows) = c.owners();
         let victim = key_owned_by(&rows, id, &keys);
         // The second agent writes the key it owns and dies in the middle of the commit
         // (the client sees the connection drop: not acknowledged).
@@ -107,7 +60,7 @@ fn an_agent_killed_mid_commit_leaves_no_key_wedged_and_copies_agree() {
         // rolls the half-done commit forward (the backups got the new pair) or back.
         // (Until then readers see the locked slot's old value.)
         wait_until("the survivor to own every shard", || {
-            owners(&c).1.iter().all(|r| r.2 != id)
+            c.owners().1.iter().all(|r| r.primary != id)
         });
         wait_until("the half-done commit to be resolved", || {
             redis_cli(&port, &["GET", &victim]) == expect
@@ -133,14 +86,14 @@ fn an_agent_killed_mid_commit_leaves_no_key_wedged_and_copies_agree() {
 fn a_paused_agent_woken_after_its_shards_moved_commits_nothing() {
     let keys: Vec<String> = (0..64).map(|i| format!("key:{i}")).collect();
     let (c, port, second, id) = two_agents("", &keys);
-    let (_, rows) = owners(&c);
+    let (_, rows) = c.owners();
     let victim = key_owned_by(&rows, id, &keys);
     let pid = second.child.id() as i32;
     // SAFETY: kill(2) with plain integers.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     wait_until("the survivor to own every shard", || {
-        let (_, rows) = owners(&c);
-        rows.iter().all(|r| r.2 != id)
+        let (_, rows) = c.owners();
+        rows.iter().all(|r| r.primary != id)
     });
     wait_until("the survivor to take the paused agent's key", || {
         redis_cli(&port, &["SET", &victim, "survivor"]) == "OK"

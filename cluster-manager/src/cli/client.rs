@@ -143,19 +143,29 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
                 return Ok(());
             }
-            // Consecutive shards with one owner print as one slot range.
-            println!("{:<13}  {:>6}", "SLOTS", "AGENT");
+            // Consecutive shards with one owner and the same backups print as one
+            // slot range.
+            println!("{:<13}  {:>6}  BACKUPS", "SLOTS", "AGENT");
             let mut i = 0;
             while i < rows.len() {
                 let mut j = i;
-                while j + 1 < rows.len() && rows[j + 1].primary == rows[i].primary {
+                while j + 1 < rows.len()
+                    && (&rows[j + 1].primary, &rows[j + 1].backups)
+                        == (&rows[i].primary, &rows[i].backups)
+                {
                     j += 1;
                 }
                 let owner = rows[i].primary.map_or("-".to_string(), |a| a.to_string());
+                let backups: Vec<String> = rows[i].backups.iter().map(|b| b.to_string()).collect();
                 println!(
-                    "{:<13}  {:>6}",
+                    "{:<13}  {:>6}  {}",
                     format!("{}-{}", rows[i].first_slot, rows[j].last_slot),
-                    owner
+                    owner,
+                    if backups.is_empty() {
+                        "-".to_string()
+                    } else {
+                        backups.join(",")
+                    }
                 );
                 i = j + 1;
             }
@@ -180,6 +190,7 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                     name,
                     maxmemory,
                     policy,
+                    backups,
                 },
         } => {
             ok(agent
@@ -188,6 +199,7 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                     name: name.clone(),
                     maxmemory,
                     policy,
+                    backups,
                 })
                 .map_err(fail)?)?;
             println!(
@@ -200,11 +212,16 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
                     name,
                     maxmemory,
                     policy,
+                    backups,
                 },
         } => {
             ok(agent
                 .put(url(&format!("/v1/instances/{name}")))
-                .send_json(ResizeInstance { maxmemory, policy })
+                .send_json(ResizeInstance {
+                    maxmemory,
+                    policy,
+                    backups,
+                })
                 .map_err(fail)?)?;
             println!("instance {name} changed; its agents follow within a round trip");
         }
@@ -430,8 +447,8 @@ fn percent(part: u64, whole: u64) -> String {
 
 fn print_instances(list: &[InstanceStatus]) {
     println!(
-        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  POLICY",
-        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS", "AGENTS"
+        "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7} {:>7}  POLICY",
+        "INSTANCE", "MAXMEMORY", "ALLOCATED", "USED", "USE%", "REGIONS", "AGENTS", "BACKUPS"
     );
     for i in list {
         let max = if i.maxmemory == 0 {
@@ -440,7 +457,7 @@ fn print_instances(list: &[InstanceStatus]) {
             human(i.maxmemory)
         };
         println!(
-            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7}  {}",
+            "{:<12} {:>10} {:>10} {:>10} {:>5} {:>8} {:>7} {:>7}  {}",
             i.name,
             max,
             human(i.allocated),
@@ -448,6 +465,7 @@ fn print_instances(list: &[InstanceStatus]) {
             percent(i.used, i.allocated),
             i.regions,
             i.agents,
+            i.backups,
             i.policy
         );
     }

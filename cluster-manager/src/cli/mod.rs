@@ -84,15 +84,22 @@ pub enum InstancesCmd {
         maxmemory: ByteSize,
         #[arg(long, default_value = "noeviction")]
         policy: String,
+        /// Backup agents per shard: they keep its hot keys cached and take it over
+        /// first when its agent dies, serving hits at once.
+        #[arg(long, default_value_t = 0)]
+        backups: u32,
     },
-    /// Change maxmemory (growing is immediate; shrinking evicts, then returns regions)
-    /// or the eviction policy.
+    /// Change maxmemory (growing is immediate; shrinking evicts, then returns regions),
+    /// the eviction policy or the backup agents per shard.
     Resize {
         name: String,
         #[arg(long)]
         maxmemory: Option<ByteSize>,
         #[arg(long)]
         policy: Option<String>,
+        /// Backup agents per shard (0: none).
+        #[arg(long)]
+        backups: Option<u32>,
     },
 }
 

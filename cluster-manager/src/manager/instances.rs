@@ -17,6 +17,7 @@ impl Manager {
         name: &str,
         maxmemory: ByteSize,
         policy: &str,
+        backups: u32,
     ) -> Result<Instance, ManagerError> {
         if !dmc_proto::cluster::valid_instance_name(name) {
             return Err(ManagerError::Invalid(format!(
@@ -33,7 +34,8 @@ impl Manager {
             let super_region = s
                 .free_region_id(1)
                 .ok_or_else(|| ManagerError::Full("no free region id".into()))?;
-            let inst = Instance::new(name, maxmemory, policy, super_region, shards);
+            let mut inst = Instance::new(name, maxmemory, policy, super_region, shards);
+            inst.backups = backups;
             s.instances.insert(name.to_string(), inst.clone());
             tracing::info!(
                 instance = name,
@@ -46,14 +48,19 @@ impl Manager {
         })
     }
 
-    /// Changes an instance's maxmemory and/or policy; agents follow the pushed map
-    /// (growing is immediate, shrinking evicts down to the new limit).
+    /// Changes an instance's maxmemory, policy and/or backup agents per shard; agents
+    /// follow the pushed map (growing is immediate, shrinking evicts down to the new
+    /// limit; new backups warm up from the primaries' next writes and fills).
     pub fn resize_instance(
         &self,
         name: &str,
-        maxmemory: Option<ByteSize>,
-        policy: Option<String>,
+        change: crate::api::ResizeInstance,
     ) -> Result<Instance, ManagerError> {
+        let crate::api::ResizeInstance {
+            maxmemory,
+            policy,
+            backups,
+        } = change;
         let size = self.pool.region_size.0;
         self.update(|s| {
             let inst = s
@@ -66,7 +73,16 @@ impl Manager {
             if let Some(p) = policy {
                 inst.policy = p;
             }
-            let inst = inst.clone();
+            let rebalance = backups.is_some_and(|b| b != inst.backups);
+            if let Some(b) = backups {
+                inst.backups = b;
+            }
+            if rebalance {
+                s.rebalance(name);
+            }
+            let Some(inst) = s.instances.get(name).cloned() else {
+                return Err(ManagerError::NotFound(format!("instance {name}")));
+            };
             // Regions past the new maxmemory are vacated by the agents, then returned.
             if inst.maxmemory.0 > 0 {
                 let allowed = (inst.maxmemory.0 / size).max(1) as usize;
@@ -117,7 +133,7 @@ mod tests {
         for bad in ["", "a/b", "x y", &"n".repeat(65)] {
             assert!(
                 matches!(
-                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru")
+                    m.create_instance(bad, ByteSize(1 << 30), "allkeys-lru", 0)
                         .await,
                     Err(ManagerError::Invalid(_))
                 ),
@@ -125,11 +141,11 @@ mod tests {
             );
         }
         let b = m
-            .create_instance("b", ByteSize(1 << 30), "allkeys-lru")
+            .create_instance("b", ByteSize(1 << 30), "allkeys-lru", 0)
             .await
             .unwrap();
         let c = m
-            .create_instance("c", ByteSize(0), "noeviction")
+            .create_instance("c", ByteSize(0), "noeviction", 0)
             .await
             .unwrap();
         assert_eq!(
@@ -138,7 +154,7 @@ mod tests {
             "region 1 is default's"
         );
         assert!(matches!(
-            m.create_instance("b", ByteSize(1), "noeviction").await,
+            m.create_instance("b", ByteSize(1), "noeviction", 0).await,
             Err(ManagerError::Exists(_))
         ));
         // Agents of each instance share only their own instance's shards.

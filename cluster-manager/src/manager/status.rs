@@ -33,6 +33,9 @@ pub struct InstanceStatus {
     pub name: String,
     pub maxmemory: u64,
     pub policy: String,
+    /// Backup agents per shard.
+    #[serde(default)]
+    pub backups: u32,
     /// The region holding its superblock.
     pub super_region: u16,
     /// Agents serving it.
@@ -66,6 +69,9 @@ pub struct ShardRow {
     pub first_slot: u16,
     pub last_slot: u16,
     pub primary: Option<AgentId>,
+    /// Agents keeping the shard's cache warm, first to take it over.
+    #[serde(default)]
+    pub backups: Vec<AgentId>,
     pub epoch: u64,
 }
 
@@ -136,6 +142,7 @@ impl Manager {
                 name: i.name.clone(),
                 maxmemory: i.maxmemory.0,
                 policy: i.policy.clone(),
+                backups: i.backups,
                 super_region: i.super_region,
                 agents: s.agents_of(&i.name).count(),
                 allocated: s.allocated_to(&i.name),
@@ -205,6 +212,7 @@ impl Manager {
                     first_slot: r.start,
                     last_slot: r.end.saturating_sub(1),
                     primary: sh.primary,
+                    backups: sh.backups.clone(),
                     epoch: sh.epoch,
                 }
             })

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use dmc_dht::owner::Lease;
+use dmc_engine::cache::Keep;
 use dmc_proto::cluster::ClusterMap;
 use dmc_proto::shards::{AgentId, HASH_SLOTS};
 
@@ -101,7 +102,18 @@ impl Router {
             }
         }
         let owned = u64::from(ownership.owned_count());
-        self.engine.forget_slots(&|slot| changed[slot as usize]);
+        // Cached keys of slots that stayed this agent's stay; those of slots it gained
+        // (revalidated at the takeover) or backs up are kept warm, never served until
+        // checked against the pool; the rest are dropped.
+        self.engine.reshape_cache(&|slot| {
+            let primary = map.owner(slot).is_some_and(|a| a.id == me);
+            match (primary, changed[slot as usize]) {
+                (true, false) => Keep::Keep,
+                (true, true) => Keep::Warm,
+                (false, _) if map.shards.backs_up(slot, me) => Keep::Warm,
+                (false, _) => Keep::Drop,
+            }
+        });
         // The instance's limit and policy (a resize or CONFIG SET on any agent).
         let dht = &self.engine.dht;
         dht.set_maxmemory(map.instance.maxmemory.0);
@@ -124,7 +136,9 @@ impl Router {
         stats.map_version.store(version, Ordering::Relaxed);
         stats.owned_slots.store(owned, Ordering::Relaxed);
         self.me.store(me, Ordering::Release);
-        *self.map.write() = Some(Arc::new(map));
+        let map = Arc::new(map);
+        self.warm.retarget(self, &map, me);
+        *self.map.write() = Some(map);
         if !handoffs.is_empty() {
             self.take_over(version, handoffs);
         }
@@ -209,10 +223,23 @@ impl Router {
                             "resolving half-done commits of gained slots failed; their keys may answer TRYAGAIN"
                         );
                     }
+                    // A backup's warm keys of these slots: the pool's values, before
+                    // the first write and the first hit.
+                    let checked = this.engine.revalidate_warm(range.clone()).await;
+                    if checked != dmc_engine::warm::Revalidated::default() {
+                        tracing::info!(
+                            slots = ?range, confirmed = checked.confirmed, stale = checked.stale,
+                            failed = checked.failed, "revalidated the warm cache of gained slots"
+                        );
+                    }
                     ownership.assign(range.clone(), Some(lease));
-                    this.engine.forget_slots(&|slot| range.contains(&slot));
                 }
             }
+            // INFO's count follows the takeover, not only the map (it was stale here).
+            this.engine
+                .stats
+                .owned_slots
+                .store(u64::from(ownership.owned_count()), Ordering::Relaxed);
             tracing::debug!(
                 version,
                 waited_ms = started.elapsed().as_millis() as u64,

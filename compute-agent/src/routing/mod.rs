@@ -33,11 +33,13 @@
 //! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
+//! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
 mod apply;
 mod cluster_cmds;
 mod config_set;
 mod peers;
+mod warm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -109,6 +111,8 @@ pub struct Router {
     applying: tokio::sync::Mutex<()>,
     /// Forward to peers' TLS ports with this (when they have one).
     peer_tls: Option<tokio_rustls::TlsConnector>,
+    /// Cache updates for the backup agents of the shards this agent is primary of.
+    warm: Arc<warm::WarmFeed>,
 }
 
 impl Router {
@@ -119,7 +123,10 @@ impl Router {
         manager: Option<String>,
         peer_tls: Option<tokio_rustls::TlsConnector>,
     ) -> Router {
+        let warm = Arc::new(warm::WarmFeed::new(Arc::downgrade(&engine)));
+        engine.set_cache_feed(warm.clone());
         Router {
+            warm,
             peer_tls,
             manager,
             draining: Mutex::new(Vec::new()),

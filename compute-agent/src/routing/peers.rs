@@ -54,18 +54,18 @@ impl Router {
         session: &Session,
         args: &[Bytes],
     ) -> std::io::Result<Reply> {
-        let mut replies = self.forward_many(addr, session, &[args]).await?;
+        let mut replies = self.forward_many(addr, session.db, &[args]).await?;
         replies
             .pop()
             .ok_or_else(|| std::io::Error::other("no reply from the owner"))
     }
 
-    /// Sends commands to the agent at `addr` pipelined on one pooled connection and
-    /// reads their replies, in order.
-    async fn forward_many(
+    /// Sends commands of database `db` to the agent at `addr` pipelined on one pooled
+    /// connection and reads their replies, in order.
+    pub(super) async fn forward_many(
         &self,
         addr: &str,
-        session: &Session,
+        db: u8,
         commands: &[&[Bytes]],
     ) -> std::io::Result<Vec<Reply>> {
         let pooled = self.peers.lock().get_mut(addr).and_then(|v| v.pop());
@@ -74,13 +74,10 @@ impl Router {
             None => self.connect(addr).await?,
         };
         let mut out = BytesMut::new();
-        let select = conn.db != session.db;
+        let select = conn.db != db;
         if select {
             encode_command(
-                &[
-                    Bytes::from_static(b"SELECT"),
-                    Bytes::from(session.db.to_string()),
-                ],
+                &[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())],
                 &mut out,
             );
         }
@@ -96,7 +93,7 @@ impl Router {
                             "the owner refused SELECT: {e}"
                         )));
                     }
-                    _ => conn.db = session.db,
+                    _ => conn.db = db,
                 }
             }
             let mut replies = Vec::with_capacity(commands.len());
@@ -162,7 +159,7 @@ impl Router {
             };
             let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {
                 let refs: Vec<&[Bytes]> = idx.iter().map(|&i| &commands[i][..]).collect();
-                async move { self.forward_many(addr, shared, &refs).await }
+                async move { self.forward_many(addr, shared.db, &refs).await }
             }));
             let (local_replies, remote_replies) = tokio::join!(local_run, remote_runs);
             for (&i, r) in local.iter().zip(local_replies) {
@@ -248,7 +245,7 @@ impl Router {
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
         let mut replies = Vec::with_capacity(commands.len());
-        match self.forward_many(addr, session, &refs).await {
+        match self.forward_many(addr, session.db, &refs).await {
             Ok(got) => {
                 for (args, reply) in commands.iter().zip(got) {
                     if redirected(&reply) {

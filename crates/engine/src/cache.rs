@@ -7,6 +7,11 @@
 //! for its key, and local hits raise it with the same probabilistic rule. Each entry
 //! remembers where its key's metadata is in the pool so local hits are reported there
 //! (batched by the table). Keys the table evicts are dropped through its removal hook.
+//!
+//! **Warm entries** are keys of shards this agent backs up, fed by their primary
+//! ([`LocalCache::warm_put`]). The feed is asynchronous and may lose updates, so a warm
+//! entry is never served: it becomes an ordinary entry only when a read of the pool
+//! replaces it (the takeover's revalidation, or a miss's fill).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +33,8 @@ struct Item {
     expire_at: Option<u64>,
     lfu: u8,
     slot: Option<SlotRef>,
+    /// Fed by another agent and not yet checked against the pool: never served.
+    warm: bool,
 }
 
 impl Item {
@@ -43,6 +50,8 @@ struct Shard {
     /// Dense, so that victims can be sampled uniformly.
     items: Vec<Item>,
     bytes: usize,
+    /// Warm entries among `items`.
+    warm: usize,
     /// Bumped by every write-through and removal: a fill that started before a write
     /// of the shard finished must not install what it read (it may be older).
     writes: u64,
@@ -56,6 +65,7 @@ impl Shard {
     fn remove_at(&mut self, i: usize) {
         let item = self.items.swap_remove(i);
         self.bytes -= item.bytes();
+        self.warm -= usize::from(item.warm);
         self.index[item.db as usize].remove(&item.key);
         if i < self.items.len() {
             let moved = &self.items[i];
@@ -71,6 +81,7 @@ impl Shard {
                 .resize_with(item.db as usize + 1, Default::default);
         }
         self.bytes += item.bytes();
+        self.warm += usize::from(item.warm);
         self.index[item.db as usize].insert(item.key.clone(), self.items.len());
         self.items.push(item);
     }
@@ -116,6 +127,20 @@ pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub rejected: u64,
+    /// Warm entries (fed by a primary, not yet revalidated) among `keys`.
+    pub warm: u64,
+}
+
+/// What a change of hash-slot roles does to a cached key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Stays as it is (the slot stayed this agent's).
+    Keep,
+    /// Stays, but must be revalidated before it is served (the slot left this agent,
+    /// which backs it up now, or came to it).
+    Warm,
+    /// Dropped (neither owned nor backed up).
+    Drop,
 }
 
 pub struct LocalCache {
@@ -155,6 +180,10 @@ impl LocalCache {
             self.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         }
+        if shard.items[i].warm {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let item = &mut shard.items[i];
         if lfu_should_increment(item.lfu, r) {
             item.lfu += 1;
@@ -180,6 +209,16 @@ impl LocalCache {
         self.admit(&mut shard, db, key, v);
     }
 
+    /// A warm entry checked against the pool: `v` (the pool's value) is served from
+    /// now on. No ticket: a takeover calls this for keys of slots nobody writes (the
+    /// previous owner gave them up, this agent does not own them yet), so no write can
+    /// have overtaken the read, while a ticket would be spoilt by any write-through of
+    /// another key that shares the cache's lock shard.
+    pub fn revalidated(&self, db: u8, key: &[u8], v: Fetched) {
+        let mut shard = self.shard(db, key).lock();
+        self.admit(&mut shard, db, key, v);
+    }
+
     fn admit(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
@@ -196,11 +235,13 @@ impl LocalCache {
                 item.value = value;
                 item.expire_at = expire_at;
                 item.lfu = item.lfu.max(lfu);
+                let was_warm = std::mem::replace(&mut item.warm, false);
                 if slot.is_some() {
                     item.slot = slot;
                 }
                 let new_len = item.value.len();
                 shard.bytes = shard.bytes + new_len - old_len;
+                shard.warm -= usize::from(was_warm);
                 return;
             }
             let lfu = shard.items[i].lfu.max(lfu);
@@ -244,7 +285,13 @@ impl LocalCache {
             expire_at,
             lfu,
             slot,
+            warm: false,
         };
+        self.insert_admitted(shard, item);
+    }
+
+    /// Inserts `item` if it fits, or evicts colder sampled entries to make room.
+    fn insert_admitted(&self, shard: &mut Shard, item: Item) {
         if item.bytes() > self.shard_capacity {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return;
@@ -278,6 +325,61 @@ impl LocalCache {
         );
     }
 
+    /// A value the primary of a shard this agent backs up wrote or cached, as a warm
+    /// entry (never served until revalidated). Does not count as a write: fills of
+    /// keys this agent owns are not disturbed (it owns none of a backed-up shard).
+    pub fn warm_put(&self, db: u8, key: &[u8], value: Bytes, expire_at: Option<u64>, lfu: u8) {
+        let mut shard = self.shard(db, key).lock();
+        if let Some(i) = shard.find(db, key) {
+            let grows = value.len().saturating_sub(shard.items[i].value.len());
+            if shard.bytes + grows <= self.shard_capacity {
+                let item = &mut shard.items[i];
+                let old_len = item.value.len();
+                item.value = value;
+                item.expire_at = expire_at;
+                item.lfu = item.lfu.max(lfu);
+                item.slot = None;
+                let was_warm = std::mem::replace(&mut item.warm, true);
+                let new_len = item.value.len();
+                shard.bytes = shard.bytes + new_len - old_len;
+                shard.warm += usize::from(!was_warm);
+                return;
+            }
+            shard.remove_at(i);
+        }
+        let item = Item {
+            db,
+            key: Bytes::copy_from_slice(key),
+            value,
+            expire_at,
+            lfu,
+            slot: None,
+            warm: true,
+        };
+        self.insert_admitted(&mut shard, item);
+    }
+
+    /// Drops a warm entry (its primary deleted the key); an ordinary entry stays.
+    pub fn warm_remove(&self, db: u8, key: &[u8]) {
+        let mut shard = self.shard(db, key).lock();
+        if let Some(i) = shard.find(db, key).filter(|&i| shard.items[i].warm) {
+            shard.remove_at(i);
+        }
+    }
+
+    /// The warm entries whose key `wanted` accepts, with their values: what a takeover
+    /// revalidates against the pool.
+    pub fn warm_entries(&self, wanted: &dyn Fn(&[u8]) -> bool) -> Vec<(u8, Bytes, Bytes)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let shard = s.lock();
+            for item in shard.items.iter().filter(|i| i.warm && wanted(&i.key)) {
+                out.push((item.db, item.key.clone(), item.value.clone()));
+            }
+        }
+        out
+    }
+
     /// Drops a key (deleted, evicted, or changed in a way the cache does not mirror).
     pub fn remove(&self, db: u8, key: &[u8]) {
         let mut shard = self.shard(db, key).lock();
@@ -287,29 +389,36 @@ impl LocalCache {
         }
     }
 
-    /// Keeps only the keys `keep` accepts (a change of hash-slot ownership).
-    pub fn retain(&self, keep: &dyn Fn(u8, &[u8]) -> bool) {
+    /// Keeps, demotes to warm or drops each key as `keep` says (a change of
+    /// hash-slot roles).
+    pub fn retain(&self, keep: &dyn Fn(u8, &[u8]) -> Keep) {
         for s in self.shards.iter() {
             let mut shard = s.lock();
             shard.writes += 1;
             let mut i = 0;
             while i < shard.items.len() {
-                let item = &shard.items[i];
-                if keep(item.db, &item.key) {
-                    i += 1;
-                } else {
-                    shard.remove_at(i);
+                let item = &mut shard.items[i];
+                match keep(item.db, &item.key) {
+                    Keep::Keep => i += 1,
+                    Keep::Warm => {
+                        let was_warm = std::mem::replace(&mut item.warm, true);
+                        item.slot = None;
+                        shard.warm += usize::from(!was_warm);
+                        i += 1;
+                    }
+                    Keep::Drop => shard.remove_at(i),
                 }
             }
         }
     }
 
     pub fn stats(&self) -> CacheStats {
-        let (mut keys, mut bytes) = (0, 0);
+        let (mut keys, mut bytes, mut warm) = (0, 0, 0);
         for s in self.shards.iter() {
             let s = s.lock();
             keys += s.items.len() as u64;
             bytes += s.bytes as u64;
+            warm += s.warm as u64;
         }
         CacheStats {
             keys,
@@ -317,6 +426,7 @@ impl LocalCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            warm,
         }
     }
 }
@@ -410,6 +520,52 @@ mod tests {
             c.get(0, b"k", 0, 0.5).map(|v| v.0),
             Some(Bytes::from("new"))
         );
+    }
+
+    #[test]
+    fn warm_entries_are_never_served_until_a_pool_read_replaces_them() {
+        let c = LocalCache::new(1 << 20);
+        c.warm_put(0, b"k", Bytes::from("fed"), None, 5);
+        assert!(c.get(0, b"k", 0, 0.5).is_none(), "a warm entry is a miss");
+        assert_eq!(c.stats().warm, 1);
+        let listed = c.warm_entries(&|_| true);
+        assert_eq!(listed, vec![(0, Bytes::from("k"), Bytes::from("fed"))]);
+        // The takeover reads the pool and fills: the pool's value, served from now on.
+        let t = c.fill_ticket(0, b"k");
+        c.fill(
+            t,
+            0,
+            b"k",
+            Fetched {
+                value: Bytes::from("pool"),
+                expire_at: None,
+                lfu: 5,
+                slot: None,
+            },
+        );
+        assert_eq!(
+            c.get(0, b"k", 0, 0.5).map(|v| v.0),
+            Some(Bytes::from("pool"))
+        );
+        assert_eq!(c.stats().warm, 0);
+        // A warm removal leaves an ordinary entry alone; a role change demotes it.
+        c.warm_remove(0, b"k");
+        assert!(c.get(0, b"k", 0, 0.5).is_some());
+        c.retain(&|_, _| Keep::Warm);
+        assert!(c.get(0, b"k", 0, 0.5).is_none());
+        assert_eq!(c.stats().warm, 1);
+        c.warm_remove(0, b"k");
+        assert_eq!(
+            c.stats(),
+            CacheStats {
+                hits: 2,
+                misses: 2,
+                ..CacheStats::default()
+            }
+        );
+        c.warm_put(0, b"gone", Bytes::from("x"), None, 5);
+        c.retain(&|_, _| Keep::Drop);
+        assert_eq!(c.stats().keys, 0);
     }
 
     /// Against a model: what the cache returns is always the last value put for the key.

@@ -96,6 +96,12 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "0.1.0",
             O1,
         ),
+        DmcWarm => (
+            "A primary's cache update for an agent backing up its shard (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
         Object => (
             "A container for object introspection commands.",
             "generic",

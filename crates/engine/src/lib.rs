@@ -10,6 +10,7 @@
 //! | [`strings`] | GET, SET and the string family |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
 //! | [`server`] | connection and server commands: PING, HELLO, SELECT, INFO, CONFIG, COMMAND |
+//! | [`warm`] | backup agents' warm caches: the primary's feed, takeover revalidation |
 //!
 //! The engine never touches bytes on the wire: it takes parsed arguments and returns a
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
@@ -29,6 +30,7 @@ pub mod server;
 pub mod stats;
 pub mod strings;
 pub mod table;
+pub mod warm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,6 +134,8 @@ pub struct Engine {
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
     /// is the only writer of its hash slots, so this makes INCR and friends atomic).
     key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Where cache updates of shards with backup agents go (cluster members).
+    cache_feed: std::sync::OnceLock<Arc<dyn warm::CacheFeed>>,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -168,6 +172,7 @@ impl Engine {
             key_locks: (0..KEY_LOCKS)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            cache_feed: std::sync::OnceLock::new(),
         })
     }
 

@@ -1,8 +1,9 @@
 //! The engine's read path and the local cache's coherence: a read is answered by the
 //! local DRAM cache when it holds the key, else from the pool, and the value filled
 //! into the cache if no write overtook the read; every committed write tells the cache
-//! (write-through), and keys of slots that changed hands are dropped. Called by the
-//! command families and the pipelined fast paths; it never writes to the pool.
+//! (write-through) and, through the cache feed, the backups of its shard
+//! ([`crate::warm`]). Called by the command families and the pipelined fast paths; it
+//! never writes to the pool.
 
 use bytes::Bytes;
 use dmc_dht::DhtError;
@@ -22,6 +23,7 @@ impl Engine {
         };
         let value = e.value.clone();
         if let (Some(c), Some(t)) = (&self.cache, ticket) {
+            self.feed_backups(db, key, Some((&e.value, e.expire_at, e.lfu)));
             c.fill(t, db, key, e.into());
         }
         Ok(Some(value))
@@ -39,14 +41,6 @@ impl Engine {
     fn cache_ticket(&self, db: u8, key: &[u8]) -> Option<u64> {
         let c = self.cache.as_ref()?;
         self.owns(key).then(|| c.fill_ticket(db, key))
-    }
-
-    /// Drops every cached key whose hash slot `changed` says moved (to or from this
-    /// agent): a slot's new owner may hold newer values than this cache.
-    pub fn forget_slots(&self, changed: &dyn Fn(u16) -> bool) {
-        if let Some(c) = &self.cache {
-            c.retain(&|_, key| !changed(dmc_dht::hash::key_slot(key)));
-        }
     }
 
     /// The key's value from the local cache, with the hit reported to the pool, or
@@ -92,6 +86,7 @@ impl Engine {
             if let Some(e) = e {
                 out[i] = Some(e.value.clone());
                 if let (Some(c), Some(Some(t))) = (&self.cache, tickets.get(n)) {
+                    self.feed_backups(db, keys[i], Some((&e.value, e.expire_at, e.lfu)));
                     c.fill(*t, db, keys[i], e.into());
                 }
             }
@@ -111,9 +106,13 @@ impl Engine {
                 // A copy: the argument is a slice of the connection's read buffer, which
                 // a cached value must not keep alive.
                 Some((value, expire_at)) => {
-                    c.put(db, key, Bytes::copy_from_slice(value), expire_at)
+                    c.put(db, key, Bytes::copy_from_slice(value), expire_at);
+                    self.feed_backups(db, key, Some((value, expire_at, dmc_dht::policy::LFU_INIT)));
                 }
-                None => c.remove(db, key),
+                None => {
+                    c.remove(db, key);
+                    self.feed_backups(db, key, None);
+                }
             }
         }
     }

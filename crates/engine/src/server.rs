@@ -607,6 +607,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("local_cache_hits", c.hits.to_string()),
                 ("local_cache_misses", c.misses.to_string()),
                 ("local_cache_rejected", c.rejected.to_string()),
+                ("local_cache_warm_keys", c.warm.to_string()),
             ]);
         }
         sections.push(("Memory", rows));
@@ -709,6 +710,10 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                     pool.failover_retries.to_string(),
                 ),
                 ("dmc_pool_lease_refusals", pool.lease_refusals.to_string()),
+                ("dmc_warm_fed", n(&st.warm_fed)),
+                ("dmc_warm_feed_dropped", n(&st.warm_feed_dropped)),
+                ("dmc_warm_confirmed", n(&st.warm_confirmed)),
+                ("dmc_warm_stale", n(&st.warm_stale)),
             ],
         ));
     }

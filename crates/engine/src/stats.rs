@@ -40,6 +40,13 @@ pub struct Stats {
     /// (connections open on first use and close when idle).
     pub pool_nodes: AtomicU64,
     pub pool_connections: AtomicU64,
+    /// Warm-cache updates received from the primaries of shards this agent backs up.
+    pub warm_fed: AtomicU64,
+    /// Warm-cache updates for backups this agent (a primary) could not deliver.
+    pub warm_feed_dropped: AtomicU64,
+    /// Warm keys a takeover found equal to the pool, and found changed or gone.
+    pub warm_confirmed: AtomicU64,
+    pub warm_stale: AtomicU64,
     samples: Mutex<VecDeque<Sample>>,
 }
 

@@ -79,6 +79,9 @@ pub enum Cmd {
     Asking,
     /// `DMC.PEER`: the first command of another agent's forwarding connection.
     DmcPeer,
+    /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
+    /// (peer connections only).
+    DmcWarm,
 }
 
 /// The module that runs a command: the families never import each other, and
@@ -127,7 +130,7 @@ impl Cmd {
             | FlushAll | Rename | RenameNx | Copy | Move | SwapDb => Family::Keys,
             Object | Memory => Family::Introspect,
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
-            DmcPeer => Family::Internal,
+            DmcPeer | DmcWarm => Family::Internal,
         }
     }
 }
@@ -370,6 +373,15 @@ pub const TABLE: &[Spec] = &[
         0,
         0,
         DmcPeer
+    ),
+    spec!(
+        "dmc.warm",
+        -3,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcWarm
     ),
 ];
 

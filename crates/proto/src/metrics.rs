@@ -139,6 +139,26 @@ pub mod agent {
         "dmc_agent_local_cache_misses_total",
         "Reads the local cache could not serve.",
     );
+    pub const LOCAL_CACHE_WARM_KEYS: Desc = g(
+        "dmc_agent_local_cache_warm_keys",
+        "Keys of backed-up shards in the local cache, fed by their primaries and not yet revalidated (never served).",
+    );
+    pub const WARM_FED: Desc = c(
+        "dmc_agent_warm_fed_total",
+        "Cache updates received from the primaries of shards this agent backs up.",
+    );
+    pub const WARM_FEED_DROPPED: Desc = c(
+        "dmc_agent_warm_feed_dropped_total",
+        "Cache updates for backup agents this agent could not deliver (queue full, backup unreachable).",
+    );
+    pub const WARM_CONFIRMED: Desc = c(
+        "dmc_agent_warm_confirmed_total",
+        "Warm keys a shard takeover found equal to the pool (served at once).",
+    );
+    pub const WARM_STALE: Desc = c(
+        "dmc_agent_warm_stale_total",
+        "Warm keys a shard takeover found changed or deleted in the pool (replaced or dropped).",
+    );
 
     pub const ALL: &[Desc] = &[
         CONNECTED_CLIENTS,
@@ -166,6 +186,11 @@ pub mod agent {
         LOCAL_CACHE_BYTES,
         LOCAL_CACHE_HITS,
         LOCAL_CACHE_MISSES,
+        LOCAL_CACHE_WARM_KEYS,
+        WARM_FED,
+        WARM_FEED_DROPPED,
+        WARM_CONFIRMED,
+        WARM_STALE,
     ];
 }
 

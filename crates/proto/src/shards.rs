@@ -139,23 +139,112 @@ impl ShardMap {
                 _ => free.push(i),
             }
         }
-        // Hand the free shards to agents below their target.
-        let mut free = free.into_iter();
+        // A free shard goes first to its first backup below its target (its cache is
+        // warm with the shard's keys), then the rest to agents below their target.
+        let mut given: Vec<(usize, AgentId)> = Vec::new();
+        let mut rest = Vec::new();
+        for i in free {
+            let warm = self.shards[i].backups.iter().copied().find(|b| {
+                target
+                    .get(b)
+                    .is_some_and(|t| kept.get(b).copied().unwrap_or(0) < *t)
+            });
+            match warm {
+                Some(b) => {
+                    *kept.entry(b).or_default() += 1;
+                    given.push((i, b));
+                }
+                None => rest.push(i),
+            }
+        }
+        let mut rest = rest.into_iter();
         for (a, t) in &target {
             let have = kept.get(a).copied().unwrap_or(0);
             for _ in have..*t {
-                let Some(i) = free.next() else { break };
-                let s = &mut self.shards[i];
-                if s.primary != Some(*a) {
-                    s.primary = Some(*a);
-                    s.backups.retain(|b| b != a);
-                    s.epoch += 1;
-                    moved.push(s.id);
-                }
+                let Some(i) = rest.next() else { break };
+                given.push((i, *a));
+            }
+        }
+        for (i, a) in given {
+            let s = &mut self.shards[i];
+            if s.primary != Some(a) {
+                s.primary = Some(a);
+                s.backups.retain(|b| *b != a);
+                s.epoch += 1;
+                moved.push(s.id);
             }
         }
         moved.sort_unstable();
         moved
+    }
+
+    /// Gives every owned shard up to `k` backup agents (fewer if there are not enough
+    /// other agents): the agents that hold a shard's cache warm, so one of them can take
+    /// it over with hits at once. Backups that stay valid are kept; new ones are the
+    /// agents backing the fewest shards. Backups never change epochs (they do not
+    /// write). Returns whether any backup changed.
+    pub fn assign_backups(&mut self, agents: &[AgentId], k: usize) -> bool {
+        let mut agents: Vec<AgentId> = agents.to_vec();
+        agents.sort_unstable();
+        agents.dedup();
+        let mut duties: BTreeMap<AgentId, usize> = agents.iter().map(|a| (*a, 0)).collect();
+        let mut changed = false;
+        for s in &mut self.shards {
+            let before = s.backups.len();
+            let primary = s.primary;
+            s.backups
+                .retain(|b| agents.contains(b) && Some(*b) != primary);
+            let mut seen = Vec::with_capacity(s.backups.len());
+            s.backups.retain(|b| {
+                let fresh = !seen.contains(b);
+                seen.push(*b);
+                fresh
+            });
+            let want = if primary.is_some() { k } else { 0 };
+            if s.backups.len() > want {
+                s.backups.truncate(want);
+            }
+            changed |= s.backups.len() != before;
+            for b in &s.backups {
+                *duties.entry(*b).or_default() += 1;
+            }
+        }
+        // How many of a primary's shards each agent backs: a dead agent's shards should
+        // spread over the survivors, not all land on one.
+        let mut pairs: BTreeMap<(AgentId, AgentId), usize> = BTreeMap::new();
+        for s in &self.shards {
+            if let Some(p) = s.primary {
+                for b in &s.backups {
+                    *pairs.entry((p, *b)).or_default() += 1;
+                }
+            }
+        }
+        for s in &mut self.shards {
+            let Some(primary) = s.primary else { continue };
+            while s.backups.len() < k {
+                let pick = duties
+                    .iter()
+                    .filter(|(a, _)| **a != primary && !s.backups.contains(a))
+                    .min_by_key(|(a, n)| {
+                        let pair = pairs.get(&(primary, **a)).copied().unwrap_or(0);
+                        (pair, **n, **a)
+                    })
+                    .map(|(a, _)| *a);
+                let Some(b) = pick else { break };
+                s.backups.push(b);
+                *duties.entry(b).or_default() += 1;
+                *pairs.entry((primary, b)).or_default() += 1;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Whether `agent` backs up the shard holding `slot`.
+    pub fn backs_up(&self, slot: u16, agent: AgentId) -> bool {
+        self.shards
+            .get(self.shard_of(slot) as usize)
+            .is_some_and(|s| s.backups.contains(&agent))
     }
 }
 
@@ -206,7 +295,71 @@ mod tests {
         assert!(m.assign(&[]).len() == 12 && m.owner(0).is_none());
     }
 
+    #[test]
+    fn a_dead_primarys_shards_go_to_their_backups() {
+        let mut m = ShardMap::new(12);
+        m.assign(&[1, 2, 3]);
+        m.assign_backups(&[1, 2, 3], 1);
+        let backed: BTreeMap<u32, AgentId> = m
+            .shards
+            .iter()
+            .filter(|s| s.primary == Some(3))
+            .map(|s| (s.id, s.backups[0]))
+            .collect();
+        assert_eq!(backed.len(), 4);
+        m.assign(&[1, 2]);
+        for (id, b) in backed {
+            assert_eq!(m.shards[id as usize].primary, Some(b), "shard {id}");
+        }
+        assert_eq!(m.counts(), BTreeMap::from([(1, 6), (2, 6)]));
+        m.assign_backups(&[1, 2], 1);
+        for s in &m.shards {
+            assert_eq!(s.backups.len(), 1);
+            assert_ne!(s.backups[0], s.primary.unwrap());
+        }
+    }
+
     proptest! {
+        /// Backups: never the primary, no duplicates, exactly min(k, agents - 1) for an
+        /// owned shard (none for an unowned one), only current agents.
+        #[test]
+        fn backups_are_other_live_agents(
+            shards in 1u32..40,
+            k in 0usize..4,
+            steps in proptest::collection::vec(proptest::collection::btree_set(1u64..8, 0..6), 1..6),
+        ) {
+            let mut m = ShardMap::new(shards);
+            for agents in steps {
+                let agents: Vec<AgentId> = agents.into_iter().collect();
+                m.assign(&agents);
+                m.assign_backups(&agents, k);
+                for s in &m.shards {
+                    let want = if s.primary.is_some() { k.min(agents.len().saturating_sub(1)) } else { 0 };
+                    prop_assert_eq!(s.backups.len(), want);
+                    for b in &s.backups {
+                        prop_assert!(agents.contains(b));
+                        prop_assert!(Some(*b) != s.primary);
+                        prop_assert_eq!(s.backups.iter().filter(|x| *x == b).count(), 1);
+                    }
+                }
+            }
+            // One backup each from a bare map: an agent's shards are backed by the others
+            // evenly, so its death spreads its shards over the survivors.
+            let mut fresh = ShardMap::new(shards);
+            let agents = [1, 2, 3, 4];
+            fresh.assign(&agents);
+            fresh.assign_backups(&agents, 1);
+            for p in agents {
+                let per: Vec<usize> = agents
+                    .iter()
+                    .filter(|a| **a != p)
+                    .map(|a| fresh.shards.iter().filter(|s| s.primary == Some(p) && s.backups[0] == *a).count())
+                    .collect();
+                let (lo, hi) = (per.iter().min().copied().unwrap_or(0), per.iter().max().copied().unwrap_or(0));
+                prop_assert!(hi - lo <= 1, "agent {}: {:?}", p, per);
+            }
+        }
+
         /// Any sequence of agent sets: balanced, every shard owned by a current agent,
         /// epochs bumped exactly for the shards that changed hands, and the number moved
         /// is the least any balanced assignment needs.

@@ -1,0 +1,227 @@
+//! Backup agents' warm caches, the agent's side (DESIGN.md §5, agent replication):
+//! feeding the backups of the shards this agent is primary of, and taking the feeds of
+//! the shards it backs up (`DMC.WARM`).
+//!
+//! The engine hands every value this agent writes through or admits after a miss (and
+//! every key it drops) to [`WarmFeed::feed`], which queues it, without a lock, for each
+//! backup of the key's shard; one task per backup sends its queue in pipelined runs of
+//! `DMC.WARM` over a peer connection, in order. The feed never waits: a full queue (a
+//! slow or dead backup) drops updates and counts them, which costs nothing in
+//! correctness, because a backup serves no warm entry before a takeover has
+//! revalidated it against the pool ([`dmc_engine::warm`]). Called by the engine's read
+//! path (feeding), the map applier (targets) and the connection loop (`DMC.WARM`); it
+//! never decides who owns or backs up a shard (the manager's map does).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use dmc_dht::hash::key_slot;
+use dmc_engine::Engine;
+use dmc_engine::warm::CacheFeed;
+use dmc_proto::cluster::ClusterMap;
+use dmc_proto::shards::AgentId;
+use dmc_resp::Reply;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::Router;
+
+/// Updates queued per backup before new ones are dropped.
+const QUEUE: usize = 16_384;
+/// Updates sent per pipelined round trip.
+const BATCH: usize = 256;
+
+/// One change of the primary's cache, for a backup.
+struct Update {
+    db: u8,
+    key: Bytes,
+    /// Value, expiry (Unix ms), LFU counter; `None`: the key left the cache.
+    value: Option<(Bytes, Option<u64>, u8)>,
+}
+
+impl Update {
+    /// `DMC.WARM db key` (dropped) or `DMC.WARM db key expire-at-ms lfu value` (0: no
+    /// expiry).
+    fn command(&self) -> Vec<Bytes> {
+        let mut args = vec![
+            Bytes::from_static(b"DMC.WARM"),
+            Bytes::from(self.db.to_string()),
+            self.key.clone(),
+        ];
+        if let Some((value, expire_at, lfu)) = &self.value {
+            args.push(Bytes::from(expire_at.unwrap_or(0).to_string()));
+            args.push(Bytes::from(lfu.to_string()));
+            args.push(value.clone());
+        }
+        args
+    }
+}
+
+/// Per shard (by index in the map), the queues of its backups: empty for shards this
+/// agent is not primary of.
+#[derive(Default)]
+struct Targets {
+    map: Option<Arc<ClusterMap>>,
+    shards: Vec<Vec<mpsc::Sender<Update>>>,
+}
+
+pub(super) struct WarmFeed {
+    engine: Weak<Engine>,
+    /// Whether any shard this agent is primary of has a backup (the fast exit).
+    active: AtomicBool,
+    targets: ArcSwap<Targets>,
+    /// The queue of each backup (by listen address), kept across maps.
+    queues: Mutex<HashMap<String, mpsc::Sender<Update>>>,
+}
+
+impl WarmFeed {
+    pub(super) fn new(engine: Weak<Engine>) -> WarmFeed {
+        WarmFeed {
+            engine,
+            active: AtomicBool::new(false),
+            targets: ArcSwap::from_pointee(Targets::default()),
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Points the feed at the backups `map` gives the shards `me` is primary of,
+    /// starting a sender for each new backup and ending those of backups gone.
+    pub(super) fn retarget(&self, router: &Arc<Router>, map: &Arc<ClusterMap>, me: AgentId) {
+        let mut queues = self.queues.lock();
+        let mut used: Vec<String> = Vec::new();
+        let mut shards = Vec::with_capacity(map.shards.shards.len());
+        for s in &map.shards.shards {
+            let mut senders = Vec::new();
+            if s.primary == Some(me) {
+                for b in &s.backups {
+                    let Some(addr) = map.agent(*b).map(|a| a.listen.clone()) else {
+                        continue;
+                    };
+                    let tx = queues
+                        .entry(addr.clone())
+                        .or_insert_with(|| spawn_sender(addr.clone(), Arc::downgrade(router)))
+                        .clone();
+                    senders.push(tx);
+                    used.push(addr);
+                }
+            }
+            shards.push(senders);
+        }
+        queues.retain(|addr, _| used.contains(addr));
+        let active = shards.iter().any(|s| !s.is_empty());
+        self.targets.store(Arc::new(Targets {
+            map: Some(map.clone()),
+            shards,
+        }));
+        self.active.store(active, Ordering::Release);
+    }
+
+    fn dropped(&self, n: u64) {
+        if let Some(e) = self.engine.upgrade() {
+            e.stats.warm_feed_dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+impl CacheFeed for WarmFeed {
+    fn feed(&self, db: u8, key: &[u8], value: Option<(&[u8], Option<u64>, u8)>) {
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let targets = self.targets.load();
+        let Some(map) = &targets.map else {
+            return;
+        };
+        let shard = map.shards.shard_of(key_slot(key)) as usize;
+        let Some(senders) = targets.shards.get(shard).filter(|s| !s.is_empty()) else {
+            return;
+        };
+        let key = Bytes::copy_from_slice(key);
+        let value = value.map(|(v, e, l)| (Bytes::copy_from_slice(v), e, l));
+        for tx in senders {
+            let update = Update {
+                db,
+                key: key.clone(),
+                value: value.clone(),
+            };
+            if tx.try_send(update).is_err() {
+                self.dropped(1);
+            }
+        }
+    }
+}
+
+/// The task sending one backup its updates, in order, in pipelined runs; it ends when
+/// the feed drops its queue (the agent is no longer a backup) or the router is gone.
+fn spawn_sender(addr: String, router: Weak<Router>) -> mpsc::Sender<Update> {
+    let (tx, mut rx) = mpsc::channel::<Update>(QUEUE);
+    tokio::spawn(async move {
+        let mut batch: Vec<Update> = Vec::with_capacity(BATCH);
+        while let Some(first) = rx.recv().await {
+            batch.clear();
+            batch.push(first);
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(u) => batch.push(u),
+                    Err(_) => break,
+                }
+            }
+            let Some(router) = router.upgrade() else {
+                return;
+            };
+            let commands: Vec<Vec<Bytes>> = batch.iter().map(Update::command).collect();
+            let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
+            let failed = match router.forward_many(&addr, 0, &refs).await {
+                Ok(replies) => replies
+                    .iter()
+                    .filter(|r| matches!(r, Reply::Error(_)))
+                    .count(),
+                Err(e) => {
+                    tracing::debug!(backup = %addr, error = %e, "feeding a backup agent failed");
+                    batch.len()
+                }
+            };
+            if failed > 0 {
+                router.warm.dropped(failed as u64);
+            }
+        }
+    });
+    tx
+}
+
+impl Router {
+    /// `DMC.WARM db key [expire-at-ms lfu value]` from the primary of a shard this
+    /// agent backs up: kept as a warm entry (ignored if this agent does not back the
+    /// key's shard up in its map, or owns it now).
+    pub fn warm(&self, args: &[Bytes]) -> Reply {
+        let (Some(db), Some(key)) = (args.get(1), args.get(2)) else {
+            return Reply::err("ERR wrong number of arguments for 'dmc.warm' command");
+        };
+        let Some(db) = parse::<u8>(db).filter(|d| *d < self.engine.config.databases) else {
+            return Reply::err("ERR DMC.WARM database out of range");
+        };
+        let value = match args.get(3..).unwrap_or_default() {
+            [] => None,
+            [expire_at, lfu, value] => match (parse::<u64>(expire_at), parse::<u8>(lfu)) {
+                (Some(e), Some(l)) => Some((value.clone(), (e > 0).then_some(e), l)),
+                _ => return Reply::err("ERR DMC.WARM expects a numeric expiry and LFU counter"),
+            },
+            _ => return Reply::err("ERR wrong number of arguments for 'dmc.warm' command"),
+        };
+        let me = self.me.load(Ordering::Acquire);
+        let backs_up = self
+            .map()
+            .is_some_and(|m| m.shards.backs_up(key_slot(key), me));
+        if backs_up {
+            self.engine.warm(db, key, value);
+        }
+        Reply::ok()
+    }
+}
+
+fn parse<T: std::str::FromStr>(arg: &Bytes) -> Option<T> {
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
