@@ -219,6 +219,39 @@ impl LocalCache {
         self.admit(&mut shard, db, key, v);
     }
 
+    /// Puts a new value into entry `i` while it still fits its shard: no rehash, no
+    /// key copy. `slot: None` keeps the entry's pool reference unless it turns warm.
+    /// Gives the value back (nothing changed) if it does not fit.
+    #[allow(clippy::too_many_arguments)]
+    fn replace_in_place(
+        &self,
+        shard: &mut Shard,
+        i: usize,
+        value: Bytes,
+        expire_at: Option<u64>,
+        lfu: u8,
+        slot: Option<SlotRef>,
+        warm: bool,
+    ) -> Result<(), Bytes> {
+        let grows = value.len().saturating_sub(shard.items[i].value.len());
+        if shard.bytes + grows > self.shard_capacity {
+            return Err(value);
+        }
+        let item = &mut shard.items[i];
+        let old_len = item.value.len();
+        let new_len = value.len();
+        item.value = value;
+        item.expire_at = expire_at;
+        item.lfu = item.lfu.max(lfu);
+        let was_warm = std::mem::replace(&mut item.warm, warm);
+        if slot.is_some() || warm {
+            item.slot = slot;
+        }
+        shard.bytes = shard.bytes + new_len - old_len;
+        shard.warm = shard.warm + usize::from(warm) - usize::from(was_warm);
+        Ok(())
+    }
+
     fn admit(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
@@ -227,23 +260,10 @@ impl LocalCache {
             slot,
         } = v;
         if let Some(i) = shard.find(db, key) {
-            // Replace in place while it still fits: no rehash, no key copy.
-            let grows = value.len().saturating_sub(shard.items[i].value.len());
-            if shard.bytes + grows <= self.shard_capacity {
-                let item = &mut shard.items[i];
-                let old_len = item.value.len();
-                item.value = value;
-                item.expire_at = expire_at;
-                item.lfu = item.lfu.max(lfu);
-                let was_warm = std::mem::replace(&mut item.warm, false);
-                if slot.is_some() {
-                    item.slot = slot;
-                }
-                let new_len = item.value.len();
-                shard.bytes = shard.bytes + new_len - old_len;
-                shard.warm -= usize::from(was_warm);
-                return;
-            }
+            let value = match self.replace_in_place(shard, i, value, expire_at, lfu, slot, false) {
+                Ok(()) => return,
+                Err(value) => value,
+            };
             let lfu = shard.items[i].lfu.max(lfu);
             shard.remove_at(i);
             return self.admit_new(
@@ -330,23 +350,18 @@ impl LocalCache {
     /// keys this agent owns are not disturbed (it owns none of a backed-up shard).
     pub fn warm_put(&self, db: u8, key: &[u8], value: Bytes, expire_at: Option<u64>, lfu: u8) {
         let mut shard = self.shard(db, key).lock();
-        if let Some(i) = shard.find(db, key) {
-            let grows = value.len().saturating_sub(shard.items[i].value.len());
-            if shard.bytes + grows <= self.shard_capacity {
-                let item = &mut shard.items[i];
-                let old_len = item.value.len();
-                item.value = value;
-                item.expire_at = expire_at;
-                item.lfu = item.lfu.max(lfu);
-                item.slot = None;
-                let was_warm = std::mem::replace(&mut item.warm, true);
-                let new_len = item.value.len();
-                shard.bytes = shard.bytes + new_len - old_len;
-                shard.warm += usize::from(!was_warm);
-                return;
+        let value = match shard.find(db, key) {
+            Some(i) => {
+                match self.replace_in_place(&mut shard, i, value, expire_at, lfu, None, true) {
+                    Ok(()) => return,
+                    Err(value) => {
+                        shard.remove_at(i);
+                        value
+                    }
+                }
             }
-            shard.remove_at(i);
-        }
+            None => value,
+        };
         let item = Item {
             db,
             key: Bytes::copy_from_slice(key),
