@@ -87,6 +87,10 @@ pub struct Heartbeat {
     /// The memory nodes the agent's pool can reach.
     #[serde(default)]
     pub nodes: Option<Vec<u32>>,
+    /// The latency the agent saw per memory node and per region since its last
+    /// heartbeat (the load balancer's input).
+    #[serde(default)]
+    pub load: Option<crate::manager::AgentLoad>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -339,6 +343,9 @@ pub fn router(app: Arc<App>) -> Router {
                     }
                     if let Some(nodes) = beat.nodes {
                         app.manager.report_nodes(id, nodes);
+                    }
+                    if let Some(load) = beat.load {
+                        app.manager.report_load(load);
                     }
                     Ok::<_, ApiError>(StatusCode::NO_CONTENT)
                 },

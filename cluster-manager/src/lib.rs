@@ -5,6 +5,7 @@
 //! On-demand region allocation and failover come next.
 
 pub mod api;
+pub mod balance;
 pub mod cli;
 pub mod failover;
 pub mod launcher;

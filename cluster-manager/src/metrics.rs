@@ -51,6 +51,11 @@ pub fn region_migrated(block: Duration) {
     metrics::histogram!(names::MIGRATION_WRITE_BLOCK.name).record(block.as_secs_f64());
 }
 
+/// The load balancer moved a primary role off a slow node.
+pub fn balance_migration() {
+    metrics::counter!(names::BALANCE_MIGRATIONS.name).increment(1);
+}
+
 /// A new region copy of `bytes` is complete.
 pub fn copy_filled(bytes: u64) {
     metrics::counter!(names::COPIES_FILLED.name).increment(1);

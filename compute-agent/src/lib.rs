@@ -211,6 +211,21 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                     let router = router.clone();
                     membership::RenewHook(Arc::new(move |sent| router.renew_lease(sent)))
                 },
+                load: {
+                    let engine = engine.clone();
+                    membership::LoadHook(Arc::new(move || {
+                        let load = engine.dht.take_load();
+                        let rows = |s: &[dmc_umo::LatencySample]| -> Vec<[u64; 3]> {
+                            s.iter()
+                                .map(|s| [u64::from(s.id), s.ops, s.micros])
+                                .collect()
+                        };
+                        serde_json::json!({
+                            "nodes": rows(&load.nodes),
+                            "regions": rows(&load.regions),
+                        })
+                    }))
+                },
             },
             heartbeat_every,
         );

@@ -5,6 +5,9 @@ use clap::Parser;
 use memory_node::Args;
 
 fn main() -> Result<()> {
+    // Fail points named in FAILPOINTS take effect (test builds only).
+    #[cfg(feature = "failpoints")]
+    let _faults = fail::FailScenario::setup();
     let args = Args::parse();
     let cfg = args.resolve()?;
     let log = cfg.log.clone();

@@ -134,6 +134,17 @@ impl MemoryNode {
 
     /// [`start`](Self::start) with extra flags.
     pub fn start_with(id: u32, dir: &Path, capacity: &str, extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(id, dir, capacity, extra, &[])
+    }
+
+    /// [`start_with`](Self::start_with) and environment variables (`FAILPOINTS`).
+    pub fn start_with_env(
+        id: u32,
+        dir: &Path,
+        capacity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let args: Vec<String> = [
             "--id",
             &id.to_string(),
@@ -150,7 +161,7 @@ impl MemoryNode {
         .chain(std::iter::once(dir.display().to_string()))
         .chain(extra.iter().map(|s| s.to_string()))
         .collect();
-        let (child, endpoint) = start_ready("memory-node", &args, &[])?;
+        let (child, endpoint) = start_ready("memory-node", &args, env)?;
         Ok(MemoryNode {
             child,
             endpoint,
@@ -312,12 +323,26 @@ pub struct TestCluster {
 
 impl TestCluster {
     /// A manager started with `manager_args`, launched agents getting `agent_toml` as
-    /// their config, and `nodes` memory nodes of `capacity` each, all registered.
+    /// their config, and `nodes` memory nodes of `capacity` each, all registered. The
+    /// load balancer is off unless `manager_args` name `--balance` (it would move
+    /// primaries under tests that place them).
     pub fn start(
         manager_args: &[&str],
         agent_toml: &str,
         nodes: u32,
         capacity: &str,
+    ) -> Result<TestCluster> {
+        Self::start_with_node_env(manager_args, agent_toml, nodes, capacity, &|_| Vec::new())
+    }
+
+    /// [`start`](Self::start), memory node `id` (from 1) started with the environment
+    /// `node_env(id)` gives.
+    pub fn start_with_node_env(
+        manager_args: &[&str],
+        agent_toml: &str,
+        nodes: u32,
+        capacity: &str,
+        node_env: &dyn Fn(u32) -> Vec<(&'static str, &'static str)>,
     ) -> Result<TestCluster> {
         let dir = tempfile::tempdir()?;
         let agent_config = dir.path().join("agent.toml");
@@ -325,6 +350,9 @@ impl TestCluster {
         let config = agent_config.display().to_string();
         let mut args = manager_args.to_vec();
         args.extend(["--agent-config", &config]);
+        if !manager_args.contains(&"--balance") {
+            args.extend(["--balance", "false"]);
+        }
         let manager = ClusterManager::start(dir.path(), &args)?;
         let node_dirs = (0..nodes)
             .map(|_| tempfile::tempdir())
@@ -333,7 +361,13 @@ impl TestCluster {
             .iter()
             .zip(1..)
             .map(|(d, id)| {
-                MemoryNode::start_with(id, d.path(), capacity, &["--manager", &manager.url])
+                MemoryNode::start_with_env(
+                    id,
+                    d.path(),
+                    capacity,
+                    &["--manager", &manager.url],
+                    &node_env(id),
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         manager.wait_for("the memory nodes to register", |s| {
@@ -617,11 +651,16 @@ pub struct PyClient {
 
 impl PyClient {
     pub fn start(port: &str, extra: &[&str]) -> PyClient {
+        Self::start_with_keys(port, 2000, extra)
+    }
+
+    /// [`start`](Self::start) with `keys` keys instead of 2000.
+    pub fn start_with_keys(port: &str, keys: usize, extra: &[&str]) -> PyClient {
         let dir = tempfile::tempdir().unwrap();
         let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
         let child = Command::new("python3")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/py/scale_client.py"))
-            .args([port, "2000"])
+            .args([port, &keys.to_string()])
             .arg(&ready)
             .arg(&stop)
             .args(extra)

@@ -48,18 +48,20 @@ pub(super) fn client(base: &str, json: bool, cmd: Cmd) -> Result<()> {
             }
             if show_nodes {
                 println!(
-                    "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  STATE",
-                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USED", "USE%"
+                    "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5} {:>9}  STATE",
+                    "NODE", "ENDPOINT", "CAPACITY", "ALLOCATED", "USED", "USE%", "LATENCY"
                 );
                 for n in &status.nodes {
                     println!(
-                        "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5}  {}",
+                        "{:>6}  {:<24} {:>10} {:>10} {:>10} {:>5} {:>9}  {}",
                         n.id,
                         n.endpoint,
                         human(n.capacity),
                         human(n.allocated),
                         human(n.used),
                         percent(n.used, n.allocated),
+                        n.latency_us
+                            .map_or("-".to_string(), |us| format!("{:.2}ms", us / 1000.0)),
                         match (n.alive, n.draining) {
                             (false, _) => "dead",
                             (true, true) => "draining",

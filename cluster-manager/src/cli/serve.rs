@@ -52,6 +52,14 @@ pub struct ServeConfig {
     /// Restore every region's `replicas` copies in the background after a memory node
     /// fails.
     pub rereplicate: bool,
+    /// Move primary roles off memory nodes agents see as slow (automatic load
+    /// balancing).
+    pub balance: bool,
+    /// How often the balancer looks at the agents' latency reports (ms).
+    pub balance_interval_ms: u64,
+    /// How many times slower than a node holding a backup a node must be, for two
+    /// windows in a row (and by at least 1 ms), before a primary moves off it.
+    pub balance_factor: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,6 +98,9 @@ impl Default for ServeConfig {
             tls_ca_cert_file: None,
             fill_rate: ByteSize(256 << 20),
             rereplicate: true,
+            balance: true,
+            balance_interval_ms: 10_000,
+            balance_factor: 3.0,
         }
     }
 }
@@ -169,6 +180,15 @@ pub struct ServeArgs {
     /// Restore regions' copies after a memory node fails (true or false).
     #[arg(long)]
     rereplicate: Option<bool>,
+    /// Move primaries off memory nodes agents see as slow (true or false).
+    #[arg(long)]
+    balance: Option<bool>,
+    /// The load balancer's window (ms).
+    #[arg(long)]
+    balance_interval_ms: Option<u64>,
+    /// How much slower a node must be before its primaries move (e.g. 3.0).
+    #[arg(long)]
+    balance_factor: Option<f64>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub(super) print_config: bool,
@@ -194,7 +214,8 @@ impl ServeArgs {
             log => log, pool_transport => pool.transport, replicas => pool.replicas,
             region_size => pool.region_size, segment_size => pool.segment_size,
             drain_ms => launcher.drain_ms, agent_port_base => launcher.port_base,
-            fill_rate => fill_rate, rereplicate => rereplicate);
+            fill_rate => fill_rate, rereplicate => rereplicate, balance => balance,
+            balance_interval_ms => balance_interval_ms, balance_factor => balance_factor);
         if let Some(v) = &self.agent_binary {
             c.launcher.agent_binary = Some(v.clone());
         }
@@ -313,6 +334,13 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
         crate::failover::spawn(app.clone(), Duration::from_millis(config.lease_ms));
         if config.rereplicate {
             crate::rereplicate::spawn(app.clone(), Duration::from_millis(config.lease_ms));
+        }
+        if config.balance {
+            crate::balance::spawn(
+                app.clone(),
+                Duration::from_millis(config.balance_interval_ms.max(100)),
+                config.balance_factor.max(1.0),
+            );
         }
         tracing::info!(%addr, state = %state.display(), "cluster manager serving");
         {

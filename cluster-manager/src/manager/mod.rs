@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{ClusterState, Instance, StateError, StateFile};
 
+mod balance;
 mod copies;
 mod drain;
 mod instances;
@@ -27,6 +28,7 @@ mod node_failover;
 mod regions;
 mod status;
 
+pub use balance::{AgentLoad, Rebalance};
 pub use copies::{Fill, Migration};
 pub use drain::Drain;
 pub use status::{AgentStatus, InstanceStatus, NodeStatus, ShardRow, Status};
@@ -118,6 +120,8 @@ pub struct Manager {
     applied_changed: tokio::sync::Notify,
     /// Per region being filled: the chunks agents reported writing during the fill.
     fill_dirty: Mutex<HashMap<u16, std::collections::BTreeSet<u32>>>,
+    /// The load balancer's window of agents' latency reports (`balance.rs`).
+    load: Mutex<balance::LoadWindow>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -178,6 +182,7 @@ impl Manager {
             placing: tokio::sync::Mutex::new(()),
             applied_changed: tokio::sync::Notify::new(),
             fill_dirty: Mutex::new(HashMap::new()),
+            load: Mutex::new(balance::LoadWindow::default()),
         };
         manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes

@@ -25,6 +25,9 @@ pub struct NodeStatus {
     /// Being emptied by `nodes drain`: no new copies go there.
     #[serde(default)]
     pub draining: bool,
+    /// Mean latency (µs) agents saw on it over the load balancer's last window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
 }
 
 /// What `status` and `instances list` show of an instance.
@@ -154,6 +157,7 @@ impl Manager {
 
     pub fn status(&self) -> Status {
         let s = self.snapshot();
+        let latency = self.node_latency();
         let counts: HashMap<AgentId, usize> = s
             .instances
             .values()
@@ -171,6 +175,7 @@ impl Manager {
                     used: self.used_on(&s, n.id),
                     alive: self.alive(Member::Node(n.id)),
                     draining: n.draining,
+                    latency_us: latency.get(&n.id).copied(),
                 })
                 .collect(),
             agents: s

@@ -40,7 +40,20 @@ pub enum Registration {
         nodes: Vec<u32>,
         /// Told when each accepted heartbeat was sent: the agent's lease runs from it.
         renewed: RenewHook,
+        /// Asked for each heartbeat's `load`: the nodes' and regions' latency the agent
+        /// saw since the last one (the manager's load balancer reads it).
+        load: LoadHook,
     },
+}
+
+/// Produces a heartbeat's `load` report (JSON), starting a new period.
+#[derive(Clone)]
+pub struct LoadHook(pub Arc<dyn Fn() -> serde_json::Value + Send + Sync>);
+
+impl std::fmt::Debug for LoadHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoadHook")
+    }
 }
 
 /// Called with the time an accepted heartbeat was sent (before the manager saw it, so
@@ -305,6 +318,7 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                     used,
                     regions,
                     nodes,
+                    load,
                     ..
                 } => {
                     let regions = regions.lock().map(|r| r.clone()).unwrap_or_default();
@@ -315,6 +329,7 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                             "used": used.load(Ordering::Relaxed),
                             "regions": regions,
                             "nodes": nodes,
+                            "load": (load.0)(),
                         }))
                 }
             };

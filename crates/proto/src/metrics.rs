@@ -288,6 +288,10 @@ pub mod manager {
         "dmc_manager_migration_write_block_seconds",
         "How long writes to a migrating region waited: from its freeze to every agent following the thawed map.",
     );
+    pub const BALANCE_MIGRATIONS: Desc = c(
+        "dmc_manager_balance_migrations_total",
+        "Primary roles the load balancer moved off memory nodes agents saw as slow.",
+    );
     pub const COPIES_FILLED: Desc = c(
         "dmc_manager_copies_filled_total",
         "New region copies filled (re-replication after a node failure, or a drain).",
@@ -324,6 +328,7 @@ pub mod manager {
         NODE_FAILOVERS,
         REGION_MIGRATIONS,
         MIGRATION_WRITE_BLOCK,
+        BALANCE_MIGRATIONS,
         COPIES_FILLED,
         BYTES_FILLED,
         REGION_GRANTS,

@@ -26,6 +26,6 @@ pub use dmc_verbs::node::WORD_LOCK;
 pub use error::UmoError;
 pub use layout::RegionRecord;
 pub use pool::{
-    DirtyChunks, FILL_CHUNK, ObjectRef, Placement, Pool, PoolConfig, PoolStats, ReadObject,
-    RegionSource, SlotRecovery, SlotWrite, Tx, TxOutcome, TxWrite,
+    DirtyChunks, FILL_CHUNK, LatencySample, LoadReport, ObjectRef, Placement, Pool, PoolConfig,
+    PoolStats, ReadObject, RegionSource, SlotRecovery, SlotWrite, Tx, TxOutcome, TxWrite,
 };

@@ -162,6 +162,12 @@ async fn serve_conn(
         if n == 0 {
             return Ok(());
         }
+        // A slow node (fault tests): everything this read brought in is answered late,
+        // so pipelined requests share one delay (latency, not a throughput collapse).
+        #[cfg(feature = "failpoints")]
+        if let Some(late) = injected_delay() {
+            tokio::time::sleep(late).await;
+        }
         loop {
             let frame = match wire::split_frame(&mut buf, options.max_frame) {
                 Ok(Some(f)) => f,
@@ -227,6 +233,17 @@ async fn serve_conn(
             buf = BytesMut::with_capacity(64 << 10);
         }
     }
+}
+
+/// The fail point `node-verbs-delay=return(MS)`: how late to answer what one read of
+/// a connection brought in.
+#[cfg(feature = "failpoints")]
+fn injected_delay() -> Option<std::time::Duration> {
+    fail::fail_point!("node-verbs-delay", |ms| {
+        ms.and_then(|ms| ms.parse().ok())
+            .map(std::time::Duration::from_millis)
+    });
+    None
 }
 
 /// Counts a batch's verbs by kind (one counter update per kind present).

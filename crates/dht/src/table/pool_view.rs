@@ -16,6 +16,12 @@ impl Dht {
         self.pool.stats()
     }
 
+    /// Each memory node's and region's latency as this client saw it since the last
+    /// call (reported to the manager's load balancer).
+    pub fn take_load(&self) -> dmc_umo::LoadReport {
+        self.pool.take_load()
+    }
+
     /// Bytes of this client's live blocks per region (reported to the manager).
     pub fn used_by_region(&self) -> Vec<(RegionId, u64)> {
         self.pool.used_by_region()

@@ -35,6 +35,7 @@
 //! | `fence` | shard epochs and the fencing domain of a shard |
 //! | `commit` | OCC + 2PC commits of word updates (multi-word transactions) |
 //! | `slot_commit` | single-key commits with one-sided verbs, locked in the slot word |
+//! | `load` | each node's and region's latency as this client sees it, for the balancer |
 //!
 //! Nothing here interprets a hash-table word: the pool moves bytes and commits words.
 
@@ -58,6 +59,7 @@ mod commit;
 mod failover;
 mod fence;
 mod gate;
+mod load;
 mod object_read;
 mod object_write;
 mod placement;
@@ -67,6 +69,7 @@ mod slot_recovery;
 mod superblock;
 mod verbs;
 
+pub use load::{LatencySample, LoadReport};
 pub use placement::{DirtyChunks, FILL_CHUNK, Placement};
 pub use slot_commit::SlotWrite;
 pub use slot_recovery::SlotRecovery;
@@ -256,6 +259,9 @@ pub struct Pool {
     writable_until_us: AtomicU64,
     lease_base: Instant,
     counters: PoolCounters,
+    /// The nodes' transports as timed for the load report (`load.rs`).
+    timed: Vec<Arc<load::Timed>>,
+    region_tallies: Arc<load::RegionTallies>,
 }
 
 impl Pool {
@@ -310,6 +316,16 @@ impl Pool {
                 "segment_size must be at least 1mb and a region must hold a segment".into(),
             ));
         }
+        // Every node's awaited verbs are timed for the manager's load balancer.
+        let region_tallies = load::RegionTallies::new();
+        let timed: Vec<Arc<load::Timed>> = nodes
+            .into_iter()
+            .map(|n| load::Timed::wrap(n, region_tallies.clone()))
+            .collect();
+        let nodes: Vec<Arc<dyn Transport>> = timed
+            .iter()
+            .map(|t| t.clone() as Arc<dyn Transport>)
+            .collect();
         let mut node_index = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             if node_index.insert(n.node(), i).is_some() {
@@ -345,6 +361,8 @@ impl Pool {
             writable_until_us: AtomicU64::new(0),
             lease_base: Instant::now(),
             counters: PoolCounters::default(),
+            timed,
+            region_tallies,
         };
         // Several clients may open a new pool at once (agents of a cluster starting
         // together): one formats it, the others wait until they can load it.
