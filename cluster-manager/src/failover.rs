@@ -5,8 +5,10 @@
 //! lease lapsed are removed from their instance (their shards go to the live agents,
 //! see [`Manager::remove_lapsed_agents`]), and each one this manager's launcher
 //! started is killed (a hung or paused process must never wake up and write) and
-//! replaced by a new agent, so the instance keeps its size. Agents started by hand
-//! are the operator's to replace.
+//! replaced by a new agent, so the instance keeps its size. A launched agent whose
+//! process exited is removed at the next check, without waiting for its lease
+//! ([`Manager::agents_exited`]), and replaced. Agents started by hand are the
+//! operator's to replace.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,6 +44,23 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
                 && let Err(e) = app.manager.drop_stale_copies().await
             {
                 tracing::warn!(error = %e, "dropping stale region copies failed");
+            }
+            // Launched agents whose process exited (killed, crashed): out at once,
+            // not a lease later.
+            let exited = exited_launched(&app);
+            if !exited.is_empty() {
+                let ids: Vec<_> = exited.iter().map(|a| a.id).collect();
+                match app.manager.agents_exited(&ids) {
+                    Ok(()) => {
+                        crate::metrics::agents_failed_over(exited.len());
+                        tracing::warn!(
+                            agents = ?ids,
+                            "agents' processes exited: removed, their shards given to live agents"
+                        );
+                        replace_launched(&app, &exited).await;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "removing exited agents failed"),
+                }
             }
             match app.manager.remove_lapsed_agents() {
                 Ok(gone) if !gone.is_empty() => {
@@ -91,6 +110,20 @@ async fn replace_launched(app: &App, gone: &[AgentRecord]) {
             Err(e) => tracing::warn!(instance, error = %e, "replacing lapsed agents failed"),
         }
     }
+}
+
+/// Registered agents the launcher started whose process is gone.
+fn exited_launched(app: &App) -> Vec<AgentRecord> {
+    let s = app.manager.snapshot();
+    s.agents
+        .values()
+        .filter(|a| {
+            s.launched
+                .get(&a.listen)
+                .is_some_and(|rec| !app.launcher.running(rec))
+        })
+        .cloned()
+        .collect()
 }
 
 fn live_agents(m: &Manager, instance: &str) -> usize {

@@ -1,7 +1,8 @@
-//! Agent failover (issue 15, item 3): an agent killed with SIGKILL is removed by the
-//! manager once its lease lapses, its shards go to the live agent at a new epoch, and
-//! that agent takes them over once the dead one has been silent for one and a half
-//! leases (resolving any commit it left half-way); the launcher starts a replacement.
+//! Agent failover (issue 15, item 3): an agent the launcher started, killed with
+//! SIGKILL, is removed by the manager as soon as the launcher sees its process exit
+//! (not a lease later), its shards go to the live agent at a new epoch, and that agent
+//! takes them over after a short exit grace (resolving any commit it left half-way);
+//! the launcher starts a replacement.
 //! A redis-py client on the live agent (proxy mode) sees no error and loses no
 //! acknowledged write: writes to the dead agent's slots wait in the proxy's retries
 //! until the new owner writes them.

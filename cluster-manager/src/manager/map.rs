@@ -102,17 +102,20 @@ impl Manager {
     /// Forgets removed agents silent for one and a half leases: they write nothing any
     /// more, so no handoff waits for them.
     fn forget_silent_departed(&self) {
-        // Lock order: departed, applied, seen (as `released` takes the last two).
+        // Lock order: departed, applied, seen, exited (as `released` takes the last
+        // three).
         let mut departed = self.departed.lock();
         let mut applied = self.applied.lock();
         let mut seen = self.seen.lock();
         departed.retain(|id, _| {
             let silent = seen
                 .get(&Member::Agent(*id))
-                .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2);
+                .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
+                || self.exited_long_enough(*id);
             if silent {
                 seen.remove(&Member::Agent(*id));
                 applied.remove(id);
+                self.exited.lock().remove(id);
             }
             !silent
         });
@@ -135,9 +138,9 @@ impl Manager {
     /// agent of its instance, and every agent removed from it, has applied that map
     /// (so it released whatever it held of them, however many owners a shard went
     /// through on the way) or has been silent for one and a half leases (dead,
-    /// partitioned, or gone). An agent stops writing one lease after its last accepted
-    /// heartbeat was sent; the extra half is the margin for writes in flight and clock
-    /// drift.
+    /// partitioned, or gone), or its process was seen to exit a grace period ago. An
+    /// agent stops writing one lease after its last accepted heartbeat was sent; the
+    /// extra half is the margin for writes in flight and clock drift.
     pub fn released(&self, id: AgentId, version: u64) -> bool {
         let Some(instance) = self.instance_of(id) else {
             return false;
@@ -158,6 +161,7 @@ impl Manager {
                 || seen
                     .get(&Member::Agent(*a))
                     .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
+                || self.exited_long_enough(*a)
         })
     }
 }

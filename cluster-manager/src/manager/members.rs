@@ -3,7 +3,7 @@
 //! started. Called by the API's node/agent handlers and by `scale`; shards move here
 //! only through `ClusterState::rebalance`, never by hand.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dmc_proto::ByteSize;
 use dmc_proto::shards::AgentId;
@@ -201,6 +201,36 @@ impl Manager {
         Ok(lapsed)
     }
 
+    /// Agent failover without waiting out a lease: agents whose process the launcher
+    /// saw exit (it reaped them, so they write nothing more) are removed from their
+    /// instances at once, and the agents gaining their shards may write them once
+    /// [`exit_grace`](Self::exit_grace) has passed (requests a process sent just before
+    /// it died may still sit in a memory node's socket buffer).
+    pub fn agents_exited(&self, ids: &[AgentId]) -> Result<(), ManagerError> {
+        {
+            let now = Instant::now();
+            let mut exited = self.exited.lock();
+            for id in ids {
+                exited.insert(*id, now);
+            }
+        }
+        self.remove_agents(ids)
+    }
+
+    /// How long after an agent's exit was seen its requests may still reach memory
+    /// nodes: a quarter lease, 20–250 ms.
+    pub(crate) fn exit_grace(&self) -> Duration {
+        (self.lease / 4).clamp(Duration::from_millis(20), Duration::from_millis(250))
+    }
+
+    /// Whether agent `id` exited at least [`exit_grace`](Self::exit_grace) ago.
+    pub(crate) fn exited_long_enough(&self, id: AgentId) -> bool {
+        self.exited
+            .lock()
+            .get(&id)
+            .is_some_and(|t| t.elapsed() >= self.exit_grace())
+    }
+
     /// Counts every registered agent and memory node as heard from now (a manager
     /// that did not run for a while heard no heartbeats: it gives each a lease to
     /// check in again before failover acts).
@@ -284,6 +314,42 @@ mod tests {
         assert_eq!(m.status().agents[0].shards, 8);
         assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         assert!(m.remove_agent(b).is_err());
+    }
+
+    /// An agent whose process exited is removed at once, and the agent gaining its
+    /// shards may write them after the exit grace, not one and a half leases later.
+    #[test]
+    fn an_exited_agent_releases_its_shards_after_the_grace_not_the_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = Duration::from_secs(60);
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            lease,
+            PoolSettings::default(),
+        )
+        .unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let v = m.snapshot().map_version;
+        m.applied(a, v).unwrap();
+        m.applied(b, v).unwrap();
+        m.agents_exited(&[b]).unwrap();
+        let after = m.snapshot();
+        assert!(!after.agents.contains_key(&b));
+        assert_eq!(m.status().agents[0].shards, 8);
+        m.applied(a, after.map_version).unwrap();
+        // The dead agent never applies the new map, and its last heartbeat is fresh:
+        // without the exit, `a` would wait 90 s.
+        assert!(!m.released(a, after.map_version), "not before the grace");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !m.released(a, after.map_version) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "released after the grace"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Agent failover (issue 15): an agent silent for a lease is removed and its shards

@@ -122,6 +122,8 @@ pub struct Manager {
     fill_dirty: Mutex<HashMap<u16, std::collections::BTreeSet<u32>>>,
     /// The load balancer's window of agents' latency reports (`balance.rs`).
     load: Mutex<balance::LoadWindow>,
+    /// Agents whose process the launcher saw exit, and when (`members.rs`).
+    exited: Mutex<HashMap<AgentId, Instant>>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -183,6 +185,7 @@ impl Manager {
             applied_changed: tokio::sync::Notify::new(),
             fill_dirty: Mutex::new(HashMap::new()),
             load: Mutex::new(balance::LoadWindow::default()),
+            exited: Mutex::new(HashMap::new()),
         };
         manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes
