@@ -643,7 +643,9 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
 /// `tests/py/scale_client.py` (redis-py) writing and reading through `port` until
 /// [`finish`](PyClient::finish): every error and wrong value is counted.
 pub struct PyClient {
-    child: Child,
+    /// Taken by [`finish`](Self::finish); a client still here when the test fails is
+    /// killed on drop (its stop file goes with the directory, so it would run forever).
+    child: Option<Child>,
     ready: std::path::PathBuf,
     stop: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -677,7 +679,7 @@ impl PyClient {
             std::thread::sleep(Duration::from_millis(50));
         }
         PyClient {
-            child,
+            child: Some(child),
             ready,
             stop,
             _dir: dir,
@@ -685,10 +687,11 @@ impl PyClient {
     }
 
     /// Stops the client and returns its JSON report.
-    pub fn finish(self) -> serde_json::Value {
+    pub fn finish(mut self) -> serde_json::Value {
         std::fs::write(&self.stop, "stop").unwrap();
         let _ = &self.ready;
-        let out = self.child.wait_with_output().unwrap();
+        let child = self.child.take().expect("a client finishes once");
+        let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -696,6 +699,15 @@ impl PyClient {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_str(stdout.trim()).unwrap()
+    }
+}
+
+impl Drop for PyClient {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
