@@ -9,6 +9,10 @@
 #          node-kill   kill -9 the memory node that is primary of the most regions
 #          agent-kill  kill -9 agent 2 (the manager gives its shards to agent 1 and
 #                      launches a replacement)
+#          agent-kill-warm  the same with one backup agent per shard (instances
+#                      resize --backups 1): agent 1 holds agent 2's hot keys warm
+#          (both agent-kill runs sample agent 1's local-cache hits and misses each
+#          second: NAME-cache.csv)
 #          migrate     regions migrate ID --to BACKUP, every region
 #          drain       nodes drain NODE (the node that is primary of the most regions)
 #   Redis: redis-server master + replica + one Sentinel (down-after LEASE ms, quorum 1);
@@ -17,7 +21,7 @@
 # Writes benches/results/faults/: NAME-timeline.csv (per second: ops, p50, p99), NAME.png,
 # NAME-probe.json, the events' own reports (fill, migrate, drain JSON), summary.md.
 # Settings: LEASE (500), KEYS (200000), VALUE (100), SECS (30), AT (10), CONNS (8),
-# SCENARIOS ("node-kill agent-kill migrate drain redis-sentinel").
+# SCENARIOS ("node-kill agent-kill agent-kill-warm migrate drain redis-sentinel").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release
@@ -28,7 +32,7 @@ value=${VALUE:-100}
 secs=${SECS:-30}
 at=${AT:-10}
 conns=${CONNS:-8}
-scenarios=${SCENARIOS:-"node-kill agent-kill migrate drain redis-sentinel"}
+scenarios=${SCENARIOS:-"node-kill agent-kill agent-kill-warm migrate drain redis-sentinel"}
 work=$(mktemp -d)
 export DMC_CLUSTER_SECRET=${DMC_CLUSTER_SECRET:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 pids=()
@@ -70,6 +74,7 @@ start_cluster() {
     node_pid[$id]=$!; pids+=($!); wait_line "$d/node$id.log" ready
   done
   sleep 1
+  [[ ${BACKUPS:-0} -gt 0 ]] && cm instances resize default --backups "$BACKUPS" >/dev/null
   cm agents scale 2 >/dev/null
   agents=($(cm agents list --json | python3 -c 'import json,sys; print(" ".join(sorted(a["listen"].split(":")[1] for a in json.load(sys.stdin)["agents"])))'))
 }
@@ -106,6 +111,28 @@ finish_load() {
   wait "$bench" || true
   touch "$work/stop"
   wait "$probe" || true
+}
+
+# Samples agent 1's local-cache hits and misses every half second (Unix time) until the
+# stop file appears: $out/$1-cache.csv.
+sample_cache() {
+  python3 - "$out/$1-cache.csv" "$work/stop" "${agents[0]}" <<'PY' &
+import csv, os, sys, time
+import redis
+path, stop, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+r = redis.Redis(port=port, socket_timeout=5)
+w = csv.writer(open(path, "w", newline=""))
+w.writerow(["time", "hits", "misses", "warm_keys"])
+while not os.path.exists(stop):
+    try:
+        m = r.info("memory")
+        w.writerow([f"{time.time():.3f}", m.get("local_cache_hits", 0), m.get("local_cache_misses", 0),
+                    m.get("local_cache_warm_keys", 0)])
+    except Exception:
+        pass
+    time.sleep(0.5)
+PY
+  sampler=$!
 }
 
 # Polls the region records until every region has two copies and none on node $1:
@@ -152,16 +179,20 @@ for s in $scenarios; do
     stop_cluster node-kill
     plot node-kill "kill -9 of a memory node (r = 2, tcp, lease ${lease} ms)" "kill -9 node $victim"
     ;;
-  agent-kill)
-    echo "== agent-kill"
-    start_cluster agent-kill
-    start_load agent-kill
+  agent-kill | agent-kill-warm)
+    echo "== $s"
+    if [[ $s == agent-kill-warm ]]; then export BACKUPS=1; else export BACKUPS=0; fi
+    start_cluster "$s"
+    sample_cache "$s"
+    start_load "$s"
     victim=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print([r["pid"] for l, r in s["launched"].items() if l.endswith(":" + sys.argv[2])][0])' \
-      "$work/agent-kill/state.json" "${agents[1]}")
+      "$work/$s/state.json" "${agents[1]}")
     kill -9 "$victim"
+    cp "$work/event" "$out/$s-event.txt"
     finish_load
-    stop_cluster agent-kill
-    plot agent-kill "kill -9 of agent 2 (load on agent 1, lease ${lease} ms)" "kill -9 agent 2"
+    wait "$sampler" || true
+    stop_cluster "$s"
+    plot "$s" "kill -9 of agent 2 (load on agent 1, lease ${lease} ms, backups ${BACKUPS})" "kill -9 agent 2"
     ;;
   migrate)
     echo "== migrate"
@@ -233,7 +264,7 @@ def shape(name):
 lines = [f"# Failures and region moves under load (benches/faults.sh, lease {lease} ms)", "",
          "| scenario | ops/s before | min ops/s after | seconds < 90 % | p99 before / worst (ms) | load errors | probe: longest pause (ms) | probe errors | writes lost |",
          "|---|---|---|---|---|---|---|---|---|"]
-for name in ("node-kill", "agent-kill", "migrate", "drain", "redis-sentinel"):
+for name in ("node-kill", "agent-kill", "agent-kill-warm", "migrate", "drain", "redis-sentinel"):
     t, p = shape(name), load(f"{out}/{name}-probe.json")
     if t is None and p is None:
         continue
@@ -255,6 +286,22 @@ if os.path.exists(f"{out}/migrate.jsonl"):
     if ms:
         lines.append("migrate: write block per region (ms): " + ", ".join(f"{m['write_block_ms']:.1f}" for m in ms)
                      + "; the drain of writes in flight (ms): " + ", ".join(f"{m['drain_ms']:.1f}" for m in ms))
+for name in ("agent-kill", "agent-kill-warm"):
+    p = f"{out}/{name}-cache.csv"
+    if not os.path.exists(p):
+        continue
+    event = float(open(f"{out}/{name}-event.txt").read())
+    rows = [(float(r["time"]) - event, int(r["hits"]), int(r["misses"]), int(r["warm_keys"]))
+            for r in csv.DictReader(open(p))]
+    def counted(a, b):
+        inside = [r for r in rows if a <= r[0] <= b]
+        if len(inside) < 2:
+            return "—"
+        h, m = inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2]
+        return f"{h} hits / {m} misses"
+    warm = max((r[3] for r in rows if r[0] < 0), default=0)
+    lines.append(f"{name}: agent 1 held {warm} of agent 2's keys warm before the kill; its local cache "
+                 f"(keys it owns only) counted {counted(-5, 0)} in the 5 s before and {counted(0, 5)} in the 5 s after")
 d = load(f"{out}/drain.json")
 if d:
     lines.append(f"drain: {d['millis']} ms, {len(d['migrated'])} primaries moved, {len(d['filled'])} copies filled: "
