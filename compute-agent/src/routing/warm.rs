@@ -5,15 +5,15 @@
 //! The engine hands every value this agent writes through or admits after a miss (and
 //! every key it drops) to [`WarmFeed::feed`], which queues it, without a lock, for each
 //! backup of the key's shard; one task per backup sends its queue in pipelined runs of
-//! `DMC.WARM` over a peer connection, in order. The feed never waits: a full queue (a
-//! slow or dead backup) drops updates and counts them, which costs nothing in
+//! `DMC.WARM` over a peer connection, in order. The feed never waits: a full queue
+//! (16 384 updates or 64 MiB: a slow or dead backup) drops updates and counts them, which costs nothing in
 //! correctness, because a backup serves no warm entry before a takeover has
 //! revalidated it against the pool ([`dmc_engine::warm`]). Called by the engine's read
 //! path (feeding), the map applier (targets) and the connection loop (`DMC.WARM`); it
 //! never decides who owns or backs up a shard (the manager's map does).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use arc_swap::ArcSwap;
@@ -31,6 +31,11 @@ use super::Router;
 
 /// Updates queued per backup before new ones are dropped.
 const QUEUE: usize = 16_384;
+/// Bytes of keys and values queued per backup before new updates are dropped.
+const QUEUE_BYTES: usize = 64 << 20;
+/// Values larger than this are not fed (a backup drops the key instead): they would
+/// crowd out many hot small ones, and a cache shard may not even hold them.
+const MAX_FED_VALUE: usize = 1 << 20;
 /// Updates sent per pipelined round trip.
 const BATCH: usize = 256;
 
@@ -43,6 +48,11 @@ struct Update {
 }
 
 impl Update {
+    /// What the update holds in the queue.
+    fn bytes(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, |(v, _, _)| v.len())
+    }
+
     /// `DMC.WARM db key` (dropped) or `DMC.WARM db key expire-at-ms lfu value` (0: no
     /// expiry).
     fn command(&self) -> Vec<Bytes> {
@@ -60,12 +70,19 @@ impl Update {
     }
 }
 
+/// One backup's queue: bounded in updates by the channel and in bytes by `bytes`.
+#[derive(Clone)]
+struct Queue {
+    tx: mpsc::Sender<Update>,
+    bytes: Arc<AtomicUsize>,
+}
+
 /// Per shard (by index in the map), the queues of its backups: empty for shards this
 /// agent is not primary of.
 #[derive(Default)]
 struct Targets {
     map: Option<Arc<ClusterMap>>,
-    shards: Vec<Vec<mpsc::Sender<Update>>>,
+    shards: Vec<Vec<Queue>>,
 }
 
 pub(super) struct WarmFeed {
@@ -74,7 +91,7 @@ pub(super) struct WarmFeed {
     active: AtomicBool,
     targets: ArcSwap<Targets>,
     /// The queue of each backup (by listen address), kept across maps.
-    queues: Mutex<HashMap<String, mpsc::Sender<Update>>>,
+    queues: Mutex<HashMap<String, Queue>>,
 }
 
 impl WarmFeed {
@@ -140,14 +157,24 @@ impl CacheFeed for WarmFeed {
             return;
         };
         let key = Bytes::copy_from_slice(key);
-        let value = value.map(|(v, e, l)| (Bytes::copy_from_slice(v), e, l));
-        for tx in senders {
+        // A value too large to feed: the backup drops the key instead.
+        let value = value
+            .filter(|(v, _, _)| v.len() <= MAX_FED_VALUE)
+            .map(|(v, e, l)| (Bytes::copy_from_slice(v), e, l));
+        for q in senders {
             let update = Update {
                 db,
                 key: key.clone(),
                 value: value.clone(),
             };
-            if tx.try_send(update).is_err() {
+            let size = update.bytes();
+            if q.bytes.fetch_add(size, Ordering::Relaxed) + size > QUEUE_BYTES {
+                q.bytes.fetch_sub(size, Ordering::Relaxed);
+                self.dropped(1);
+                continue;
+            }
+            if q.tx.try_send(update).is_err() {
+                q.bytes.fetch_sub(size, Ordering::Relaxed);
                 self.dropped(1);
             }
         }
@@ -156,8 +183,10 @@ impl CacheFeed for WarmFeed {
 
 /// The task sending one backup its updates, in order, in pipelined runs; it ends when
 /// the feed drops its queue (the agent is no longer a backup) or the router is gone.
-fn spawn_sender(addr: String, router: Weak<Router>) -> mpsc::Sender<Update> {
+fn spawn_sender(addr: String, router: Weak<Router>) -> Queue {
     let (tx, mut rx) = mpsc::channel::<Update>(QUEUE);
+    let bytes = Arc::new(AtomicUsize::new(0));
+    let queued = bytes.clone();
     tokio::spawn(async move {
         let mut batch: Vec<Update> = Vec::with_capacity(BATCH);
         while let Some(first) = rx.recv().await {
@@ -172,6 +201,8 @@ fn spawn_sender(addr: String, router: Weak<Router>) -> mpsc::Sender<Update> {
             let Some(router) = router.upgrade() else {
                 return;
             };
+            // Counted until sent: the batch in flight is part of the bound.
+            let size: usize = batch.iter().map(Update::bytes).sum();
             let commands: Vec<Vec<Bytes>> = batch.iter().map(Update::command).collect();
             let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
             let failed = match router.forward_many(&addr, 0, &refs).await {
@@ -184,12 +215,15 @@ fn spawn_sender(addr: String, router: Weak<Router>) -> mpsc::Sender<Update> {
                     batch.len()
                 }
             };
+            drop(commands);
+            batch.clear();
+            queued.fetch_sub(size, Ordering::Relaxed);
             if failed > 0 {
                 router.warm.dropped(failed as u64);
             }
         }
     });
-    tx
+    Queue { tx, bytes }
 }
 
 impl Router {
@@ -224,4 +258,57 @@ impl Router {
 
 fn parse<T: std::str::FromStr>(arg: &Bytes) -> Option<T> {
     std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A feed whose one shard has one backup queue with no sender draining it.
+    fn feed_with_queue() -> (WarmFeed, mpsc::Receiver<Update>, Arc<AtomicUsize>) {
+        let map: ClusterMap = serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "shards": {"shards": [{"id": 0, "primary": 1, "backups": [2], "epoch": 1}]},
+            "agents": [],
+            "pool": {"transport": "tcp", "nodes": [], "node_ids": [], "replicas": 1,
+                     "region_size": "64mb", "segment_size": "1mb"}
+        }))
+        .unwrap();
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let feed = WarmFeed::new(Weak::new());
+        feed.targets.store(Arc::new(Targets {
+            map: Some(Arc::new(map)),
+            shards: vec![vec![Queue {
+                tx,
+                bytes: bytes.clone(),
+            }]],
+        }));
+        feed.active.store(true, Ordering::Release);
+        (feed, rx, bytes)
+    }
+
+    /// A backup that does not drain its queue costs the primary at most QUEUE_BYTES:
+    /// later updates are dropped, never buffered; oversized values are not fed.
+    #[tokio::test]
+    async fn a_stalled_backup_queue_is_bounded_in_bytes() {
+        let (feed, mut rx, bytes) = feed_with_queue();
+        let value = vec![7u8; 512 << 10];
+        for i in 0..1000u32 {
+            feed.feed(0, format!("k{i}").as_bytes(), Some((&value, None, 5)));
+        }
+        assert!(bytes.load(Ordering::Relaxed) <= QUEUE_BYTES);
+        let mut queued = 0;
+        while let Ok(u) = rx.try_recv() {
+            queued += u.bytes();
+        }
+        assert!(
+            queued <= QUEUE_BYTES && queued >= QUEUE_BYTES / 2,
+            "{queued}"
+        );
+        let huge = vec![0u8; MAX_FED_VALUE + 1];
+        feed.feed(0, b"big", Some((&huge, None, 5)));
+        let u = rx.try_recv().unwrap();
+        assert!(u.value.is_none(), "an oversized value is fed as a drop");
+    }
 }
