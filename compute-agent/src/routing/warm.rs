@@ -303,7 +303,7 @@ mod tests {
             queued += u.bytes();
         }
         assert!(
-            queued <= QUEUE_BYTES && queued >= QUEUE_BYTES / 2,
+            (QUEUE_BYTES / 2..=QUEUE_BYTES).contains(&queued),
             "{queued}"
         );
         let huge = vec![0u8; MAX_FED_VALUE + 1];
