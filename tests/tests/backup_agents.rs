@@ -160,3 +160,58 @@ fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
         keys.len()
     );
 }
+
+/// A backup that joins after the keys were written (a rescale, a replacement agent)
+/// gets its primary's cached hot set of the shards it backs up, without any new write.
+#[test]
+fn a_backup_that_joins_late_gets_the_primarys_hot_set() {
+    let c = TestCluster::start(
+        &[
+            "--region-size",
+            "64mb",
+            "--segment-size",
+            "1mb",
+            "--shards",
+            "16",
+            "--lease-ms",
+            "1000",
+        ],
+        "log = \"warn\"\nrouting = \"proxy\"\nlocal-cache-size = \"16mb\"\n",
+        2,
+        "512mb",
+    )
+    .unwrap();
+    c.manager
+        .cli(&["instances", "resize", "default", "--backups", "1"])
+        .unwrap();
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    let keys: Vec<String> = (0..300).map(|i| format!("hot:{i}")).collect();
+    for k in &keys {
+        assert_eq!(redis_cli(&port, &["SET", k, "v"]), "OK");
+    }
+    let url = c.manager.url.clone();
+    let late = Agent::start_with_env(
+        &[
+            "--manager",
+            &url,
+            "--routing",
+            "proxy",
+            "--local-cache-size",
+            "16mb",
+        ],
+        &[],
+    )
+    .unwrap();
+    let listen = late.addr.clone();
+    wait_until("the late agent to back up the first one's shards", || {
+        let (agents, rows) = c.owners();
+        agents.len() == 2 && rows.iter().all(|r| r.backups.len() == 1)
+    });
+    let (agents, rows) = c.owners();
+    let first = agents.iter().find(|(_, l)| *l != listen).unwrap().0;
+    let backed = keys_owned_by(&rows, first, &keys).len() as u64;
+    assert!(backed > 50, "{backed} keys stay with the first agent");
+    wait_until("the first agent's hot set to reach the late backup", || {
+        info_field(&late.port(), "memory", "local_cache_warm_keys") >= backed
+    });
+}

@@ -6,10 +6,12 @@
 //! every key it drops) to [`WarmFeed::feed`], which queues it, without a lock, for each
 //! backup of the key's shard; one task per backup sends its queue in pipelined runs of
 //! `DMC.WARM` over a peer connection, in order. The feed never waits: a full queue
-//! (16 384 updates or 64 MiB: a slow or dead backup) drops updates and counts them, which costs nothing in
-//! correctness, because a backup serves no warm entry before a takeover has
-//! revalidated it against the pool ([`dmc_engine::warm`]). Called by the engine's read
-//! path (feeding), the map applier (targets) and the connection loop (`DMC.WARM`); it
+//! (16 384 updates or 64 MiB: a slow or dead backup) drops updates and counts them,
+//! which costs nothing in correctness, because a backup serves no warm entry before a
+//! takeover has revalidated it against the pool ([`dmc_engine::warm`]). A backup new to
+//! a shard first gets what the primary has cached of it (`send_hot_set`), so keys that
+//! are read but no longer written reach it too. Called by the engine's read path
+//! (feeding), the map applier (targets) and the connection loop (`DMC.WARM`); it
 //! never decides who owns or backs up a shard (the manager's map does).
 
 use std::collections::HashMap;
@@ -83,6 +85,8 @@ struct Queue {
 struct Targets {
     map: Option<Arc<ClusterMap>>,
     shards: Vec<Vec<Queue>>,
+    /// The backups' addresses, as `shards`.
+    addrs: Vec<Vec<String>>,
 }
 
 pub(super) struct WarmFeed {
@@ -107,32 +111,47 @@ impl WarmFeed {
     /// Points the feed at the backups `map` gives the shards `me` is primary of,
     /// starting a sender for each new backup and ending those of backups gone.
     pub(super) fn retarget(&self, router: &Arc<Router>, map: &Arc<ClusterMap>, me: AgentId) {
+        let before = self.targets.load_full();
         let mut queues = self.queues.lock();
         let mut used: Vec<String> = Vec::new();
         let mut shards = Vec::with_capacity(map.shards.shards.len());
-        for s in &map.shards.shards {
-            let mut senders = Vec::new();
+        let mut addrs = Vec::with_capacity(map.shards.shards.len());
+        // Per shard, the backups it did not have before: they get the shard's hot set.
+        let mut fresh: Vec<Vec<Queue>> = Vec::with_capacity(map.shards.shards.len());
+        for (i, s) in map.shards.shards.iter().enumerate() {
+            let (mut senders, mut names, mut new) = (Vec::new(), Vec::new(), Vec::new());
             if s.primary == Some(me) {
                 for b in &s.backups {
                     let Some(addr) = map.agent(*b).map(|a| a.listen.clone()) else {
                         continue;
                     };
-                    let tx = queues
+                    let q = queues
                         .entry(addr.clone())
                         .or_insert_with(|| spawn_sender(addr.clone(), Arc::downgrade(router)))
                         .clone();
-                    senders.push(tx);
+                    let had = before.addrs.get(i).is_some_and(|was| was.contains(&addr));
+                    if !had {
+                        new.push(q.clone());
+                    }
+                    senders.push(q);
+                    names.push(addr.clone());
                     used.push(addr);
                 }
             }
             shards.push(senders);
+            addrs.push(names);
+            fresh.push(new);
         }
         queues.retain(|addr, _| used.contains(addr));
         let active = shards.iter().any(|s| !s.is_empty());
         self.targets.store(Arc::new(Targets {
             map: Some(map.clone()),
             shards,
+            addrs,
         }));
+        if fresh.iter().any(|q| !q.is_empty()) {
+            send_hot_set(self.engine.clone(), map.clone(), fresh);
+        }
         self.active.store(active, Ordering::Release);
     }
 
@@ -179,6 +198,51 @@ impl CacheFeed for WarmFeed {
             }
         }
     }
+}
+
+/// Sends each new backup of a shard what this agent (its primary) has cached of it, so
+/// a backup that joins late (a rescale, a replacement agent) knows the keys that are
+/// read but no longer written. It waits for room in the backup's queue rather than
+/// dropping, and runs beside the live updates (an entry it sends after a newer live
+/// update only costs the revalidation that every warm entry gets anyway).
+fn send_hot_set(engine: Weak<Engine>, map: Arc<ClusterMap>, fresh: Vec<Vec<Queue>>) {
+    tokio::spawn(async move {
+        let Some(cache) = engine.upgrade().and_then(|e| e.cache.clone()) else {
+            return;
+        };
+        let shard_of = |key: &[u8]| map.shards.shard_of(key_slot(key)) as usize;
+        let mut sent = 0u64;
+        for part in 0..cache.parts() {
+            let entries = cache.served_entries(part, &|key| {
+                fresh.get(shard_of(key)).is_some_and(|q| !q.is_empty())
+            });
+            for (db, key, value, expire_at, lfu) in entries {
+                let Some(queues) = fresh.get(shard_of(&key)) else {
+                    continue;
+                };
+                for q in queues {
+                    let update = Update {
+                        db,
+                        key: key.clone(),
+                        value: Some((value.clone(), expire_at, lfu)),
+                    };
+                    let size = update.bytes();
+                    while q.bytes.load(Ordering::Relaxed) + size > QUEUE_BYTES / 2 {
+                        if q.tx.is_closed() {
+                            return;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                    q.bytes.fetch_add(size, Ordering::Relaxed);
+                    if q.tx.send(update).await.is_err() {
+                        return;
+                    }
+                    sent += 1;
+                }
+            }
+        }
+        tracing::debug!(sent, "sent new backups the hot set of their shards");
+    });
 }
 
 /// The task sending one backup its updates, in order, in pipelined runs; it ends when
@@ -283,6 +347,7 @@ mod tests {
                 tx,
                 bytes: bytes.clone(),
             }]],
+            addrs: vec![vec!["127.0.0.1:2".into()]],
         }));
         feed.active.store(true, Ordering::Release);
         (feed, rx, bytes)

@@ -395,6 +395,31 @@ impl LocalCache {
         out
     }
 
+    /// How many lock shards the cache has ([`served_entries`](Self::served_entries)
+    /// walks one at a time).
+    pub fn parts(&self) -> usize {
+        SHARDS
+    }
+
+    /// The served (not warm) entries of lock shard `part` whose key `wanted` accepts,
+    /// as (db, key, value, expiry, LFU counter): what a primary sends a new backup.
+    pub fn served_entries(
+        &self,
+        part: usize,
+        wanted: &dyn Fn(&[u8]) -> bool,
+    ) -> Vec<(u8, Bytes, Bytes, Option<u64>, u8)> {
+        let Some(s) = self.shards.get(part) else {
+            return Vec::new();
+        };
+        let shard = s.lock();
+        shard
+            .items
+            .iter()
+            .filter(|i| !i.warm && wanted(&i.key))
+            .map(|i| (i.db, i.key.clone(), i.value.clone(), i.expire_at, i.lfu))
+            .collect()
+    }
+
     /// Drops a key (deleted, evicted, or changed in a way the cache does not mirror).
     pub fn remove(&self, db: u8, key: &[u8]) {
         let mut shard = self.shard(db, key).lock();
