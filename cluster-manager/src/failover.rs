@@ -45,6 +45,14 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
             {
                 tracing::warn!(error = %e, "dropping stale region copies failed");
             }
+            // New agents of instances with backups take primaries once warm.
+            match app.manager.end_warming() {
+                Ok(warm) if !warm.is_empty() => {
+                    tracing::info!(agents = ?warm, "agents warmed up: taking their share of primaries")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "ending agents' warm-up failed"),
+            }
             // Launched agents whose process exited (killed, crashed): out at once,
             // not a lease later.
             let exited = exited_launched(&app);

@@ -189,9 +189,23 @@ impl ClusterState {
     /// Gives `instance`'s shards to its agents, evenly (no key moves; a dead primary's
     /// shards go to their backups first), and each shard its backup agents.
     pub fn rebalance(&mut self, instance: &str) {
+        self.rebalance_except(instance, &[]);
+    }
+
+    /// [`rebalance`](Self::rebalance), the agents in `warming` taking no primary yet
+    /// (they back shards up while their caches fill), unless no other agent is left.
+    pub fn rebalance_except(&mut self, instance: &str, warming: &[AgentId]) {
         let agents: Vec<AgentId> = self.agents_of(instance).collect();
+        let mut primaries: Vec<AgentId> = agents
+            .iter()
+            .copied()
+            .filter(|a| !warming.contains(a))
+            .collect();
+        if primaries.is_empty() {
+            primaries = agents.clone();
+        }
         if let Some(i) = self.instances.get_mut(instance) {
-            i.shards.assign(&agents);
+            i.shards.assign(&primaries);
             i.shards.assign_backups(&agents, i.backups as usize);
         }
     }

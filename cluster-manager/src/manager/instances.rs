@@ -78,7 +78,7 @@ impl Manager {
                 inst.backups = b;
             }
             if rebalance {
-                s.rebalance(name);
+                s.rebalance_except(name, &self.warming_agents());
             }
             let Some(inst) = s.instances.get(name).cloned() else {
                 return Err(ManagerError::NotFound(format!("instance {name}")));

@@ -140,7 +140,16 @@ impl Manager {
                     tls_listen,
                 },
             );
-            s.rebalance(instance);
+            // With backup agents, a newcomer first backs shards up (its primaries send
+            // it their hot sets) and takes primaries once warm (`end_warming`).
+            let backups = s.instances.get(instance).map_or(0, |i| i.backups);
+            let others = s.agents_of(instance).any(|a| a != id);
+            if backups > 0 && others {
+                self.warming
+                    .lock()
+                    .insert(id, Instant::now() + self.warm_for());
+            }
+            s.rebalance_except(instance, &self.warming_agents());
             Ok(id)
         })?;
         self.seen.lock().insert(Member::Agent(id), Instant::now());
@@ -165,7 +174,7 @@ impl Manager {
                 instances.insert(a.instance);
             }
             for i in instances {
-                s.rebalance(&i);
+                s.rebalance_except(&i, &self.warming_agents());
             }
             Ok(())
         })?;
@@ -229,6 +238,49 @@ impl Manager {
             .lock()
             .get(&id)
             .is_some_and(|t| t.elapsed() >= self.exit_grace())
+    }
+
+    /// How long a new agent of an instance with backups only backs shards up: two
+    /// leases, 1–10 s (its primaries' hot sets reach it meanwhile).
+    pub(crate) fn warm_for(&self) -> Duration {
+        (self.lease * 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    }
+
+    /// Agents still warming up.
+    pub(crate) fn warming_agents(&self) -> Vec<AgentId> {
+        self.warming.lock().keys().copied().collect()
+    }
+
+    /// Gives primaries to the agents whose warm-up ended (run by the failover loop):
+    /// the shards they back up come to them first. Returns them.
+    pub fn end_warming(&self) -> Result<Vec<AgentId>, ManagerError> {
+        let done: Vec<AgentId> = {
+            let mut w = self.warming.lock();
+            let now = Instant::now();
+            let done: Vec<AgentId> = w
+                .iter()
+                .filter(|(_, until)| **until <= now)
+                .map(|(a, _)| *a)
+                .collect();
+            for a in &done {
+                w.remove(a);
+            }
+            done
+        };
+        if done.is_empty() {
+            return Ok(done);
+        }
+        self.update(|s| {
+            let instances: std::collections::BTreeSet<String> = done
+                .iter()
+                .filter_map(|a| s.agents.get(a).map(|r| r.instance.clone()))
+                .collect();
+            for i in instances {
+                s.rebalance_except(&i, &self.warming_agents());
+            }
+            Ok(())
+        })?;
+        Ok(done)
     }
 
     /// Counts every registered agent and memory node as heard from now (a manager
@@ -314,6 +366,43 @@ mod tests {
         assert_eq!(m.status().agents[0].shards, 8);
         assert!(m.slots(D).unwrap().iter().all(|r| r.primary == Some(a)));
         assert!(m.remove_agent(b).is_err());
+    }
+
+    /// With backup agents, a newcomer backs shards up while it warms up and then takes
+    /// its share of primaries: the shards it backed.
+    #[test]
+    fn a_new_agent_warms_up_as_a_backup_before_it_takes_primaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            Duration::from_millis(200),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        m.resize_instance(
+            D,
+            crate::api::ResizeInstance {
+                backups: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let shards = |m: &Manager| m.snapshot().instances[D].shards.clone();
+        let warming = shards(&m);
+        assert!(warming.shards.iter().all(|s| s.primary == Some(a)));
+        assert!(warming.shards.iter().all(|s| s.backups == [b]));
+        assert!(m.end_warming().unwrap().is_empty(), "not warm yet");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while m.end_warming().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "warm-up ends");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let warm = shards(&m);
+        assert_eq!(warm.counts()[&b], 4);
+        assert!(warm.shards.iter().all(|s| s.backups.len() == 1));
     }
 
     /// An agent whose process exited is removed at once, and the agent gaining its

@@ -124,6 +124,9 @@ pub struct Manager {
     load: Mutex<balance::LoadWindow>,
     /// Agents whose process the launcher saw exit, and when (`members.rs`).
     exited: Mutex<HashMap<AgentId, Instant>>,
+    /// New agents of instances with backups, backing shards up until this instant
+    /// before they take primaries (`members.rs`).
+    warming: Mutex<HashMap<AgentId, Instant>>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -186,6 +189,7 @@ impl Manager {
             fill_dirty: Mutex::new(HashMap::new()),
             load: Mutex::new(balance::LoadWindow::default()),
             exited: Mutex::new(HashMap::new()),
+            warming: Mutex::new(HashMap::new()),
         };
         manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes

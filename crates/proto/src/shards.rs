@@ -124,10 +124,18 @@ impl ShardMap {
             .enumerate()
             .map(|(i, (a, _))| (*a, base + usize::from(i < extra)))
             .collect();
-        // Keep each agent's shards up to its target; free the rest.
+        // Keep each agent's shards up to its target; free the rest. An over-full agent
+        // gives up first the shards an agent below its target backs up (warm there).
+        let holds: BTreeMap<AgentId, usize> = held.iter().copied().collect();
+        let under =
+            |a: &AgentId| target.get(a).copied().unwrap_or(0) > holds.get(a).copied().unwrap_or(0);
+        let warm_elsewhere = |s: &Shard| s.backups.first().is_some_and(under);
+        let mut order: Vec<usize> = (0..self.shards.len()).collect();
+        order.sort_by_key(|&i| warm_elsewhere(&self.shards[i]));
         let mut kept: BTreeMap<AgentId, usize> = BTreeMap::new();
         let mut free = Vec::new();
-        for (i, s) in self.shards.iter().enumerate() {
+        for i in order {
+            let s = &self.shards[i];
             match s.primary {
                 Some(a)
                     if target
@@ -139,6 +147,7 @@ impl ShardMap {
                 _ => free.push(i),
             }
         }
+        free.sort_unstable();
         // A free shard goes first to its first backup below its target (its cache is
         // warm with the shard's keys), then the rest to agents below their target.
         let mut given: Vec<(usize, AgentId)> = Vec::new();
@@ -316,6 +325,30 @@ mod tests {
         for s in &m.shards {
             assert_eq!(s.backups.len(), 1);
             assert_ne!(s.backups[0], s.primary.unwrap());
+        }
+    }
+
+    /// A newcomer that backed shards up while warming gets exactly those shards when
+    /// it takes primaries (they are the ones its cache holds).
+    #[test]
+    fn a_warmed_up_agent_takes_the_shards_it_backs_up() {
+        let mut m = ShardMap::new(12);
+        m.assign(&[1, 2]);
+        // Agent 3 warms up: no primary, backups only.
+        m.assign(&[1, 2]);
+        m.assign_backups(&[1, 2, 3], 1);
+        let backed: Vec<u32> = m
+            .shards
+            .iter()
+            .filter(|s| s.backups == [3])
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(backed.len(), 6, "half of the shards: {backed:?}");
+        let moved = m.assign(&[1, 2, 3]);
+        assert_eq!(moved.len(), 4);
+        for id in moved {
+            assert!(backed.contains(&id), "shard {id} went to agent 3 cold");
+            assert_eq!(m.shards[id as usize].primary, Some(3));
         }
     }
 
