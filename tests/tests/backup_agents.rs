@@ -135,6 +135,10 @@ fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
     wait_until("the survivor to write every slot", || {
         info_field(&port, "cluster", "dmc_owned_slots") == 16384
     });
+    // The warm keys are checked against the pool in the background of the takeover.
+    wait_until("the survivor to revalidate its warm keys", || {
+        info_field(&port, "memory", "local_cache_warm_keys") == 0
+    });
     eprintln!(
         "the survivor owns the victim's shards {} ms after the kill",
         killed.elapsed().as_millis()

@@ -206,6 +206,7 @@ impl Router {
             let _applying = this.applying.lock().await;
             let map = this.map();
             let ownership = this.engine.dht.ownership();
+            let mut gained = Vec::new();
             for (range, lease) in handoffs {
                 // A newer map may have moved the shard again: it decides then.
                 let current = map.as_ref().is_some_and(|m| {
@@ -223,17 +224,26 @@ impl Router {
                             "resolving half-done commits of gained slots failed; their keys may answer TRYAGAIN"
                         );
                     }
-                    // A backup's warm keys of these slots: the pool's values, before
-                    // the first write and the first hit.
-                    let checked = this.engine.revalidate_warm(range.clone()).await;
-                    if checked != dmc_engine::warm::Revalidated::default() {
-                        tracing::info!(
-                            slots = ?range, confirmed = checked.confirmed, stale = checked.stale,
-                            failed = checked.failed, "revalidated the warm cache of gained slots"
-                        );
-                    }
                     ownership.assign(range.clone(), Some(lease));
+                    gained.push(range);
                 }
+            }
+            // A backup's warm keys of the gained slots become hits once checked against
+            // the pool, in the background: the takeover does not wait for it (a warm
+            // entry is a miss until then, never a stale hit).
+            if !gained.is_empty() {
+                let engine = this.engine.clone();
+                tokio::spawn(async move {
+                    for range in gained {
+                        let checked = engine.revalidate_warm(range.clone()).await;
+                        if checked != dmc_engine::warm::Revalidated::default() {
+                            tracing::info!(
+                                slots = ?range, confirmed = checked.confirmed, stale = checked.stale,
+                                failed = checked.failed, "revalidated the warm cache of gained slots"
+                            );
+                        }
+                    }
+                });
             }
             // INFO's count follows the takeover, not only the map (it was stale here).
             this.engine

@@ -209,16 +209,6 @@ impl LocalCache {
         self.admit(&mut shard, db, key, v);
     }
 
-    /// A warm entry checked against the pool: `v` (the pool's value) is served from
-    /// now on. No ticket: a takeover calls this for keys of slots nobody writes (the
-    /// previous owner gave them up, this agent does not own them yet), so no write can
-    /// have overtaken the read, while a ticket would be spoilt by any write-through of
-    /// another key that shares the cache's lock shard.
-    pub fn revalidated(&self, db: u8, key: &[u8], v: Fetched) {
-        let mut shard = self.shard(db, key).lock();
-        self.admit(&mut shard, db, key, v);
-    }
-
     /// Puts a new value into entry `i` while it still fits its shard: no rehash, no
     /// key copy. `slot: None` keeps the entry's pool reference unless it turns warm.
     /// Gives the value back (nothing changed) if it does not fit.

@@ -3,8 +3,8 @@
 //! or admits after a miss (and every key it drops), through a [`CacheFeed`] the agent
 //! installs; a backup keeps those as *warm* entries, never served. When a backup takes
 //! the shard over, [`Engine::revalidate_warm`] reads every warm key of the gained slots
-//! from the pool in overlapping batches before the first write and keeps the pool's
-//! value, so the promoted agent serves hits at once and never a value its feed missed.
+//! from the pool in overlapping batches, in the background, and keeps the pool's value,
+//! so the promoted agent serves hits within moments and never a value its feed missed.
 //! Called by the read path (feeding), the agent's connection loop (`DMC.WARM`) and its
 //! router (roles changing, takeovers); it never writes to the pool.
 
@@ -79,9 +79,9 @@ impl Engine {
     }
 
     /// Reads every warm key of `slots` from the pool and puts the pool's value in its
-    /// place (or drops it if the pool has none). Only for a takeover, after the previous
-    /// owner gave the slots up and before this agent writes them, so that nobody
-    /// writes them meanwhile.
+    /// place (or drops it if the pool has none), for a takeover once this agent owns the
+    /// slots. Each fill carries a ticket taken before the read, so a write of this
+    /// agent that overtook it wins (the entry then stays warm: a miss, never stale).
     pub async fn revalidate_warm(&self, slots: Range<u16>) -> Revalidated {
         let mut out = Revalidated::default();
         let Some(c) = &self.cache else {
@@ -93,6 +93,7 @@ impl Engine {
             for part in batch.chunks(REVALIDATE_BATCH) {
                 let db = part[0].0;
                 let keys: Vec<&[u8]> = part.iter().map(|(_, k, _)| &k[..]).collect();
+                let tickets: Vec<u64> = keys.iter().map(|k| c.fill_ticket(db, k)).collect();
                 let got = match self.dht.get_many(db, &keys).await {
                     Ok(got) => got,
                     Err(e) => {
@@ -101,7 +102,7 @@ impl Engine {
                         continue;
                     }
                 };
-                for ((_, key, fed), now) in part.iter().zip(got) {
+                for (((_, key, fed), ticket), now) in part.iter().zip(tickets).zip(got) {
                     match now {
                         Some(e) => {
                             if e.value == *fed {
@@ -109,7 +110,7 @@ impl Engine {
                             } else {
                                 out.stale += 1;
                             }
-                            c.revalidated(db, key, e.into());
+                            c.fill(ticket, db, key, e.into());
                         }
                         None => {
                             out.stale += 1;
