@@ -37,9 +37,9 @@ fn raw(port: &str, commands: &[&[&str]]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
-    // Agents on `shm` memory nodes have no local cache unless given one.
+/// A cluster of `nodes` memory nodes whose agents have a 16 MiB local cache (on `shm`
+/// they have none unless given one) and one backup agent per shard.
+fn cluster_with_backups(nodes: u32) -> TestCluster {
     let c = TestCluster::start(
         &[
             "--region-size",
@@ -52,21 +52,22 @@ fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
             "1000",
         ],
         "log = \"warn\"\nrouting = \"proxy\"\nlocal-cache-size = \"16mb\"\n",
-        3,
+        nodes,
         "512mb",
     )
     .unwrap();
     c.manager
         .cli(&["instances", "resize", "default", "--backups", "1"])
         .unwrap();
-    // The survivor is launched by the manager; the victim is started by hand, so the
-    // launcher does not replace it and the survivor keeps every shard afterwards.
-    let port = port_of(&c.scale(1).unwrap()["started"][0]);
-    let url = c.manager.url.clone();
-    let mut victim = Agent::start_with_env(
+    c
+}
+
+/// An agent started by hand (the launcher does not replace it), with a local cache.
+fn agent_by_hand(manager: &str) -> Agent {
+    Agent::start_with_env(
         &[
             "--manager",
-            &url,
+            manager,
             "--routing",
             "proxy",
             "--local-cache-size",
@@ -74,7 +75,17 @@ fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
         ],
         &[],
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
+    let c = cluster_with_backups(3);
+    // The survivor is launched by the manager; the victim is started by hand, so the
+    // launcher does not replace it and the survivor keeps every shard afterwards.
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    let url = c.manager.url.clone();
+    let mut victim = agent_by_hand(&url);
     let listen = victim.addr.clone();
     wait_until(
         "both agents to own shards, each shard with a backup",
@@ -169,43 +180,14 @@ fn a_promoted_backup_serves_hits_at_once_and_never_a_stale_value() {
 /// gets its primary's cached hot set of the shards it backs up, without any new write.
 #[test]
 fn a_backup_that_joins_late_gets_the_primarys_hot_set() {
-    let c = TestCluster::start(
-        &[
-            "--region-size",
-            "64mb",
-            "--segment-size",
-            "1mb",
-            "--shards",
-            "16",
-            "--lease-ms",
-            "1000",
-        ],
-        "log = \"warn\"\nrouting = \"proxy\"\nlocal-cache-size = \"16mb\"\n",
-        2,
-        "512mb",
-    )
-    .unwrap();
-    c.manager
-        .cli(&["instances", "resize", "default", "--backups", "1"])
-        .unwrap();
+    let c = cluster_with_backups(2);
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     let keys: Vec<String> = (0..300).map(|i| format!("hot:{i}")).collect();
     for k in &keys {
         assert_eq!(redis_cli(&port, &["SET", k, "v"]), "OK");
     }
     let url = c.manager.url.clone();
-    let late = Agent::start_with_env(
-        &[
-            "--manager",
-            &url,
-            "--routing",
-            "proxy",
-            "--local-cache-size",
-            "16mb",
-        ],
-        &[],
-    )
-    .unwrap();
+    let late = agent_by_hand(&url);
     let listen = late.addr.clone();
     wait_until("the late agent to back up the first one's shards", || {
         let (agents, rows) = c.owners();
