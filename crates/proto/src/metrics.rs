@@ -230,6 +230,11 @@ pub mod node {
         "One-sided verbs the node executed for remote clients, by verb (label `verb`: \
          read, write, cas, faa).",
     );
+    pub const REVOKED_REQUESTS: Desc = c(
+        "dmc_node_revoked_requests_total",
+        "Requests refused because the cluster manager revoked their client (a \
+         failed-over agent that woke up).",
+    );
 
     pub const ALL: &[Desc] = &[
         CAPACITY,
@@ -244,6 +249,7 @@ pub mod node {
         UPTIME,
         REQUEST_DURATION,
         VERBS,
+        REVOKED_REQUESTS,
     ];
 }
 

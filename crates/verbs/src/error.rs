@@ -43,6 +43,13 @@ pub enum VerbsError {
     Closed,
     #[error("memory node error: {0}")]
     Remote(String),
+    /// The cluster manager revoked this client (its agent was failed over): the node
+    /// executes nothing more it sends, on any connection.
+    #[error(
+        "client {0:#x} was revoked by the cluster manager (its agent was failed over); \
+         restart the agent to rejoin"
+    )]
+    Revoked(u64),
 }
 
 impl VerbsError {
@@ -79,6 +86,7 @@ impl VerbsError {
             VerbsError::Timeout(_) => 12,
             VerbsError::Closed => 13,
             VerbsError::Remote(_) => 14,
+            VerbsError::Revoked(_) => 15,
         }
     }
 
@@ -90,6 +98,7 @@ impl VerbsError {
             2 => VerbsError::RegionExists(arg as RegionId),
             9 => VerbsError::Unauthenticated,
             10 => VerbsError::UnknownTx(arg),
+            15 => VerbsError::Revoked(arg),
             7 => VerbsError::Malformed(message),
             _ => VerbsError::Remote(message),
         }
@@ -109,7 +118,7 @@ impl VerbsError {
     pub fn wire_arg(&self) -> u64 {
         match self {
             VerbsError::NoSuchRegion(r) | VerbsError::RegionExists(r) => u64::from(*r),
-            VerbsError::UnknownTx(t) => *t,
+            VerbsError::UnknownTx(t) | VerbsError::Revoked(t) => *t,
             _ => 0,
         }
     }

@@ -25,6 +25,7 @@ pub mod error;
 pub mod lazy;
 pub mod memory;
 pub mod node;
+pub mod revoke;
 pub mod rpc;
 pub mod server;
 pub mod tls;

@@ -33,6 +33,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::VerbsError;
 use crate::memory::RegionMemory;
+use crate::revoke::ClientFences;
 use crate::transport::{Verb, execute};
 use crate::wire::{NodeStats, Request, Response, TxPrepare, TxVote, VerbOut, WireVerb};
 use crate::{NodeId, RegionId};
@@ -118,6 +119,8 @@ pub struct NodeCore {
     started: Instant,
     /// [`FENCED_TX_GRACE`] (shorter in tests).
     fenced_grace: std::time::Duration,
+    /// Revoked clients and the fences of live connections (`revoke.rs`).
+    clients: ClientFences,
 }
 
 fn put(regions: &mut Vec<Option<HeldRegion>>, region: RegionId, held: HeldRegion) {
@@ -151,6 +154,7 @@ impl NodeCore {
             next_session: AtomicU64::new(1),
             started: Instant::now(),
             fenced_grace: FENCED_TX_GRACE,
+            clients: ClientFences::default(),
         };
         if let Storage::Dir(dir) = &core.config.storage {
             // Only this user reads the pool: the directory 0700, region files 0600.
@@ -197,6 +201,11 @@ impl NodeCore {
 
     pub fn secret(&self) -> Option<&Bytes> {
         self.config.secret.as_ref()
+    }
+
+    /// Revoked clients and the fences of the connections of named clients.
+    pub fn clients(&self) -> &ClientFences {
+        &self.clients
     }
 
     /// A fresh session id for a new connection or in-process coordinator.
@@ -681,6 +690,10 @@ impl NodeCore {
             }
             Request::Fence { shard, epoch } => {
                 self.fence(shard, epoch);
+                Ok(Response::Ok)
+            }
+            Request::Revoke { client } => {
+                self.clients.revoke(client);
                 Ok(Response::Ok)
             }
             Request::Hello { .. } | Request::CopyRegion { .. } => Err(VerbsError::Malformed(

@@ -114,6 +114,9 @@ pub struct RpcOptions {
     pub max_frame: u64,
     /// Dial TCP endpoints with TLS, trusting this CA (none: plain TCP).
     pub tls: Option<ClientTls>,
+    /// This client's identity, which the manager can revoke on every node (an agent
+    /// picks a random one per process; 0: anonymous, never revoked).
+    pub client: u64,
 }
 
 impl Default for RpcOptions {
@@ -124,6 +127,7 @@ impl Default for RpcOptions {
             connect_timeout: Duration::from_secs(2),
             max_frame: wire::DEFAULT_MAX_FRAME,
             tls: None,
+            client: 0,
         }
     }
 }
@@ -183,6 +187,7 @@ impl RpcClient {
                 &Request::Hello {
                     version: WIRE_VERSION,
                     secret: self.options.secret.clone(),
+                    client: self.options.client,
                 },
             )
             .await?;

@@ -6,7 +6,8 @@
 //! that fails to decode gets an error response and the connection goes on; a frame
 //! longer than the limit, or any request before a valid `Hello` when a secret is set,
 //! gets an error (id 0) and the connection is closed, since the stream cannot be
-//! trusted. Either way the node keeps serving everyone else.
+//! trusted. Either way the node keeps serving everyone else. A connection whose client
+//! the manager revoked gets `Revoked` for every request (`revoke.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::VerbsError;
 use crate::node::NodeCore;
+use crate::revoke::ClientFence;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions, Stream};
 use crate::tls::{ClientTls, ServerTls};
 use crate::wire::{self, Request, Response, WIRE_VERSION, WireVerb};
@@ -154,6 +156,7 @@ async fn serve_conn(
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut out = BytesMut::with_capacity(64 << 10);
     let mut authed = core.secret().is_none();
+    let mut fence: Option<Arc<ClientFence>> = None;
     loop {
         let n = rd
             .read_buf(&mut buf)
@@ -193,7 +196,11 @@ async fn serve_conn(
                 count_verbs(verbs);
             }
             let resp = match req {
-                Request::Hello { version, secret } => {
+                Request::Hello {
+                    version,
+                    secret,
+                    client,
+                } => {
                     if version != WIRE_VERSION {
                         Response::Error(VerbsError::Malformed(format!(
                             "wire version {version} is not supported (this node speaks {WIRE_VERSION})"
@@ -201,8 +208,14 @@ async fn serve_conn(
                     } else if core.secret().is_some_and(|s| *s != secret) {
                         Response::Error(VerbsError::Unauthenticated)
                     } else {
-                        authed = true;
-                        core.handle(session, Request::Ping)
+                        match core.clients().register(client) {
+                            Ok(f) => {
+                                fence = f;
+                                authed = true;
+                                core.handle(session, Request::Ping)
+                            }
+                            Err(e) => Response::Error(e),
+                        }
                     }
                 }
                 _ if !authed => {
@@ -217,7 +230,15 @@ async fn serve_conn(
                         Err(e) => Response::Error(e),
                     }
                 }
-                other => core.handle(session, other),
+                // A revoked client's requests run no more (`revoke.rs`); the check
+                // holds until the request is done, so a revocation waits for it.
+                other => match fence.as_deref().map(|f| f.admit()).transpose() {
+                    Ok(_admitted) => core.handle(session, other),
+                    Err(e) => {
+                        metrics::counter!(node_metrics::REVOKED_REQUESTS.name).increment(1);
+                        Response::Error(e)
+                    }
+                },
             };
             metrics::histogram!(node_metrics::REQUEST_DURATION.name, "request" => kind)
                 .record(started.elapsed().as_secs_f64());

@@ -139,6 +139,7 @@ async fn malformed_and_oversized_rpcs_get_errors() {
     Request::Hello {
         version: wire::WIRE_VERSION,
         secret: Bytes::new(),
+        client: 0,
     }
     .encode(1, &mut out);
     out.extend_from_slice(&[9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 200]); // tag 200
@@ -217,4 +218,42 @@ async fn region_copy_to_peer() {
     let mut back = vec![0u8; size as usize];
     tb.read(5, 0, &mut back).await.unwrap();
     assert!(back == data, "the peer holds an identical copy");
+}
+
+/// The manager's fence for one-sided verbs over `tcp`: once `Revoke` is answered, the
+/// revoked client's verbs are refused on its open connection and on any new one (a
+/// refusal, not a failure: the agent must not wait for a failover), and other clients
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_client_runs_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"s").await;
+    let named = |client| RpcOptions {
+        client,
+        ..options(b"s")
+    };
+    let agent = backend::connect(BackendKind::Tcp, ep.clone(), named(0xa9))
+        .await
+        .unwrap();
+    let other = backend::connect(BackendKind::Tcp, ep.clone(), named(0xb1))
+        .await
+        .unwrap();
+    let manager = backend::connect(BackendKind::Tcp, ep.clone(), options(b"s"))
+        .await
+        .unwrap();
+    manager.create_region(1, 4096).await.unwrap();
+    agent.write(1, 0, &[1; 8]).await.unwrap();
+    manager
+        .call(Request::Revoke { client: 0xa9 })
+        .await
+        .unwrap();
+    let err = agent.cas(1, 0, 0x0101_0101_0101_0101, 2).await.unwrap_err();
+    assert_eq!(err, VerbsError::Revoked(0xa9));
+    assert!(!err.is_node_failure());
+    let mut word = [0u8; 8];
+    manager.read(1, 0, &mut word).await.unwrap();
+    assert_eq!(word, [1; 8], "the refused CAS did not run");
+    let again = backend::connect(BackendKind::Tcp, ep.clone(), named(0xa9)).await;
+    assert_eq!(again.err(), Some(VerbsError::Revoked(0xa9)));
+    other.write(1, 8, &[3; 8]).await.unwrap();
 }

@@ -21,7 +21,7 @@ use crate::error::VerbsError;
 use crate::{NodeId, RegionId};
 
 /// Version of this wire format, sent in `Hello`.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// Bytes of a frame header: the length prefix, request id and tag.
 pub const FRAME_HEADER: usize = 4 + 8 + 1;
 /// Default limit on one frame (a verb batch, a commit batch, a copy chunk).
@@ -121,10 +121,13 @@ pub struct NodeStats {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// First request on a connection: wire version and the cluster secret.
+    /// First request on a connection: wire version, the cluster secret, and the
+    /// client's identity for revocation (0: anonymous, never revoked — the manager,
+    /// tools, a node copying to a peer).
     Hello {
         version: u16,
         secret: Bytes,
+        client: u64,
     },
     /// Liveness probe and heartbeat.
     Ping,
@@ -161,6 +164,11 @@ pub enum Request {
         region: RegionId,
         peer: String,
     },
+    /// Execute nothing more from `client`, on any connection, from now on (the
+    /// manager fencing a failed-over agent); answered once no request of it runs.
+    Revoke {
+        client: u64,
+    },
 }
 
 impl Request {
@@ -181,6 +189,7 @@ impl Request {
             Request::Abort(_) => "abort",
             Request::Fence { .. } => "fence",
             Request::CopyRegion { .. } => "copy_region",
+            Request::Revoke { .. } => "revoke",
         }
     }
 }
@@ -355,9 +364,11 @@ mod tests {
     fn requests_roundtrip() {
         roundtrip_req(Request::Ping);
         roundtrip_req(Request::Hello {
-            version: 1,
+            version: WIRE_VERSION,
             secret: Bytes::from_static(b"s3cret"),
+            client: 0xfeed,
         });
+        roundtrip_req(Request::Revoke { client: 7 });
         roundtrip_req(Request::Verbs(vec![
             WireVerb::Read {
                 region: 3,
@@ -421,6 +432,7 @@ mod tests {
             VerbsError::Malformed("bad tag".into()),
             VerbsError::NoSuchRegion(7),
             VerbsError::Unauthenticated,
+            VerbsError::Revoked(0xdead_beef),
         ] {
             let mut out = BytesMut::new();
             Response::Error(e.clone()).encode(3, &mut out);

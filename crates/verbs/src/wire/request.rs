@@ -23,6 +23,7 @@ impl Request {
             Request::Fence { .. } => 12,
             Request::CopyRegion { .. } => 13,
             Request::PrepareCommit(_) => 14,
+            Request::Revoke { .. } => 15,
         }
     }
 
@@ -30,10 +31,16 @@ impl Request {
     pub fn encode(&self, id: u64, out: &mut BytesMut) {
         let at = begin_frame(out, id, self.tag());
         match self {
-            Request::Hello { version, secret } => {
+            Request::Hello {
+                version,
+                secret,
+                client,
+            } => {
                 out.put_u16_le(*version);
                 put_bytes(out, secret);
+                out.put_u64_le(*client);
             }
+            Request::Revoke { client } => out.put_u64_le(*client),
             Request::Ping | Request::Stats | Request::ListRegions => {}
             Request::CreateRegion { region, size } => {
                 out.put_u16_le(*region);
@@ -138,10 +145,18 @@ impl Request {
     pub fn decode(tag: u8, payload: Bytes) -> Result<Request, VerbsError> {
         let mut d = Dec { buf: payload };
         let req = match tag {
-            1 => Request::Hello {
-                version: d.u16()?,
-                secret: d.bytes()?,
-            },
+            1 => {
+                let version = d.u16()?;
+                let secret = d.bytes()?;
+                // Wire version 2 had no client id: decode it so the server can answer
+                // with the version mismatch rather than a malformed frame.
+                let client = if version >= 3 { d.u64()? } else { 0 };
+                Request::Hello {
+                    version,
+                    secret,
+                    client,
+                }
+            }
             2 => Request::Ping,
             3 => Request::Stats,
             4 => Request::CreateRegion {
@@ -244,6 +259,7 @@ impl Request {
                 region: d.u16()?,
                 peer: d.string()?,
             },
+            15 => Request::Revoke { client: d.u64()? },
             other => {
                 return Err(VerbsError::Malformed(format!(
                     "unknown request tag {other}"
