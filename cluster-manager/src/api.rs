@@ -170,6 +170,9 @@ pub struct RegisterAgent {
     pub tls_listen: Option<String>,
     #[serde(default = "crate::state::default_instance")]
     pub instance: String,
+    /// The client id its pool presents to memory nodes (revoked on failover).
+    #[serde(default)]
+    pub client: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -297,7 +300,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/agents",
             post(
                 |State(app): Shared, Json(a): Json<RegisterAgent>| async move {
-                    let id = app.manager.register_agent_with_tls(a.listen, a.tls_listen, &a.instance)?;
+                    let id = app.manager.register_agent_with_tls(a.listen, a.tls_listen, &a.instance, a.client)?;
                     Ok::<_, ApiError>(Json(Registered { id }))
                 },
             ),

@@ -8,7 +8,9 @@
 //! replaced by a new agent, so the instance keeps its size. A launched agent whose
 //! process exited is removed at the next check, without waiting for its lease
 //! ([`Manager::agents_exited`]), and replaced. Agents started by hand are the
-//! operator's to replace.
+//! operator's to replace. Every agent failed over is revoked on every live memory
+//! node ([`Manager::revoke_departed`]): its verbs still on the way, or sent when it
+//! wakes from a pause, are refused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -82,6 +84,9 @@ pub fn spawn(app: Arc<App>, lease: Duration) -> tokio::task::JoinHandle<()> {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "removing lapsed agents failed"),
             }
+            // Fence the agents failed over (now or earlier) on every live node: until
+            // then the agents gaining their shards do not write them.
+            app.manager.revoke_departed().await;
         }
     })
 }

@@ -53,6 +53,10 @@ pub struct AgentRecord {
     /// Its TLS client port, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_listen: Option<String>,
+    /// The client id its pool presents to memory nodes (0: none), which a failover
+    /// revokes.
+    #[serde(default)]
+    pub client: u64,
 }
 
 /// The instance a record without one belongs to (serde default).
@@ -416,6 +420,7 @@ mod tests {
                 listen: "127.0.0.1:6379".into(),
                 instance: DEFAULT_INSTANCE.into(),
                 tls_listen: None,
+                client: 0,
             },
         );
         s.rebalance(DEFAULT_INSTANCE);

@@ -100,7 +100,10 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let verb_timeout = first_map.as_ref().filter(|m| m.lease_ms > 0).map(|m| {
         Duration::from_millis(m.lease_ms * 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
     });
-    let (pool, connections) = open_pool(&pool_cfg, super_region, source, verb_timeout)
+    // This process's name to the memory nodes: a failover revokes it there, so
+    // nothing this process sends after that runs (a random id per process, never 0).
+    let client = dmc_proto::rng::next_u64() | 1;
+    let (pool, connections) = open_pool(&pool_cfg, super_region, source, verb_timeout, client)
         .await
         .context("opening the memory pool")?;
     if let Some(map) = first_map.as_ref().filter(|m| m.lease_ms > 0) {
@@ -168,7 +171,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let (u, listen, i) = (url.clone(), addr.to_string(), cfg.instance.clone());
         let tls_listen = tls_addr.map(|a| a.to_string());
         let id = with_manager("registering with the cluster manager", move || {
-            membership::register_agent(&u, &listen, tls_listen.as_deref(), &i)
+            membership::register_agent(&u, &listen, tls_listen.as_deref(), &i, client)
         })
         .await?;
         let (u, i) = (url.clone(), cfg.instance.clone());

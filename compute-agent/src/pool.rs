@@ -63,12 +63,13 @@ impl dmc_umo::RegionSource for ManagerRegions {
 /// `super_region` is the region of the instance's superblock (a cluster map names it).
 /// `verb_timeout`: how long a memory node may take to answer (default: the RPC
 /// default); a cluster bounds it by its lease, so a hung node counts as failed about
-/// when the manager fails it over.
+/// when the manager fails it over. `client`: this process's id to the memory nodes.
 pub(crate) async fn open_pool(
     cfg: &PoolSection,
     super_region: u16,
     source: Option<Arc<dyn dmc_umo::RegionSource>>,
     verb_timeout: Option<std::time::Duration>,
+    client: u64,
 ) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
     let mut lazy = Vec::new();
     let mut pc = PoolConfig {
@@ -111,6 +112,7 @@ pub(crate) async fn open_pool(
                     secret: secret.clone(),
                     tls: tls.clone(),
                     timeout: verb_timeout.unwrap_or(defaults.timeout),
+                    client,
                     ..defaults
                 };
                 if on_demand {

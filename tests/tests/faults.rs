@@ -14,7 +14,18 @@ use dmc_e2e::{Agent, TestCluster, key_owned_by, port_of, redis_cli, wait_until};
 /// with `failpoints`; returns the cluster, the first agent's port, the second agent and
 /// its id, once it owns half the shards.
 fn two_agents(failpoints: &str, keys: &[String]) -> (TestCluster, String, Agent, u64) {
-    let c = TestCluster::routed("proxy", 3, &["--shards", "16", "--lease-ms", "1000"]).unwrap();
+    two_agents_on(failpoints, keys, &[])
+}
+
+/// [`two_agents`] with more manager flags.
+fn two_agents_on(
+    failpoints: &str,
+    keys: &[String],
+    manager_args: &[&str],
+) -> (TestCluster, String, Agent, u64) {
+    let mut args = vec!["--shards", "16", "--lease-ms", "1000"];
+    args.extend_from_slice(manager_args);
+    let c = TestCluster::routed("proxy", 3, &args).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     for k in keys {
         assert_eq!(redis_cli(&port, &["SET", k, "old"]), "OK");
@@ -114,4 +125,57 @@ fn a_paused_agent_woken_after_its_shards_moved_commits_nothing() {
     assert_eq!(redis_cli(&port, &["SET", &victim, "last"]), "OK");
     assert_eq!(redis_cli(&port, &["GET", &victim]), "last");
     c.wait_copies_identical();
+}
+
+/// Whether process `pid` is stopped (SIGSTOP): state `T` in /proc/PID/stat.
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "T"))
+        })
+        .unwrap_or(false)
+}
+
+/// An agent paused in the middle of a single-key commit — its lease checked, the
+/// primary's slot word locked (fail point `umo-slot-commit-stop` stops the process
+/// there, as SIGSTOP would) — is failed over on a `tcp` pool; the survivor takes its
+/// shards, rolls the half-done commit back and writes the key. Woken, the old owner
+/// goes on with its commit: the memory nodes refuse its verbs (the manager revoked
+/// it), so it writes no backup and its client gets an error. Without the revocation
+/// its blind backup writes landed after the survivor's and the copies differed.
+#[test]
+fn an_agent_paused_mid_commit_writes_nothing_once_failed_over() {
+    let keys: Vec<String> = (0..64).map(|i| format!("key:{i}")).collect();
+    let (c, port, second, id) = two_agents_on(
+        "umo-slot-commit-stop=1*return",
+        &keys,
+        &["--pool-transport", "tcp"],
+    );
+    let (_, rows) = c.owners();
+    let victim = key_owned_by(&rows, id, &keys);
+    let pid = second.child.id();
+    let second_port = second.port();
+    let paused_write = {
+        let victim = victim.clone();
+        std::thread::spawn(move || redis_cli(&second_port, &["SET", &victim, "paused"]))
+    };
+    wait_until("the second agent to stop mid-commit", || stopped(pid));
+    wait_until("the survivor to own every shard", || {
+        c.owners().1.iter().all(|r| r.primary != id)
+    });
+    wait_until("the survivor to take the paused agent's key", || {
+        redis_cli(&port, &["SET", &victim, "survivor"]) == "OK"
+    });
+    // SAFETY: kill(2) with plain integers.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let reply = paused_write.join().unwrap();
+    eprintln!("the woken agent answered {reply:?}");
+    assert_ne!(reply, "OK", "a write finished after the hand-over");
+    assert_eq!(redis_cli(&port, &["GET", &victim]), "survivor");
+    c.wait_copies_identical();
+    for k in keys.iter().filter(|k| **k != victim) {
+        assert_eq!(redis_cli(&port, &["GET", k]), "old", "{k}");
+    }
 }

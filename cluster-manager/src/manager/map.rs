@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
-use dmc_proto::cluster::{AgentInfo, ClusterMap, InstanceSpec, PoolSpec, RegionPlacement};
+use dmc_proto::cluster::{
+    AgentInfo, ClusterMap, InstanceSpec, PoolSpec, PoolTransport, RegionPlacement,
+};
 use dmc_proto::shards::AgentId;
 
+use super::revoke::Fenced;
 use super::{Manager, ManagerError, Member, instance_in};
 
 impl Manager {
@@ -99,9 +102,12 @@ impl Manager {
         self.applied.lock().get(&id).copied().unwrap_or(0)
     }
 
-    /// Forgets removed agents silent for one and a half leases: they write nothing any
-    /// more, so no handoff waits for them.
+    /// Forgets removed agents that write nothing any more (silent for one and a half
+    /// leases and revoked if they were failed over, or fenced by revocation alone on
+    /// `tcp`), so no handoff waits for them.
     fn forget_silent_departed(&self) {
+        let ids: Vec<AgentId> = self.departed.lock().keys().copied().collect();
+        let fenced = self.fenced(&ids);
         // Lock order: departed, applied, seen, exited (as `released` takes the last
         // three).
         let mut departed = self.departed.lock();
@@ -112,12 +118,14 @@ impl Manager {
                 .get(&Member::Agent(*id))
                 .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
                 || self.exited_long_enough(*id);
-            if silent {
+            let f = fenced.get(id).copied().unwrap_or(Fenced::Pending);
+            let gone = (silent && f != Fenced::Pending) || self.fence_suffices(f);
+            if gone {
                 seen.remove(&Member::Agent(*id));
                 applied.remove(id);
                 self.exited.lock().remove(id);
             }
-            !silent
+            !gone
         });
     }
 
@@ -140,7 +148,9 @@ impl Manager {
     /// through on the way) or has been silent for one and a half leases (dead,
     /// partitioned, or gone), or its process was seen to exit a grace period ago. An
     /// agent stops writing one lease after its last accepted heartbeat was sent; the
-    /// extra half is the margin for writes in flight and clock drift.
+    /// extra half is the margin for writes in flight and clock drift. A failed-over
+    /// agent must also be revoked on every live memory node (`revoke.rs`), which on a
+    /// `tcp` pool suffices without the wait.
     pub fn released(&self, id: AgentId, version: u64) -> bool {
         let Some(instance) = self.instance_of(id) else {
             return false;
@@ -154,14 +164,25 @@ impl Manager {
                 .filter(|(_, i)| **i == instance)
                 .map(|(a, _)| *a),
         );
+        let fenced = self.fenced(&others);
         let applied = self.applied.lock();
         let seen = self.seen.lock();
         others.iter().filter(|a| **a != id).all(|a| {
+            let f = fenced.get(a).copied().unwrap_or(Fenced::Pending);
             applied.get(a).is_some_and(|v| *v >= version)
-                || seen
-                    .get(&Member::Agent(*a))
-                    .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
-                || self.exited_long_enough(*a)
+                || (f != Fenced::Pending
+                    && (seen
+                        .get(&Member::Agent(*a))
+                        .is_none_or(|t| t.elapsed() >= self.lease * 3 / 2)
+                        || self.exited_long_enough(*a)))
+                || self.fence_suffices(f)
         })
+    }
+
+    /// Whether revocation alone stops an agent writing: on a `tcp` pool every verb
+    /// goes through a memory node, which refuses a revoked client; over `shm` the
+    /// agent's one-sided stores bypass the node and only its lease stops them.
+    fn fence_suffices(&self, f: Fenced) -> bool {
+        f == Fenced::Everywhere && self.pool.transport == PoolTransport::Tcp
     }
 }

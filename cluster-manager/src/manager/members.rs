@@ -78,6 +78,7 @@ impl Manager {
             Ok(())
         })?;
         self.seen.lock().insert(Member::Node(id), Instant::now());
+        self.node_registered(id);
         Ok(())
     }
 
@@ -109,16 +110,18 @@ impl Manager {
     /// Registers an agent of `instance` serving clients at `listen`, gives it its
     /// share of the instance's shards, and returns its id.
     pub fn register_agent(&self, listen: String, instance: &str) -> Result<AgentId, ManagerError> {
-        self.register_agent_with_tls(listen, None, instance)
+        self.register_agent_with_tls(listen, None, instance, 0)
     }
 
     /// Registers an agent that also serves TLS clients at `tls_listen` (other agents
-    /// forward to it there).
+    /// forward to it there) and names itself `client` to the memory nodes (0: none;
+    /// a failover revokes it, see `revoke.rs`).
     pub fn register_agent_with_tls(
         &self,
         listen: String,
         tls_listen: Option<String>,
         instance: &str,
+        client: u64,
     ) -> Result<AgentId, ManagerError> {
         if listen.is_empty() {
             return Err(ManagerError::Invalid(
@@ -138,6 +141,7 @@ impl Manager {
                     listen,
                     instance: instance.to_string(),
                     tls_listen,
+                    client,
                 },
             );
             // With backup agents, a newcomer first backs shards up (its primaries send
@@ -204,8 +208,7 @@ impl Manager {
             .cloned()
             .collect();
         if !lapsed.is_empty() {
-            let ids: Vec<AgentId> = lapsed.iter().map(|a| a.id).collect();
-            self.remove_agents(&ids)?;
+            self.fail_over(&lapsed)?;
         }
         Ok(lapsed)
     }
@@ -216,6 +219,12 @@ impl Manager {
     /// [`exit_grace`](Self::exit_grace) has passed (requests a process sent just before
     /// it died may still sit in a memory node's socket buffer).
     pub fn agents_exited(&self, ids: &[AgentId]) -> Result<(), ManagerError> {
+        let records: Vec<AgentRecord> = {
+            let s = self.state.lock();
+            ids.iter()
+                .filter_map(|id| s.agents.get(id).cloned())
+                .collect()
+        };
         {
             let now = Instant::now();
             let mut exited = self.exited.lock();
@@ -223,7 +232,16 @@ impl Manager {
                 exited.insert(*id, now);
             }
         }
-        self.remove_agents(ids)
+        self.fail_over(&records)
+    }
+
+    /// Removes failed agents, queueing their revocation first (so no handoff ever
+    /// sees them removed but not yet to be revoked); a failed removal queues nothing.
+    pub(super) fn fail_over(&self, agents: &[AgentRecord]) -> Result<(), ManagerError> {
+        let ids: Vec<AgentId> = agents.iter().map(|a| a.id).collect();
+        self.revoke_later(agents);
+        self.remove_agents(&ids)
+            .inspect_err(|_| self.forget_revocations(&ids))
     }
 
     /// How long after an agent's exit was seen its requests may still reach memory

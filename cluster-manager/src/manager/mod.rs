@@ -26,6 +26,7 @@ mod map;
 mod members;
 mod node_failover;
 mod regions;
+mod revoke;
 mod status;
 
 pub use balance::{AgentLoad, Rebalance};
@@ -127,6 +128,8 @@ pub struct Manager {
     /// New agents of instances with backups, backing shards up until this instant
     /// before they take primaries (`members.rs`).
     warming: Mutex<HashMap<AgentId, Instant>>,
+    /// Failed-over agents to revoke on the memory nodes (`revoke.rs`).
+    revocations: Mutex<revoke::Revocations>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -190,6 +193,7 @@ impl Manager {
             load: Mutex::new(balance::LoadWindow::default()),
             exited: Mutex::new(HashMap::new()),
             warming: Mutex::new(HashMap::new()),
+            revocations: Mutex::new(revoke::Revocations::default()),
         };
         manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes

@@ -156,16 +156,24 @@ fn json_reply<T: serde::de::DeserializeOwned>(
 }
 
 /// Registers an agent of `instance` serving clients at `listen`; returns its id.
+/// `client` is the id the agent's pool presents to memory nodes (which the manager
+/// revokes if it fails the agent over).
 pub fn register_agent(
     url: &str,
     listen: &str,
     tls_listen: Option<&str>,
     instance: &str,
+    client: u64,
 ) -> Result<AgentId, ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(5))
         .post(format!("{b}/v1/agents"))
-        .send_json(json!({ "listen": listen, "tls_listen": tls_listen, "instance": instance }));
+        .send_json(json!({
+            "listen": listen,
+            "tls_listen": tls_listen,
+            "instance": instance,
+            "client": client,
+        }));
     let v: serde_json::Value = json_reply("the registration", &b, r)?;
     v["id"].as_u64().ok_or(ManagerCallError::BadReply {
         what: "the registration",

@@ -145,6 +145,16 @@ impl Pool {
             };
         }
 
+        // A writer process paused right here, its lease checked and the primary
+        // locked (the revocation test): the fail point stops the whole process as
+        // SIGSTOP would; it goes on when continued.
+        #[cfg(feature = "failpoints")]
+        if fail::eval("umo-slot-commit-stop", |_| ()).is_some() {
+            tracing::error!("fail point umo-slot-commit-stop: the process stops mid-commit");
+            // SAFETY: raise(3) with a signal number; nothing else is touched.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+
         // 2. Every backup, blind: the slot word and its metadata in one write.
         let new_pair = pair(w.new, w.meta);
         for (k, &n) in backups.iter().enumerate() {
