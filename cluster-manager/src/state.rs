@@ -170,6 +170,10 @@ pub struct ClusterState {
     /// Regions granted to instances.
     #[serde(default)]
     pub regions: BTreeMap<u16, RegionRecord>,
+    /// Region migrations under way: region → the node taking its primary role (the
+    /// region is frozen meanwhile). A restarted manager finishes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub migrations: BTreeMap<u16, u32>,
 }
 
 impl ClusterState {
@@ -257,6 +261,7 @@ impl ClusterState {
             map_version: 1,
             launched: BTreeMap::new(),
             regions: BTreeMap::new(),
+            migrations: BTreeMap::new(),
         }
     }
 }

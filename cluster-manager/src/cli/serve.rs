@@ -335,6 +335,17 @@ pub(super) fn serve(config: ServeConfig) -> Result<()> {
         if config.rereplicate {
             crate::rereplicate::spawn(app.clone(), Duration::from_millis(config.lease_ms));
         }
+        // What a previous manager process left half-done (a migration, a fill, a
+        // drain) is finished now that agents can report to this one.
+        {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let done = app.manager.finish_unfinished(app.fill_rate).await;
+                if done != crate::manager::Resumed::default() {
+                    tracing::info!(?done, "finished what a previous manager started");
+                }
+            });
+        }
         if config.balance {
             crate::balance::spawn(
                 app.clone(),

@@ -15,9 +15,10 @@
 //!   is exact), and thaws it with the new copy as a backup.
 //!
 //! One such operation runs at a time. Every step is a persisted record change; a
-//! manager restarted in the middle finds a region frozen or filling and calls it off
-//! ([`Manager::abandon_placements`]): the region thaws with its old roles, a partial copy
-//! is dropped as stale, and the re-replication loop starts the fill again.
+//! manager restarted in the middle finishes a migration (its target is persisted with
+//! the freeze) and calls a fill off ([`Manager::abandon_placements`]: the region thaws,
+//! the partial copy is dropped as stale), then fills the same copy again from scratch
+//! (`resume.rs`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -91,19 +92,56 @@ impl Manager {
             return Err(ManagerError::Invalid(format!("node {to} is being drained")));
         }
         let t0 = Instant::now();
-        let frozen = self.change_region(id, |r| r.frozen = true)?;
+        // The intent is persisted with the freeze: a manager restarted before the
+        // swap finishes the migration (`resume.rs`).
+        self.update(|s| {
+            let r = s
+                .regions
+                .get_mut(&id)
+                .ok_or_else(|| ManagerError::NotFound(format!("region {id}")))?;
+            r.frozen = true;
+            s.migrations.insert(id, to);
+            Ok(())
+        })?;
+        self.swap_roles(&rec, to, t0).await
+    }
+
+    /// The rest of a migration of `rec`'s region to `to`, frozen since `t0` (map
+    /// version now): once every agent drained and acknowledged the freeze, the roles
+    /// swap and the region thaws in one change.
+    pub(super) async fn swap_roles(
+        &self,
+        rec: &RegionRecord,
+        to: u32,
+        t0: Instant,
+    ) -> Result<Migration, ManagerError> {
+        let id = rec.id;
+        let frozen = self.map_version();
         if let Err(e) = self.wait_applied(&rec.instance, frozen).await {
-            self.change_region(id, |r| r.frozen = false)?;
+            self.update(|s| {
+                if let Some(r) = s.regions.get_mut(&id) {
+                    r.frozen = false;
+                }
+                s.migrations.remove(&id);
+                Ok(())
+            })?;
             return Err(e);
         }
         let drained = t0.elapsed();
         let from = rec.primary;
-        let thawed = self.change_region(id, |r| {
+        self.update(|s| {
+            let r = s
+                .regions
+                .get_mut(&id)
+                .ok_or_else(|| ManagerError::NotFound(format!("region {id}")))?;
             r.backups.retain(|&n| n != to);
             r.backups.insert(0, r.primary);
             r.primary = to;
             r.frozen = false;
+            s.migrations.remove(&id);
+            Ok(())
         })?;
+        let thawed = self.map_version();
         self.wait_applied(&rec.instance, thawed).await?;
         let write_block = t0.elapsed();
         self.record_placements(&[self.region_record(id)?]).await;
@@ -374,18 +412,29 @@ impl Manager {
     /// thaws with the roles it has, a copy being filled leaves the record (and is
     /// dropped as stale later). Called when the manager opens its state.
     pub(super) fn abandon_placements(&self) -> Result<(), ManagerError> {
-        let busy: Vec<u16> = self
-            .state
-            .lock()
-            .regions
-            .values()
-            .filter(|r| r.frozen || !r.filling.is_empty())
-            .map(|r| r.id)
-            .collect();
+        let (busy, fills): (Vec<u16>, Vec<(u16, u32)>) = {
+            let s = self.state.lock();
+            let busy = s
+                .regions
+                .values()
+                .filter(|r| {
+                    (r.frozen && !s.migrations.contains_key(&r.id)) || !r.filling.is_empty()
+                })
+                .map(|r| r.id)
+                .collect();
+            let fills = s
+                .regions
+                .values()
+                .flat_map(|r| r.filling.iter().map(|n| (r.id, *n)))
+                .collect();
+            (busy, fills)
+        };
+        // Fills start again from scratch once the manager serves (`resume.rs`).
+        self.unfinished_fills.lock().extend(fills);
         if busy.is_empty() {
             return Ok(());
         }
-        tracing::warn!(regions = ?busy, "calling off region moves a previous manager left unfinished");
+        tracing::warn!(regions = ?busy, "calling off region fills a previous manager left unfinished; they start again");
         self.update(|s| {
             for id in &busy {
                 if let Some(r) = s.regions.get_mut(id) {
@@ -400,7 +449,7 @@ impl Manager {
     }
 
     /// The record of region `id`.
-    fn region_record(&self, id: u16) -> Result<RegionRecord, ManagerError> {
+    pub(super) fn region_record(&self, id: u16) -> Result<RegionRecord, ManagerError> {
         self.state
             .lock()
             .regions

@@ -26,12 +26,14 @@ mod map;
 mod members;
 mod node_failover;
 mod regions;
+mod resume;
 mod revoke;
 mod status;
 
 pub use balance::{AgentLoad, Rebalance};
 pub use copies::{Fill, Migration};
 pub use drain::Drain;
+pub use resume::Resumed;
 pub use status::{AgentStatus, InstanceStatus, NodeStatus, ShardRow, Status};
 
 /// The memory pool every agent of the cluster opens (from the manager's config).
@@ -130,6 +132,9 @@ pub struct Manager {
     warming: Mutex<HashMap<AgentId, Instant>>,
     /// Failed-over agents to revoke on the memory nodes (`revoke.rs`).
     revocations: Mutex<revoke::Revocations>,
+    /// Fills a previous manager left unfinished (region, node), to start again
+    /// (`resume.rs`).
+    unfinished_fills: Mutex<Vec<(u16, u32)>>,
 }
 impl Manager {
     /// Reaches memory nodes over TLS, trusting `tls`'s CA.
@@ -194,6 +199,7 @@ impl Manager {
             exited: Mutex::new(HashMap::new()),
             warming: Mutex::new(HashMap::new()),
             revocations: Mutex::new(revoke::Revocations::default()),
+            unfinished_fills: Mutex::new(Vec::new()),
         };
         manager.abandon_placements()?;
         // Vacate reports are not persisted: after a restart, a new map version makes

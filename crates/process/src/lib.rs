@@ -34,18 +34,25 @@ pub fn init_logging(filter: &str) {
 }
 
 /// Completes on SIGTERM or SIGINT (never, if the handlers cannot be installed).
+/// SIGHUP is logged and ignored, as redis-server does: a process whose launcher
+/// died while it was stopped (SIGSTOP, a paused terminal job) is sent SIGHUP by the
+/// kernel when its orphaned process group is continued, and must not die of it.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
         tracing::warn!("cannot install signal handlers; stop with SIGKILL");
         return std::future::pending().await;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    loop {
+        tokio::select! {
+            _ = term.recv() => break tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => break tracing::info!("SIGINT: shutting down"),
+            _ = hup.recv() => tracing::info!("SIGHUP ignored"),
+        }
     }
 }
 
