@@ -103,7 +103,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     // This process's name to the memory nodes: a failover revokes it there, so
     // nothing this process sends after that runs (a random id per process, never 0).
     let client = dmc_proto::rng::next_u64() | 1;
-    let (pool, connections) = open_pool(&pool_cfg, super_region, source, verb_timeout, client)
+    let (pool, dialer) = open_pool(&pool_cfg, super_region, source, verb_timeout, client)
         .await
         .context("opening the memory pool")?;
     if let Some(map) = first_map.as_ref().filter(|m| m.lease_ms > 0) {
@@ -161,6 +161,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         cfg.manager.clone(),
         tls::peer_connector(&cfg.tls()).context("setting up TLS to peer agents")?,
     ));
+    router.set_dialer(dialer.clone());
     let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let region_used = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut me = None;
@@ -209,7 +210,10 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 applied,
                 used: used.clone(),
                 regions: region_used.clone(),
-                nodes: router.engine().dht.memory_node_ids(),
+                nodes: {
+                    let engine = engine.clone();
+                    membership::NodesHook(Arc::new(move || engine.dht.memory_node_ids()))
+                },
                 renewed: {
                     let router = router.clone();
                     membership::RenewHook(Arc::new(move |sent| router.renew_lease(sent)))
@@ -236,15 +240,15 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     }
     // Memory-node connections open on first use; unused ones close.
     let idle = pool_cfg.idle_connection_timeout;
-    if !connections.is_empty() && idle > 0 {
-        let connections = connections.clone();
+    if !dialer.connections().is_empty() && idle > 0 {
+        let dialer = dialer.clone();
         tokio::spawn(async move {
             // A connection unused for a whole check period is closed, so it goes after
             // between one and two periods of idleness.
             let mut tick = tokio::time::interval(Duration::from_millis(idle * 500));
             loop {
                 tick.tick().await;
-                for c in &connections {
+                for c in dialer.connections() {
                     c.close_if_idle();
                 }
             }
@@ -261,11 +265,16 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tick.tick().await;
+                let connections = dialer.connections();
                 let open = if connections.is_empty() {
-                    engine.stats.pool_nodes.load(Ordering::Relaxed)
+                    engine.dht.memory_nodes() as u64
                 } else {
                     connections.iter().filter(|c| c.connected()).count() as u64
                 };
+                engine
+                    .stats
+                    .pool_nodes
+                    .store(engine.dht.memory_nodes() as u64, Ordering::Relaxed);
                 engine.stats.pool_connections.store(open, Ordering::Relaxed);
                 let bytes = engine.dht.used_memory();
                 used.store(bytes, Ordering::Relaxed);

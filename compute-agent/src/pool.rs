@@ -70,8 +70,9 @@ pub(crate) async fn open_pool(
     source: Option<Arc<dyn dmc_umo::RegionSource>>,
     verb_timeout: Option<std::time::Duration>,
     client: u64,
-) -> Result<(Arc<Pool>, Vec<Arc<dmc_verbs::LazyTransport>>)> {
+) -> Result<(Arc<Pool>, Arc<NodeDialer>)> {
     let mut lazy = Vec::new();
+    let mut dial = None;
     let mut pc = PoolConfig {
         replicas: cfg.replicas,
         region_size: cfg.region_size.0,
@@ -116,6 +117,7 @@ pub(crate) async fn open_pool(
                     ..defaults
                 };
                 if on_demand {
+                    dial = Some((kind, options.clone()));
                     let t = Arc::new(dmc_verbs::LazyTransport::new(
                         cfg.node_ids[i],
                         kind,
@@ -134,7 +136,70 @@ pub(crate) async fn open_pool(
             Pool::open_with(pc, nodes, source).await?
         }
     };
-    Ok((pool, lazy))
+    Ok((
+        pool,
+        Arc::new(NodeDialer {
+            dial,
+            connections: parking_lot::Mutex::new(lazy),
+        }),
+    ))
+}
+
+/// The agent's memory-node connections that open on demand, and how to open one to
+/// a node a cluster map names that the pool does not reach yet (a node added to the
+/// cluster after this agent started): the pool gains it, the heartbeats report it,
+/// and the manager may then place copies there.
+pub(crate) struct NodeDialer {
+    /// The backend and options of the first nodes (none: every node was connected up
+    /// front, or the pool is embedded, and no node can be added).
+    dial: Option<(BackendKind, RpcOptions)>,
+    connections: parking_lot::Mutex<Vec<Arc<dmc_verbs::LazyTransport>>>,
+}
+
+impl NodeDialer {
+    /// The on-demand connections (to close idle ones and count open ones).
+    pub(crate) fn connections(&self) -> Vec<Arc<dmc_verbs::LazyTransport>> {
+        self.connections.lock().clone()
+    }
+
+    /// Adds to `pool` every node of `spec` it does not reach; returns their ids.
+    pub(crate) fn add_new(&self, pool: &Pool, spec: &dmc_proto::cluster::PoolSpec) -> Vec<u32> {
+        let Some((kind, options)) = &self.dial else {
+            return Vec::new();
+        };
+        let known = pool.nodes().iter().map(|n| n.node()).collect::<Vec<_>>();
+        let mut added = Vec::new();
+        for (id, endpoint) in spec.node_ids.iter().zip(&spec.nodes) {
+            if known.contains(id) {
+                continue;
+            }
+            let ep: Endpoint = match endpoint.parse() {
+                Ok(ep) => ep,
+                Err(e) => {
+                    tracing::warn!(node = id, endpoint, error = %e, "a new memory node's endpoint does not parse");
+                    continue;
+                }
+            };
+            let t = Arc::new(dmc_verbs::LazyTransport::new(
+                *id,
+                *kind,
+                ep,
+                options.clone(),
+            ));
+            match pool.add_node(t.clone()) {
+                Ok(true) => {
+                    self.connections.lock().push(t);
+                    added.push(*id);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(node = id, error = %e, "cannot add a memory node"),
+            }
+        }
+        if !added.is_empty() {
+            tracing::info!(nodes = ?added, "reaching memory nodes the cluster gained");
+        }
+        added
+    }
 }
 
 /// The pool settings a cluster map names, unless the agent's own config names a pool.

@@ -201,7 +201,9 @@ fn an_agent_killed_with_the_manager_is_failed_over_after_the_restart() {
         !rows.is_empty() && rows.iter().all(|r| r.primary != victim)
     });
     for k in &keys {
-        wait_until("the key to read back", || redis_cli(&port, &["GET", k]) == "v");
+        wait_until("the key to read back", || {
+            redis_cli(&port, &["GET", k]) == "v"
+        });
     }
     assert_eq!(redis_cli(&port, &["SET", "after", "restart"]), "OK");
     c.wait_copies_identical();

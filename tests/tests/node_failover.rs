@@ -168,3 +168,60 @@ fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
     assert_eq!(redis_cli(&ports[0], &["GET", "k3"]), "v3");
     assert_eq!(redis_cli(&ports[1], &["MSET", "a", "1", "b", "2"]), "OK");
 }
+
+/// A memory node that joins while the agents run is reached by them (their maps name
+/// it) without a restart, so when a node of `r = 2` over two nodes dies, the manager
+/// re-replicates its regions onto the newcomer while a redis-py client goes on.
+/// Before, an agent's nodes were fixed when it opened its pool and the newcomer got
+/// no copy until the agents were restarted.
+#[test]
+fn a_memory_node_added_while_agents_run_takes_the_copies_of_a_failed_one() {
+    let mut c = TestCluster::routed(
+        "proxy",
+        2,
+        &[
+            "--shards",
+            "16",
+            "--lease-ms",
+            "1500",
+            "--pool-transport",
+            "tcp",
+        ],
+    )
+    .unwrap();
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "v"]), "OK");
+    }
+    let client = PyClient::start(&port, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = c.manager.url.clone();
+    c.nodes
+        .push(MemoryNode::start_with(3, dir.path(), "512mb", &["--manager", &url]).unwrap());
+    c.node_dirs.push(dir);
+    wait_until("the agent to reach the new node", || {
+        info_field(&port, "cluster", "dmc_pool_nodes") == 3
+    });
+    let victim = c.regions()[0]["backups"][0].as_u64().unwrap();
+    c.nodes[victim as usize - 1].kill();
+    wait_until(
+        "every region to have two live copies, one on the new node",
+        || {
+            let regions = c.regions();
+            !regions.is_empty()
+                && regions
+                    .iter()
+                    .all(|r| region_settled(r) && !holds(r, victim) && holds(r, 3))
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let result = client.finish();
+    eprintln!("client across a node failure onto a node added at run time: {result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["wrong"], 0, "{result}");
+    assert_eq!(result["missing"], 0, "{result}");
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["GET", &format!("k{i}")]), "v");
+    }
+    c.wait_copies_identical();
+}

@@ -47,6 +47,10 @@ impl Router {
                 frozen: r.frozen,
             })
             .collect();
+        // Nodes the cluster gained first: placements may name them.
+        if let Some(d) = self.dialer.get() {
+            d.add_new(self.engine.dht.pool(), &map.pool);
+        }
         if let Err(e) = self.engine.dht.place_regions(&placements).await {
             tracing::error!(error = %e, "applying the region placements");
         }

@@ -92,6 +92,8 @@ enum Route {
 pub struct Router {
     engine: Arc<Engine>,
     mode: RoutingMode,
+    /// Adds memory nodes the cluster gained to the pool (`pool.rs`).
+    dialer: std::sync::OnceLock<Arc<crate::pool::NodeDialer>>,
     /// This agent's id (0: standalone, owning everything).
     me: AtomicU64,
     map: RwLock<Option<Arc<ClusterMap>>>,
@@ -126,6 +128,7 @@ impl Router {
         let warm = Arc::new(warm::WarmFeed::new(Arc::downgrade(&engine)));
         engine.set_cache_feed(warm.clone());
         Router {
+            dialer: std::sync::OnceLock::new(),
             warm,
             peer_tls,
             manager,
@@ -143,6 +146,11 @@ impl Router {
     }
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// How to reach memory nodes the maps name that the pool does not yet.
+    pub(crate) fn set_dialer(&self, dialer: Arc<crate::pool::NodeDialer>) {
+        let _ = self.dialer.set(dialer);
     }
 
     pub fn mode(&self) -> RoutingMode {

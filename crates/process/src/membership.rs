@@ -35,15 +35,25 @@ pub enum Registration {
         used: Arc<AtomicU64>,
         /// Bytes of its blocks per region, `(region, bytes)`.
         regions: Arc<std::sync::Mutex<Vec<(u16, u64)>>>,
-        /// The memory nodes its pool can reach (fixed when it opened the pool): the
-        /// manager places new copies on these only.
-        nodes: Vec<u32>,
+        /// Asked for each heartbeat: the memory nodes its pool can reach (it adds
+        /// those its maps name); the manager places new copies on these only.
+        nodes: NodesHook,
         /// Told when each accepted heartbeat was sent: the agent's lease runs from it.
         renewed: RenewHook,
         /// Asked for each heartbeat's `load`: the nodes' and regions' latency the agent
         /// saw since the last one (the manager's load balancer reads it).
         load: LoadHook,
     },
+}
+
+/// The memory nodes an agent's pool reaches, asked for each heartbeat.
+#[derive(Clone)]
+pub struct NodesHook(pub Arc<dyn Fn() -> Vec<u32> + Send + Sync>);
+
+impl std::fmt::Debug for NodesHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodesHook")
+    }
 }
 
 /// Produces a heartbeat's `load` report (JSON), starting a new period.
@@ -336,7 +346,7 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                             "applied": applied.load(Ordering::Acquire),
                             "used": used.load(Ordering::Relaxed),
                             "regions": regions,
-                            "nodes": nodes,
+                            "nodes": (nodes.0)(),
                             "load": (load.0)(),
                         }))
                 }

@@ -61,7 +61,7 @@ impl Pool {
         if !source.is_node_failure() {
             return false;
         }
-        let Some(&index) = self.node_index.get(node) else {
+        let Some(index) = self.nodes.index_of(*node) else {
             return false;
         };
         let wait = Duration::from_millis(self.failover_wait_ms.load(Ordering::Relaxed));

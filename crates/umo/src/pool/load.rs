@@ -136,7 +136,7 @@ impl Pool {
     /// timed operation are left out), and starts a new period.
     pub fn take_load(&self) -> LoadReport {
         let mut report = LoadReport::default();
-        for t in &self.timed {
+        for t in self.nodes.timed() {
             let (ops, micros) = t.node.take();
             if ops > 0 {
                 report.nodes.push(LatencySample {

@@ -39,13 +39,12 @@
 //!
 //! Nothing here interprets a hash-table word: the pool moves bytes and commits words.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dmc_verbs::{LocalTransport, NodeConfig, NodeCore, NodeId, RegionId, Storage, Transport};
+use dmc_verbs::{LocalTransport, NodeConfig, NodeCore, RegionId, Storage, Transport};
 use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 
@@ -60,6 +59,7 @@ mod failover;
 mod fence;
 mod gate;
 mod load;
+mod node_table;
 mod object_read;
 mod object_write;
 mod placement;
@@ -231,8 +231,8 @@ pub struct Pool {
     usage_seen: AtomicU64,
     /// The last attempt to grow was refused.
     at_limit: std::sync::atomic::AtomicBool,
-    nodes: Vec<Arc<dyn Transport>>,
-    node_index: HashMap<NodeId, usize>,
+    /// The memory nodes, timed for the load report; grows as the cluster's does.
+    nodes: node_table::NodeTable,
     regions: RwLock<Vec<Option<RegionEntry>>>,
     /// Primary node index + 1 per region (0: unknown), read without a lock on every
     /// one-sided read; kept equal to `regions` by `set_entry`.
@@ -259,8 +259,6 @@ pub struct Pool {
     writable_until_us: AtomicU64,
     lease_base: Instant,
     counters: PoolCounters,
-    /// The nodes' transports as timed for the load report (`load.rs`).
-    timed: Vec<Arc<load::Timed>>,
     region_tallies: Arc<load::RegionTallies>,
 }
 
@@ -318,23 +316,7 @@ impl Pool {
         }
         // Every node's awaited verbs are timed for the manager's load balancer.
         let region_tallies = load::RegionTallies::new();
-        let timed: Vec<Arc<load::Timed>> = nodes
-            .into_iter()
-            .map(|n| load::Timed::wrap(n, region_tallies.clone()))
-            .collect();
-        let nodes: Vec<Arc<dyn Transport>> = timed
-            .iter()
-            .map(|t| t.clone() as Arc<dyn Transport>)
-            .collect();
-        let mut node_index = HashMap::new();
-        for (i, n) in nodes.iter().enumerate() {
-            if node_index.insert(n.node(), i).is_some() {
-                return Err(UmoError::Config(format!(
-                    "memory node id {} appears twice",
-                    n.node()
-                )));
-            }
-        }
+        let nodes = node_table::NodeTable::new(nodes, region_tallies.clone())?;
         let allocator = Allocator::new(config.client_id, config.segment_size, config.grace);
         let mut pool = Pool {
             max_block: allocator.max_block(),
@@ -346,7 +328,6 @@ impl Pool {
             usage_seen: AtomicU64::new(0),
             at_limit: std::sync::atomic::AtomicBool::new(false),
             nodes,
-            node_index,
             regions: RwLock::new(vec![None; 1 << 16]),
             primaries: (0..1 << 16)
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
@@ -361,7 +342,6 @@ impl Pool {
             writable_until_us: AtomicU64::new(0),
             lease_base: Instant::now(),
             counters: PoolCounters::default(),
-            timed,
             region_tallies,
         };
         // Several clients may open a new pool at once (agents of a cluster starting
@@ -397,8 +377,15 @@ impl Pool {
         self.created_ms
     }
 
-    pub fn nodes(&self) -> &[Arc<dyn Transport>] {
-        &self.nodes
+    /// The memory nodes this client reaches (a snapshot: the table grows).
+    pub fn nodes(&self) -> Vec<Arc<dyn Transport>> {
+        self.nodes.iter().cloned().collect()
+    }
+
+    /// Adds a memory node the cluster gained (a new map names it): placements may
+    /// then name it. False if this client reaches it already.
+    pub fn add_node(&self, node: Arc<dyn Transport>) -> Result<bool, UmoError> {
+        self.nodes.add(node)
     }
 
     pub fn stats(&self) -> PoolStats {

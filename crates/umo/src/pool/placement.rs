@@ -105,7 +105,7 @@ impl Pool {
                 }
             };
             for n in &p.filling {
-                match self.node_index.get(n) {
+                match self.nodes.index_of(*n).as_ref() {
                     Some(&i) => entry.filling.push(i),
                     None => unreachable.push((p.region, *n)),
                 }

@@ -26,7 +26,7 @@ impl Pool {
     ) -> Result<RegionEntry, UmoError> {
         let mut copies = std::iter::once(rec.primary)
             .chain(rec.backups.iter().copied())
-            .filter_map(|n| self.node_index.get(&n).copied());
+            .filter_map(|n| self.nodes.index_of(n));
         let primary = copies.next().ok_or_else(|| {
             UmoError::Config(format!(
                 "no configured memory node holds region {region} (primary {}, backups {:?})",
