@@ -25,6 +25,10 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync> Peer
 
 /// The longest a forwarded command may take before its connection is dropped.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest opening a forwarding connection may take, handshake included: a
+/// stopped peer's kernel still accepts the TCP connection, and only the missing
+/// answer to `DMC.PEER` shows it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle forwarding connections kept per peer.
 const IDLE_PER_PEER: usize = 16;
 
@@ -268,8 +272,20 @@ impl Router {
 
     /// Opens a forwarding connection to the agent listening at `addr`: to its TLS port
     /// when both ends have TLS (the peer's certificate checked against the cluster CA,
-    /// this agent's presented as the client's), else to its plain port.
+    /// this agent's presented as the client's), else to its plain port. Bounded by
+    /// [`CONNECT_TIMEOUT`], handshake included.
     async fn connect(&self, addr: &str) -> std::io::Result<PeerConn> {
+        tokio::time::timeout(CONNECT_TIMEOUT, self.connect_unbounded(addr))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("opening a forwarding connection to {addr} timed out"),
+                )
+            })?
+    }
+
+    async fn connect_unbounded(&self, addr: &str) -> std::io::Result<PeerConn> {
         let tls_addr = self.map().and_then(|m| {
             m.agents
                 .iter()
@@ -352,5 +368,57 @@ fn encode_command(args: &[Bytes], out: &mut BytesMut) {
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmc_dht::{Dht, DhtConfig, Ownership, SystemClock};
+    use dmc_engine::EngineConfig;
+    use dmc_umo::{Pool, PoolConfig};
+
+    /// A stopped peer (SIGSTOP) still has its TCP connections accepted by the kernel
+    /// and answers nothing: opening a forwarding connection to it fails after
+    /// [`CONNECT_TIMEOUT`] instead of hanging the client's command for good (a
+    /// redis-cli SET hung for minutes in `tests/tests/faults.rs`).
+    #[tokio::test]
+    async fn a_peer_that_accepts_but_never_answers_times_out() {
+        let pool = Pool::embedded(
+            64 << 20,
+            PoolConfig {
+                replicas: 1,
+                region_size: 8 << 20,
+                segment_size: 1 << 20,
+                ..PoolConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let dht = Dht::open(
+            pool,
+            DhtConfig::default(),
+            Arc::new(SystemClock),
+            Ownership::all(0, 1),
+        )
+        .await
+        .unwrap();
+        let engine = Engine::new(dht, Arc::new(SystemClock), EngineConfig::default());
+        let router = Router::new(engine, RoutingMode::Proxy, None, None, None);
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((s, _)) = silent.accept().await {
+                kept.push(s);
+            }
+        });
+        let err = tokio::time::timeout(Duration::from_secs(30), router.connect(&addr))
+            .await
+            .expect("opening the connection hung")
+            .err()
+            .expect("no answer, no connection");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        held.abort();
     }
 }
