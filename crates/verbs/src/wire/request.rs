@@ -38,7 +38,10 @@ impl Request {
             } => {
                 out.put_u16_le(*version);
                 put_bytes(out, secret);
-                out.put_u64_le(*client);
+                // Version 2 had no client id (decoded alike, so any Hello round-trips).
+                if *version >= 3 {
+                    out.put_u64_le(*client);
+                }
             }
             Request::Revoke { client } => out.put_u64_le(*client),
             Request::Ping | Request::Stats | Request::ListRegions => {}
