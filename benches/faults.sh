@@ -11,7 +11,9 @@
 #                      launches a replacement)
 #          agent-kill-warm  the same with one backup agent per shard (instances
 #                      resize --backups 1): agent 1 holds agent 2's hot keys warm
-#          (both agent-kill runs sample agent 1's local-cache hits and misses each
+#          agent-stop  SIGSTOP agent 2 (hung: found by its lease, revoked on the
+#                      nodes, then killed and replaced by the manager's launcher)
+#          (the agent runs sample agent 1's local-cache hits and misses each
 #          second: NAME-cache.csv)
 #          migrate     regions migrate ID --to BACKUP, every region
 #          drain       nodes drain NODE (the node that is primary of the most regions)
@@ -21,7 +23,7 @@
 # Writes benches/results/faults/: NAME-timeline.csv (per second: ops, p50, p99), NAME.png,
 # NAME-probe.json, the events' own reports (fill, migrate, drain JSON), summary.md.
 # Settings: LEASE (500), KEYS (200000), VALUE (100), SECS (30), AT (10), CONNS (8),
-# SCENARIOS ("node-kill agent-kill agent-kill-warm migrate drain redis-sentinel").
+# SCENARIOS ("node-kill agent-kill agent-kill-warm agent-stop migrate drain redis-sentinel").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release
@@ -32,7 +34,7 @@ value=${VALUE:-100}
 secs=${SECS:-30}
 at=${AT:-10}
 conns=${CONNS:-8}
-scenarios=${SCENARIOS:-"node-kill agent-kill agent-kill-warm migrate drain redis-sentinel"}
+scenarios=${SCENARIOS:-"node-kill agent-kill agent-kill-warm agent-stop migrate drain redis-sentinel"}
 work=$(mktemp -d)
 export DMC_CLUSTER_SECRET=${DMC_CLUSTER_SECRET:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 pids=()
@@ -179,7 +181,7 @@ for s in $scenarios; do
     stop_cluster node-kill
     plot node-kill "kill -9 of a memory node (r = 2, tcp, lease ${lease} ms)" "kill -9 node $victim"
     ;;
-  agent-kill | agent-kill-warm)
+  agent-kill | agent-kill-warm | agent-stop)
     echo "== $s"
     if [[ $s == agent-kill-warm ]]; then export BACKUPS=1; else export BACKUPS=0; fi
     start_cluster "$s"
@@ -187,12 +189,15 @@ for s in $scenarios; do
     start_load "$s"
     victim=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print([r["pid"] for l, r in s["launched"].items() if l.endswith(":" + sys.argv[2])][0])' \
       "$work/$s/state.json" "${agents[1]}")
-    kill -9 "$victim"
+    # agent-stop: a hung agent (SIGSTOP): no exit to see, so the lease path; the
+    # manager revokes it on the nodes, then (as the launcher's) kills and replaces it.
+    if [[ $s == agent-stop ]]; then kill -STOP "$victim"; else kill -9 "$victim"; fi
     cp "$work/event" "$out/$s-event.txt"
     finish_load
     wait "$sampler" || true
     stop_cluster "$s"
-    plot "$s" "kill -9 of agent 2 (load on agent 1, lease ${lease} ms, backups ${BACKUPS})" "kill -9 agent 2"
+    how="kill -9"; [[ $s == agent-stop ]] && how="SIGSTOP"
+    plot "$s" "$how of agent 2 (load on agent 1, lease ${lease} ms, backups ${BACKUPS})" "$how agent 2"
     ;;
   migrate)
     echo "== migrate"
@@ -264,7 +269,7 @@ def shape(name):
 lines = [f"# Failures and region moves under load (benches/faults.sh, lease {lease} ms)", "",
          "| scenario | ops/s before | min ops/s after | seconds < 90 % | p99 before / worst (ms) | load errors | probe: longest pause (ms) | probe errors | writes lost |",
          "|---|---|---|---|---|---|---|---|---|"]
-for name in ("node-kill", "agent-kill", "agent-kill-warm", "migrate", "drain", "redis-sentinel"):
+for name in ("node-kill", "agent-kill", "agent-kill-warm", "agent-stop", "migrate", "drain", "redis-sentinel"):
     t, p = shape(name), load(f"{out}/{name}-probe.json")
     if t is None and p is None:
         continue
@@ -286,7 +291,7 @@ if os.path.exists(f"{out}/migrate.jsonl"):
     if ms:
         lines.append("migrate: write block per region (ms): " + ", ".join(f"{m['write_block_ms']:.1f}" for m in ms)
                      + "; the drain of writes in flight (ms): " + ", ".join(f"{m['drain_ms']:.1f}" for m in ms))
-for name in ("agent-kill", "agent-kill-warm"):
+for name in ("agent-kill", "agent-kill-warm", "agent-stop"):
     p = f"{out}/{name}-cache.csv"
     if not os.path.exists(p):
         continue

@@ -232,6 +232,9 @@ impl Router {
                     gained.push(range);
                 }
             }
+            if !gained.is_empty() {
+                this.took_over();
+            }
             // A backup's warm keys of the gained slots become hits once checked against
             // the pool, in the background: the takeover does not wait for it (a warm
             // entry is a miss until then, never a stale hit).

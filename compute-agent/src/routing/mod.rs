@@ -94,6 +94,10 @@ pub struct Router {
     mode: RoutingMode,
     /// Adds memory nodes the cluster gained to the pool (`pool.rs`).
     dialer: std::sync::OnceLock<Arc<crate::pool::NodeDialer>>,
+    /// Takeovers completed (slots assigned) so far, and a wake-up for each: a
+    /// command refused while this agent was taking its slot over retries at once.
+    taken_over: AtomicU64,
+    takeover: tokio::sync::Notify,
     /// This agent's id (0: standalone, owning everything).
     me: AtomicU64,
     map: RwLock<Option<Arc<ClusterMap>>>,
@@ -129,6 +133,8 @@ impl Router {
         engine.set_cache_feed(warm.clone());
         Router {
             dialer: std::sync::OnceLock::new(),
+            taken_over: AtomicU64::new(0),
+            takeover: tokio::sync::Notify::new(),
             warm,
             peer_tls,
             manager,
@@ -169,6 +175,28 @@ impl Router {
     async fn newer_map(&self, seen: u64, wait: Duration) {
         let mut rx = self.version.subscribe();
         let _ = tokio::time::timeout(wait, rx.wait_for(|v| *v > seen)).await;
+    }
+
+    /// Waits (at most `wait`) for a map newer than `seen`, or for a takeover of slots
+    /// after the `taken` count (a slot this agent owns in its map but had not taken
+    /// over yet answers "not the owner" until then).
+    async fn newer_map_or_takeover(&self, seen: u64, taken: u64, wait: Duration) {
+        let woken = self.takeover.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if self.taken_over.load(Ordering::Acquire) != taken {
+            return;
+        }
+        tokio::select! {
+            _ = self.newer_map(seen, wait) => {}
+            _ = woken => {}
+        }
+    }
+
+    /// Counts a completed takeover and wakes the commands waiting for one.
+    fn took_over(&self) {
+        self.taken_over.fetch_add(1, Ordering::AcqRel);
+        self.takeover.notify_waiters();
     }
 
     /// Where `args` runs, from the command table: reads, commands without keys and
@@ -277,10 +305,13 @@ impl Router {
             let seen = self.version();
             match self.route_spec(spec, &args) {
                 Route::Local => {
+                    let taken = self.taken_over.load(Ordering::Acquire);
                     let (reply, flow) = self.engine.execute_at(session, index, args.clone()).await;
                     if !last && not_owner(&reply) {
-                        // Fenced: a newer map moved the slot. Nothing was written.
-                        self.newer_map(seen, Duration::from_millis(500)).await;
+                        // Fenced: a newer map moved the slot, or this agent is still
+                        // taking it over. Nothing was written.
+                        self.newer_map_or_takeover(seen, taken, Duration::from_millis(500))
+                            .await;
                         continue;
                     }
                     return (reply, flow);
