@@ -408,11 +408,35 @@ async fn accept_either(
     }
 }
 
+/// A standalone engine on a small embedded pool, for unit tests.
+#[cfg(test)]
+pub(crate) async fn test_engine() -> Arc<Engine> {
+    let pool = dmc_umo::Pool::embedded(
+        64 << 20,
+        dmc_umo::PoolConfig {
+            replicas: 1,
+            region_size: 8 << 20,
+            segment_size: 1 << 20,
+            ..dmc_umo::PoolConfig::default()
+        },
+    )
+    .await
+    .expect("an embedded pool");
+    let dht = Dht::open(
+        pool,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Ownership::all(0, 1),
+    )
+    .await
+    .expect("a hash table on it");
+    Engine::new(dht, Arc::new(SystemClock), EngineConfig::default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
-    use dmc_umo::{Pool, PoolConfig};
 
     #[test]
     fn defaults_are_the_standalone_agent() {
@@ -442,26 +466,7 @@ mod tests {
     /// exported once a command has been timed.
     #[tokio::test]
     async fn metrics_follow_the_catalog() {
-        let pool = Pool::embedded(
-            64 << 20,
-            PoolConfig {
-                replicas: 1,
-                region_size: 8 << 20,
-                segment_size: 1 << 20,
-                ..PoolConfig::default()
-            },
-        )
-        .await
-        .unwrap();
-        let dht = Dht::open(
-            pool,
-            DhtConfig::default(),
-            Arc::new(SystemClock),
-            Ownership::all(0, 1),
-        )
-        .await
-        .unwrap();
-        let engine = Engine::new(dht, Arc::new(SystemClock), EngineConfig::default());
+        let engine = test_engine().await;
         let handle = dmc_process::metrics::install(dmc_process::metrics::agent::ALL);
         metrics::CommandTimers::new().record(
             dmc_engine::table::Family::Strings,

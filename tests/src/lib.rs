@@ -397,6 +397,13 @@ impl TestCluster {
         )
     }
 
+    /// [`routed`](Self::routed) over a `tcp` pool with 16 shards and a lease of
+    /// `lease_ms`: the failover tests' cluster (over `shm` a killed node's memory
+    /// stays mapped, which hides its failure).
+    pub fn routed_tcp(routing: &str, nodes: u32, lease_ms: &str) -> Result<TestCluster> {
+        TestCluster::routed(routing, nodes, &tcp_failover_args(lease_ms))
+    }
+
     /// `agents scale N --json`: the report, checked to reach `n`.
     pub fn scale(&self, n: usize) -> Result<serde_json::Value> {
         self.scale_instance("default", n)
@@ -540,6 +547,18 @@ pub fn region_settled(r: &serde_json::Value) -> bool {
     r["backups"].as_array().is_some_and(|b| b.len() == 1)
         && r["filling"].as_array().is_none_or(|f| f.is_empty())
         && r["frozen"] != true
+}
+
+/// Manager flags of [`TestCluster::routed_tcp`] (for a restart with the same).
+pub fn tcp_failover_args(lease_ms: &str) -> [&str; 6] {
+    [
+        "--shards",
+        "16",
+        "--lease-ms",
+        lease_ms,
+        "--pool-transport",
+        "tcp",
+    ]
 }
 
 /// The port of a `host:port` listen address in a manager report.

@@ -10,21 +10,14 @@ use std::time::Duration;
 
 use dmc_e2e::{
     PyClient, SECRET_ENV, TEST_SECRET, TestCluster, bin, port_of, redis_cli, region_settled,
-    wait_until,
+    tcp_failover_args, wait_until,
 };
 
-const ARGS: [&str; 6] = [
-    "--shards",
-    "16",
-    "--lease-ms",
-    "1500",
-    "--pool-transport",
-    "tcp",
-];
+const LEASE_MS: &str = "1500";
 
 fn restart_args() -> Vec<&'static str> {
     let mut a = vec!["--region-size", "64mb", "--segment-size", "1mb"];
-    a.extend_from_slice(&ARGS);
+    a.extend_from_slice(&tcp_failover_args(LEASE_MS));
     a
 }
 
@@ -37,7 +30,7 @@ fn region(c: &TestCluster, id: u64) -> serde_json::Value {
 
 #[test]
 fn a_fill_cut_off_by_a_manager_crash_is_done_again_after_the_restart() {
-    let mut c = TestCluster::routed("proxy", 3, &ARGS).unwrap();
+    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     for i in 0..300 {
         assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "v"]), "OK");
@@ -103,7 +96,7 @@ fn a_fill_cut_off_by_a_manager_crash_is_done_again_after_the_restart() {
 /// recorded and finishes the move.
 #[test]
 fn a_migration_cut_off_by_a_manager_crash_is_finished_after_the_restart() {
-    let mut c = TestCluster::routed("proxy", 3, &ARGS).unwrap();
+    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     for i in 0..300 {
         assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "v"]), "OK");
@@ -143,7 +136,7 @@ fn a_migration_cut_off_by_a_manager_crash_is_finished_after_the_restart() {
 
 #[test]
 fn a_manager_crash_right_after_a_node_failure_still_ends_with_two_copies() {
-    let mut c = TestCluster::routed("proxy", 3, &ARGS).unwrap();
+    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     let client = PyClient::start(&port, &[]);
     std::thread::sleep(Duration::from_millis(500));
@@ -176,7 +169,7 @@ fn a_manager_crash_right_after_a_node_failure_still_ends_with_two_copies() {
 /// acknowledged write reads back through the survivor.
 #[test]
 fn an_agent_killed_with_the_manager_is_failed_over_after_the_restart() {
-    let mut c = TestCluster::routed("proxy", 3, &ARGS).unwrap();
+    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
     let started = c.scale(2).unwrap();
     let port = port_of(&started["started"][0]);
     let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();

@@ -118,13 +118,7 @@ impl Manager {
         let id = rec.id;
         let frozen = self.map_version();
         if let Err(e) = self.wait_applied(&rec.instance, frozen).await {
-            self.update(|s| {
-                if let Some(r) = s.regions.get_mut(&id) {
-                    r.frozen = false;
-                }
-                s.migrations.remove(&id);
-                Ok(())
-            })?;
+            self.call_off_migration(id)?;
             return Err(e);
         }
         let drained = t0.elapsed();
@@ -153,6 +147,17 @@ impl Manager {
             to,
             write_block_ms: ms(write_block),
             drain_ms: ms(drained),
+        })
+    }
+
+    /// Thaws region `id` with its old roles and forgets its migration.
+    pub(super) fn call_off_migration(&self, id: u16) -> Result<(), ManagerError> {
+        self.update(|s| {
+            if let Some(r) = s.regions.get_mut(&id) {
+                r.frozen = false;
+            }
+            s.migrations.remove(&id);
+            Ok(())
         })
     }
 

@@ -96,13 +96,7 @@ impl Manager {
             && self.alive(Member::Node(to))
             && !self.snapshot().nodes.get(&to).is_some_and(|n| n.draining);
         if !able {
-            self.update(|s| {
-                if let Some(r) = s.regions.get_mut(&id) {
-                    r.frozen = false;
-                }
-                s.migrations.remove(&id);
-                Ok(())
-            })?;
+            self.call_off_migration(id)?;
             return Err(ManagerError::Invalid(format!(
                 "node {to} can no longer take region {id}'s primary role"
             )));

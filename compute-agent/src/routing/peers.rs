@@ -374,9 +374,6 @@ fn encode_command(args: &[Bytes], out: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dmc_dht::{Dht, DhtConfig, Ownership, SystemClock};
-    use dmc_engine::EngineConfig;
-    use dmc_umo::{Pool, PoolConfig};
 
     /// A stopped peer (SIGSTOP) still has its TCP connections accepted by the kernel
     /// and answers nothing: opening a forwarding connection to it fails after
@@ -384,26 +381,7 @@ mod tests {
     /// redis-cli SET hung for minutes in `tests/tests/faults.rs`).
     #[tokio::test]
     async fn a_peer_that_accepts_but_never_answers_times_out() {
-        let pool = Pool::embedded(
-            64 << 20,
-            PoolConfig {
-                replicas: 1,
-                region_size: 8 << 20,
-                segment_size: 1 << 20,
-                ..PoolConfig::default()
-            },
-        )
-        .await
-        .unwrap();
-        let dht = Dht::open(
-            pool,
-            DhtConfig::default(),
-            Arc::new(SystemClock),
-            Ownership::all(0, 1),
-        )
-        .await
-        .unwrap();
-        let engine = Engine::new(dht, Arc::new(SystemClock), EngineConfig::default());
+        let engine = crate::test_engine().await;
         let router = Router::new(engine, RoutingMode::Proxy, None, None, None);
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = silent.local_addr().unwrap().to_string();
