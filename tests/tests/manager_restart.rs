@@ -28,13 +28,20 @@ fn region(c: &TestCluster, id: u64) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-#[test]
-fn a_fill_cut_off_by_a_manager_crash_is_done_again_after_the_restart() {
-    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
+/// A tcp cluster of three nodes and one launched agent holding keys k0..k299 = "v";
+/// returns it and the agent's port.
+fn one_agent_with_keys() -> (TestCluster, String) {
+    let c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     for i in 0..300 {
         assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "v"]), "OK");
     }
+    (c, port)
+}
+
+#[test]
+fn a_fill_cut_off_by_a_manager_crash_is_done_again_after_the_restart() {
+    let (mut c, port) = one_agent_with_keys();
     let r = c.regions()[0].clone();
     let id = r["id"].as_u64().unwrap();
     let target = (1..=3u64)
@@ -96,11 +103,7 @@ fn a_fill_cut_off_by_a_manager_crash_is_done_again_after_the_restart() {
 /// recorded and finishes the move.
 #[test]
 fn a_migration_cut_off_by_a_manager_crash_is_finished_after_the_restart() {
-    let mut c = TestCluster::routed_tcp("proxy", 3, LEASE_MS).unwrap();
-    let port = port_of(&c.scale(1).unwrap()["started"][0]);
-    for i in 0..300 {
-        assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "v"]), "OK");
-    }
+    let (mut c, port) = one_agent_with_keys();
     let r = c.regions()[0].clone();
     let id = r["id"].as_u64().unwrap();
     let to = r["backups"][0].as_u64().unwrap();
