@@ -261,6 +261,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     // INFO's instantaneous rates and memory peak: one sample every 100 ms.
     let sampler = {
         let engine = engine.clone();
+        let dialer = dialer.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
@@ -310,10 +311,32 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     });
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
+    // A process the manager failed over and revoked exits (a supervisor restarts it
+    // as a new member) rather than answering errors for good.
+    let revoked = {
+        let dialer = dialer.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            while !dialer.revoked() {
+                tick.tick().await;
+            }
+        }
+    };
+    tokio::pin!(revoked);
+    let mut was_revoked = false;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = leave.notified() => break,
+            _ = &mut revoked => {
+                tracing::error!(
+                    "the cluster manager failed this agent over and revoked it on the memory \
+                     nodes (it was paused or cut off for longer than its lease); exiting: \
+                     restart it to rejoin as a new member"
+                );
+                was_revoked = true;
+                break;
+            }
             accepted = accept_either(&listener, tls_listener.as_ref()) => {
                 let ((stream, peer), secure) = match accepted {
                     Ok(a) => a,
@@ -375,7 +398,11 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         "draining client connections"
     );
     let _ = drain_tx.send(true);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(cfg.drain_timeout);
+    // A revoked agent can serve nothing: its clients are closed at once. (It may have
+    // learnt its removal from the map first and be leaving already.)
+    was_revoked |= dialer.revoked();
+    let drain_for = if was_revoked { 0 } else { cfg.drain_timeout };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(drain_for);
     while engine.stats.connected_clients.load(Ordering::Relaxed) > 0
         && tokio::time::Instant::now() < deadline
     {
@@ -387,6 +414,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     );
     maintenance.abort();
     sampler.abort();
+    if was_revoked {
+        anyhow::bail!("revoked by the cluster manager after a failover");
+    }
     dht.flush_hits().await;
     Ok(())
 }

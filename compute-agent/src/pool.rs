@@ -73,6 +73,7 @@ pub(crate) async fn open_pool(
 ) -> Result<(Arc<Pool>, Arc<NodeDialer>)> {
     let mut lazy = Vec::new();
     let mut dial = None;
+    let revoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut pc = PoolConfig {
         replicas: cfg.replicas,
         region_size: cfg.region_size.0,
@@ -114,6 +115,7 @@ pub(crate) async fn open_pool(
                     tls: tls.clone(),
                     timeout: verb_timeout.unwrap_or(defaults.timeout),
                     client,
+                    revoked: Some(revoked.clone()),
                     ..defaults
                 };
                 if on_demand {
@@ -141,6 +143,7 @@ pub(crate) async fn open_pool(
         Arc::new(NodeDialer {
             dial,
             connections: parking_lot::Mutex::new(lazy),
+            revoked,
         }),
     ))
 }
@@ -154,9 +157,17 @@ pub(crate) struct NodeDialer {
     /// front, or the pool is embedded, and no node can be added).
     dial: Option<(BackendKind, RpcOptions)>,
     connections: parking_lot::Mutex<Vec<Arc<dmc_verbs::LazyTransport>>>,
+    /// A memory node said the manager revoked this process (it was failed over).
+    revoked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl NodeDialer {
+    /// Whether a memory node answered that the manager revoked this process: it was
+    /// failed over (paused or cut off too long), and nothing it sends runs any more.
+    pub(crate) fn revoked(&self) -> bool {
+        self.revoked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The on-demand connections (to close idle ones and count open ones).
     pub(crate) fn connections(&self) -> Vec<Arc<dmc_verbs::LazyTransport>> {
         self.connections.lock().clone()

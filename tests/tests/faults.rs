@@ -143,12 +143,12 @@ fn stopped(pid: u32) -> bool {
 /// there, as SIGSTOP would) — is failed over on a `tcp` pool; the survivor takes its
 /// shards, rolls the half-done commit back and writes the key. Woken, the old owner
 /// goes on with its commit: the memory nodes refuse its verbs (the manager revoked
-/// it), so it writes no backup and its client gets an error. Without the revocation
+/// it), so it writes no backup, its client gets an error, and it exits. Without the revocation
 /// its blind backup writes landed after the survivor's and the copies differed.
 #[test]
 fn an_agent_paused_mid_commit_writes_nothing_once_failed_over() {
     let keys: Vec<String> = (0..64).map(|i| format!("key:{i}")).collect();
-    let (c, port, second, id) = two_agents_on(
+    let (c, port, mut second, id) = two_agents_on(
         "umo-slot-commit-stop=1*return",
         &keys,
         &["--pool-transport", "tcp"],
@@ -173,6 +173,11 @@ fn an_agent_paused_mid_commit_writes_nothing_once_failed_over() {
     let reply = paused_write.join().unwrap();
     eprintln!("the woken agent answered {reply:?}");
     assert_ne!(reply, "OK", "a write finished after the hand-over");
+    // Removed from the map and revoked, it exits (a supervisor restarts it as a new
+    // member) instead of answering errors.
+    wait_until("the failed-over agent to exit", || {
+        second.child.try_wait().ok().flatten().is_some()
+    });
     assert_eq!(redis_cli(&port, &["GET", &victim]), "survivor");
     c.wait_copies_identical();
     for k in keys.iter().filter(|k| **k != victim) {

@@ -117,6 +117,8 @@ pub struct RpcOptions {
     /// This client's identity, which the manager can revoke on every node (an agent
     /// picks a random one per process; 0: anonymous, never revoked).
     pub client: u64,
+    /// Set when a node answers that this client was revoked (the agent exits).
+    pub revoked: Option<Arc<AtomicBool>>,
 }
 
 impl Default for RpcOptions {
@@ -128,6 +130,7 @@ impl Default for RpcOptions {
             max_frame: wire::DEFAULT_MAX_FRAME,
             tls: None,
             client: 0,
+            revoked: None,
         }
     }
 }
@@ -223,7 +226,12 @@ impl RpcClient {
             });
         }
         match tokio::time::timeout(self.options.timeout, rx).await {
-            Ok(Ok(Ok(Response::Error(e)))) => Err(e),
+            Ok(Ok(Ok(Response::Error(e)))) => {
+                if let (VerbsError::Revoked(_), Some(flag)) = (&e, &self.options.revoked) {
+                    flag.store(true, Ordering::Release);
+                }
+                Err(e)
+            }
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(VerbsError::Closed),
             Err(_) => {
