@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dmc_engine::cache::{Fetched, LocalCache};
+use dmc_engine::dht::ValueKind;
 use dmc_resp::{Limits, Reply, parse_command};
 use dmc_umo::alloc::Allocator;
 
@@ -90,7 +91,7 @@ fn local_cache(c: &mut Criterion) {
         .collect();
     let value = Bytes::from(vec![b'v'; 32]);
     for k in &keys {
-        cache.put(0, k, value.clone(), None);
+        cache.put(0, k, ValueKind::String, value.clone(), None);
     }
     g.throughput(Throughput::Elements(1000));
     let mut i = 0usize;
@@ -124,6 +125,7 @@ fn local_cache(c: &mut Criterion) {
                     &key,
                     Fetched {
                         value: value.clone(),
+                        kind: ValueKind::String,
                         expire_at: None,
                         lfu: (n % 16) as u8,
                         slot: None,

@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 6],
+    by_family: [Histogram; 7],
 }
 
 impl CommandTimers {
@@ -29,6 +29,7 @@ impl CommandTimers {
                 h("introspect"),
                 h("cluster"),
                 h("internal"),
+                h("hashes"),
             ],
         }
     }
@@ -42,6 +43,7 @@ impl CommandTimers {
             Family::Introspect => 3,
             Family::Cluster => 4,
             Family::Internal => 5,
+            Family::Hashes => 6,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

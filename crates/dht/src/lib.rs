@@ -21,9 +21,10 @@ pub(crate) use dmc_proto::rng;
 pub mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use dmc_umo::ValueKind;
 pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
-    Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, SlotRef,
-    Ttl,
+    Change, Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
+    SlotRef, Ttl,
 };

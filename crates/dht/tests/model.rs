@@ -127,7 +127,17 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
                         (None, false) => SetExpiry::Clear,
                     };
                     let out = dht
-                        .set(0, &kb, &v, SetOptions { cond, expiry, get })
+                        .set(
+                            0,
+                            &kb,
+                            &v,
+                            SetOptions {
+                                cond,
+                                expiry,
+                                get,
+                                ..Default::default()
+                            },
+                        )
                         .await
                         .unwrap();
                     let prev = model.live(&kb, now).cloned();

@@ -16,8 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use dmc_dht::SlotRef;
 use dmc_dht::policy::{LFU_INIT, lfu_should_increment};
+use dmc_dht::{SlotRef, ValueKind};
 use parking_lot::Mutex;
 
 const SHARDS: usize = 16;
@@ -30,6 +30,8 @@ struct Item {
     db: u8,
     key: Bytes,
     value: Bytes,
+    /// A string, or a collection in its pool encoding.
+    kind: ValueKind,
     expire_at: Option<u64>,
     lfu: u8,
     slot: Option<SlotRef>,
@@ -101,6 +103,7 @@ impl Shard {
 #[derive(Debug, Clone)]
 pub struct Fetched {
     pub value: Bytes,
+    pub kind: ValueKind,
     pub expire_at: Option<u64>,
     /// The key's LFU counter in the pool: its hotness for admission.
     pub lfu: u8,
@@ -112,6 +115,7 @@ impl From<dmc_dht::Entry> for Fetched {
     fn from(e: dmc_dht::Entry) -> Self {
         Fetched {
             value: e.value,
+            kind: e.kind,
             expire_at: e.expire_at,
             lfu: e.lfu,
             slot: Some(e.slot),
@@ -168,8 +172,15 @@ impl LocalCache {
         &self.shards[(h >> 60) as usize % SHARDS]
     }
 
-    /// The cached value and where to report the hit, if the key is cached and live.
-    pub fn get(&self, db: u8, key: &[u8], now_ms: u64, r: f64) -> Option<(Bytes, Option<SlotRef>)> {
+    /// The cached value, its type and where to report the hit, if the key is cached and
+    /// live.
+    pub fn get(
+        &self,
+        db: u8,
+        key: &[u8],
+        now_ms: u64,
+        r: f64,
+    ) -> Option<(Bytes, ValueKind, Option<SlotRef>)> {
         let mut shard = self.shard(db, key).lock();
         let Some(i) = shard.find(db, key) else {
             self.misses.fetch_add(1, Ordering::Relaxed);
@@ -189,7 +200,7 @@ impl LocalCache {
             item.lfu += 1;
         }
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some((item.value.clone(), item.slot))
+        Some((item.value.clone(), item.kind, item.slot))
     }
 
     /// Call before reading the pool for a fill; pass the result to [`fill`](Self::fill).
@@ -218,6 +229,7 @@ impl LocalCache {
         shard: &mut Shard,
         i: usize,
         value: Bytes,
+        kind: ValueKind,
         expire_at: Option<u64>,
         lfu: u8,
         slot: Option<SlotRef>,
@@ -231,6 +243,7 @@ impl LocalCache {
         let old_len = item.value.len();
         let new_len = value.len();
         item.value = value;
+        item.kind = kind;
         item.expire_at = expire_at;
         item.lfu = item.lfu.max(lfu);
         let was_warm = std::mem::replace(&mut item.warm, warm);
@@ -245,15 +258,17 @@ impl LocalCache {
     fn admit(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
+            kind,
             expire_at,
             lfu,
             slot,
         } = v;
         if let Some(i) = shard.find(db, key) {
-            let value = match self.replace_in_place(shard, i, value, expire_at, lfu, slot, false) {
-                Ok(()) => return,
-                Err(value) => value,
-            };
+            let value =
+                match self.replace_in_place(shard, i, value, kind, expire_at, lfu, slot, false) {
+                    Ok(()) => return,
+                    Err(value) => value,
+                };
             let lfu = shard.items[i].lfu.max(lfu);
             shard.remove_at(i);
             return self.admit_new(
@@ -262,6 +277,7 @@ impl LocalCache {
                 key,
                 Fetched {
                     value,
+                    kind,
                     expire_at,
                     lfu,
                     slot,
@@ -274,6 +290,7 @@ impl LocalCache {
             key,
             Fetched {
                 value,
+                kind,
                 expire_at,
                 lfu,
                 slot,
@@ -284,6 +301,7 @@ impl LocalCache {
     fn admit_new(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
+            kind,
             expire_at,
             lfu,
             slot,
@@ -292,6 +310,7 @@ impl LocalCache {
             db,
             key: Bytes::copy_from_slice(key),
             value,
+            kind,
             expire_at,
             lfu,
             slot,
@@ -319,7 +338,7 @@ impl LocalCache {
     }
 
     /// A value just written through to the pool (new keys start at `LFU_INIT`).
-    pub fn put(&self, db: u8, key: &[u8], value: Bytes, expire_at: Option<u64>) {
+    pub fn put(&self, db: u8, key: &[u8], kind: ValueKind, value: Bytes, expire_at: Option<u64>) {
         let mut shard = self.shard(db, key).lock();
         shard.writes += 1;
         self.admit(
@@ -328,6 +347,7 @@ impl LocalCache {
             key,
             Fetched {
                 value,
+                kind,
                 expire_at,
                 lfu: LFU_INIT,
                 slot: None,
@@ -342,7 +362,9 @@ impl LocalCache {
         let mut shard = self.shard(db, key).lock();
         let value = match shard.find(db, key) {
             Some(i) => {
-                match self.replace_in_place(&mut shard, i, value, expire_at, lfu, None, true) {
+                let kind = ValueKind::String;
+                match self.replace_in_place(&mut shard, i, value, kind, expire_at, lfu, None, true)
+                {
                     Ok(()) => return,
                     Err(value) => {
                         shard.remove_at(i);
@@ -356,6 +378,7 @@ impl LocalCache {
             db,
             key: Bytes::copy_from_slice(key),
             value,
+            kind: ValueKind::String,
             expire_at,
             lfu,
             slot: None,
@@ -391,8 +414,9 @@ impl LocalCache {
         SHARDS
     }
 
-    /// The served (not warm) entries of lock shard `part` whose key `wanted` accepts,
-    /// as (db, key, value, expiry, LFU counter): what a primary sends a new backup.
+    /// The served (not warm) string entries of lock shard `part` whose key `wanted`
+    /// accepts, as (db, key, value, expiry, LFU counter): what a primary sends a new
+    /// backup (collections are read from the pool by a backup that takes over).
     pub fn served_entries(
         &self,
         part: usize,
@@ -405,7 +429,7 @@ impl LocalCache {
         shard
             .items
             .iter()
-            .filter(|i| !i.warm && wanted(&i.key))
+            .filter(|i| !i.warm && i.kind == ValueKind::String && wanted(&i.key))
             .map(|i| (i.db, i.key.clone(), i.value.clone(), i.expire_at, i.lfu))
             .collect()
     }
@@ -469,6 +493,7 @@ mod tests {
     fn hundred_bytes(lfu: u8) -> Fetched {
         Fetched {
             value: Bytes::from(vec![0u8; 100]),
+            kind: ValueKind::String,
             expire_at: None,
             lfu,
             slot: None,
@@ -478,14 +503,14 @@ mod tests {
     #[test]
     fn hits_misses_expiry_and_removal() {
         let c = LocalCache::new(1 << 20);
-        c.put(0, b"k", Bytes::from("v"), Some(100));
+        c.put(0, b"k", ValueKind::String, Bytes::from("v"), Some(100));
         assert_eq!(c.get(0, b"k", 50, 0.5).map(|v| v.0), Some(Bytes::from("v")));
         assert!(c.get(1, b"k", 50, 0.5).is_none(), "databases are separate");
         assert!(
             c.get(0, b"k", 100, 0.5).is_none(),
             "expired entries are never returned"
         );
-        c.put(0, b"k", Bytes::from("w"), None);
+        c.put(0, b"k", ValueKind::String, Bytes::from("w"), None);
         c.remove(0, b"k");
         assert!(c.get(0, b"k", 0, 0.5).is_none());
     }
@@ -538,9 +563,10 @@ mod tests {
     fn a_fill_older_than_a_write_is_refused() {
         let c = LocalCache::new(1 << 20);
         let ticket = c.fill_ticket(0, b"k"); // a reader misses and goes to the pool…
-        c.put(0, b"k", Bytes::from("new"), None); // …a write completes meanwhile…
+        c.put(0, b"k", ValueKind::String, Bytes::from("new"), None); // …a write completes meanwhile…
         let old = Fetched {
             value: Bytes::from("old"),
+            kind: ValueKind::String,
             expire_at: None,
             lfu: 5,
             slot: None,
@@ -568,6 +594,7 @@ mod tests {
             b"k",
             Fetched {
                 value: Bytes::from("pool"),
+                kind: ValueKind::String,
                 expire_at: None,
                 lfu: 5,
                 slot: None,
@@ -612,7 +639,13 @@ mod tests {
             let key = format!("k{k}");
             match x % 4 {
                 0 | 1 => {
-                    c.put(0, key.as_bytes(), Bytes::from(step.to_string()), None);
+                    c.put(
+                        0,
+                        key.as_bytes(),
+                        ValueKind::String,
+                        Bytes::from(step.to_string()),
+                        None,
+                    );
                     model.insert(k, step);
                 }
                 2 => {
@@ -620,7 +653,7 @@ mod tests {
                     model.remove(&k);
                 }
                 _ => {
-                    if let Some((v, _)) = c.get(0, key.as_bytes(), 0, 0.5) {
+                    if let Some((v, _, _)) = c.get(0, key.as_bytes(), 0, 0.5) {
                         assert_eq!(
                             Some(&v[..]),
                             model

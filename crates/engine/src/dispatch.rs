@@ -12,7 +12,7 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 
 use crate::table::{Cmd, Family, TABLE, lookup_index};
-use crate::{Engine, Flow, Session, introspect, keys, server, strings};
+use crate::{Engine, Flow, Session, hashes, introspect, keys, server, strings};
 
 /// Redis's text for an unknown command, quoting up to 20 of its arguments.
 fn unknown(args: &[Bytes]) -> Reply {
@@ -88,6 +88,10 @@ pub async fn dispatch_at(
         Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
         Family::Server => server::run(engine, session, spec.cmd, &args).await,
         Family::Strings => strings::run(engine, session, spec.cmd, &args).await,
+        Family::Hashes => match spec.cmd {
+            Cmd::Hash(h) => hashes::run(engine, session, h, &args).await,
+            _ => unknown(&args),
+        },
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
         Family::Introspect if spec.cmd == Cmd::Object => {
             introspect::object(engine, session, &args).await

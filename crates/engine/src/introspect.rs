@@ -68,7 +68,10 @@ pub async fn object(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     };
     let policy = engine.dht.policy();
     match sub.as_str() {
-        "ENCODING" => Reply::bulk(string_encoding(&entry.value)),
+        "ENCODING" => match crate::collection::encoding(entry.kind, &entry.value) {
+            Ok(name) => Reply::bulk(name),
+            Err(e) => Reply::from(e),
+        },
         "REFCOUNT" => Reply::Int(1),
         "FREQ" if is_lfu(policy) => Reply::Int(i64::from(entry.lfu)),
         "FREQ" => Reply::err(

@@ -43,10 +43,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
             Reply::Int(n)
         }
-        Cmd::Type => Reply::Simple(if tri!(dht.exists(db, &args[1]).await) {
-            "string"
-        } else {
-            "none"
+        Cmd::Type => Reply::Simple(match tri!(engine.read_typed(db, &args[1]).await) {
+            Some((kind, _)) => kind.name(),
+            None => "none",
         }),
         Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt => {
             expire(engine, db, cmd, args).await
@@ -190,9 +189,18 @@ async fn scan(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     let mut out = Vec::new();
     while slot < HASH_SLOTS && (out.len() as i64) < count {
         for k in tri!(slot_keys(engine, db, slot).await) {
-            // Only strings exist today: a TYPE filter for anything else matches nothing.
-            let type_ok = kind.as_deref().is_none_or(|t| t == "string");
-            if type_ok && pattern.is_none_or(|p| glob(p, &k, false)) {
+            if !pattern.is_none_or(|p| glob(p, &k, false)) {
+                continue;
+            }
+            // The type is in the key's object: read only when a filter asks for it.
+            let type_ok = match kind.as_deref() {
+                None => true,
+                Some(t) => match tri!(engine.read_typed(db, &k).await) {
+                    Some((found, _)) => found.name() == t,
+                    None => false,
+                },
+            };
+            if type_ok {
                 out.push(Reply::Bulk(k));
             }
         }
@@ -205,19 +213,7 @@ async fn scan(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
 /// RENAME / RENAMENX: the value and its expiry move to the new name.
 async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     let (src, dst) = (&args[1], &args[2]);
-    let (la, lb) = (engine.key_lock(src), engine.key_lock(dst));
-    // Two stripes, always taken in address order.
-    let (first, second) = if (la as *const _ as usize) <= (lb as *const _ as usize) {
-        (la, lb)
-    } else {
-        (lb, la)
-    };
-    let _g1 = first.lock().await;
-    let _g2 = if std::ptr::eq(first, second) {
-        None
-    } else {
-        Some(second.lock().await)
-    };
+    let _held = lock_two(engine, src, dst).await;
     let Some(e) = tri!(engine.dht.get(db, src).await) else {
         return Reply::err("ERR no such key");
     };
@@ -231,25 +227,7 @@ async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     if cmd == Cmd::RenameNx && tri!(engine.dht.exists(db, dst).await) {
         return Reply::Int(0);
     }
-    let expiry = match e.expire_at {
-        Some(at) => SetExpiry::At(at),
-        None => SetExpiry::Clear,
-    };
-    tri!(
-        engine
-            .dht
-            .set(
-                db,
-                dst,
-                &e.value,
-                SetOptions {
-                    expiry,
-                    ..Default::default()
-                }
-            )
-            .await
-    );
-    engine.wrote(db, dst, Some((&e.value[..], e.expire_at)));
+    tri!(write_entry(engine, db, dst, &e, true).await);
     tri!(engine.dht.delete(db, src).await);
     engine.wrote(db, src, None);
     if cmd == Cmd::RenameNx {
@@ -294,7 +272,8 @@ fn db_arg(engine: &Engine, arg: &[u8]) -> Result<u8, Reply> {
     }
 }
 
-/// Writes `e` (value and expiry) as `key` in `db`; `replace` overwrites an existing key.
+/// Writes `e` (value, type and expiry) as `key` in `db`; `replace` overwrites an
+/// existing key.
 /// Returns whether it was written.
 async fn write_entry(
     engine: &Engine,
@@ -313,11 +292,12 @@ async fn write_entry(
             Some(at) => SetExpiry::At(at),
             None => SetExpiry::Clear,
         },
+        kind: e.kind,
         ..Default::default()
     };
     let written = engine.dht.set(db, key, &e.value, opts).await?.written;
     if written {
-        engine.wrote(db, key, Some((&e.value[..], e.expire_at)));
+        engine.wrote_typed(db, key, e.kind, Some((&e.value[..], e.expire_at)));
     }
     Ok(written)
 }

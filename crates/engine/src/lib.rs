@@ -8,6 +8,9 @@
 //! | [`pipeline`] | pipelined runs of GET or SET executed as one batch |
 //! | [`read`] | reads (the local cache, then the pool) and telling the cache of writes |
 //! | [`strings`] | GET, SET and the string family |
+//! | [`hashes`] | HSET, HGET and the hash family |
+//! | [`collection`] | what the collection families share: typed reads, changes, limits |
+//! | [`packed`] | the compact encoding of a collection in the pool (a wire format) |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
 //! | [`server`] | connection and server commands: PING, HELLO, SELECT, INFO, CONFIG, COMMAND |
 //! | [`warm`] | backup agents' warm caches: the primary's feed, takeover revalidation |
@@ -18,12 +21,15 @@
 
 pub mod cache;
 pub mod clients;
+pub mod collection;
 pub mod dispatch;
 pub mod docs;
 pub mod glob;
+pub mod hashes;
 pub mod introspect;
 pub mod keys;
 pub mod limits;
+pub mod packed;
 pub mod pipeline;
 pub mod read;
 pub mod server;
@@ -258,6 +264,7 @@ pub fn error_reply(e: DhtError) -> Reply {
         DhtError::Pool(dmc_umo::UmoError::Frozen(_)) => Reply::err(
             "TRYAGAIN the key's memory region is being moved; nothing was written, try again",
         ),
+        DhtError::WrongType => Reply::err(WRONGTYPE),
         DhtError::Unsupported(text) => Reply::err(format!("ERR {text}")),
         other => Reply::err(format!("ERR memory pool: {other}")),
     }
@@ -281,5 +288,6 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
 /// agent's router recognises it and re-routes the command under a newer cluster map.
 pub const NOT_OWNER: &str = "TRYAGAIN hash slot";
 
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const SYNTAX: &str = "ERR syntax error";

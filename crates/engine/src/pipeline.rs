@@ -51,7 +51,14 @@ impl Engine {
         match self.read_many(db, &keys).await {
             Ok(values) => values
                 .into_iter()
-                .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
+                .map(|v| match v {
+                    Some((dmc_dht::ValueKind::String, v)) => Reply::Bulk(v),
+                    Some(_) => {
+                        self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
+                        error_reply(dmc_dht::DhtError::WrongType)
+                    }
+                    None => Reply::Null,
+                })
                 .collect(),
             // The batch failed: read key by key, so only the keys that fail get errors.
             Err(_) => {

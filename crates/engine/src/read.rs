@@ -6,27 +6,44 @@
 //! never writes to the pool.
 
 use bytes::Bytes;
-use dmc_dht::DhtError;
+use dmc_dht::{DhtError, ValueKind};
 
 use crate::{Engine, REFRESH_ODDS};
 
 impl Engine {
-    /// A key's live value: from the local cache (the hit is reported to the pool's
-    /// metadata in a batch), else from the pool (and offered to the cache).
+    /// A string key's live value: from the local cache (the hit is reported to the
+    /// pool's metadata in a batch), else from the pool (and offered to the cache). A key
+    /// of another type is [`DhtError::WrongType`].
     pub async fn read(&self, db: u8, key: &[u8]) -> Result<Option<Bytes>, DhtError> {
-        if let Some(value) = self.cached(db, key).await {
-            return Ok(Some(value));
+        match self.read_typed(db, key).await? {
+            Some((ValueKind::String, value)) => Ok(Some(value)),
+            Some(_) => Err(DhtError::WrongType),
+            None => Ok(None),
+        }
+    }
+
+    /// A key's live value of any type, with its type (a collection in its pool
+    /// encoding), read as [`read`](Self::read) reads strings.
+    pub async fn read_typed(
+        &self,
+        db: u8,
+        key: &[u8],
+    ) -> Result<Option<(ValueKind, Bytes)>, DhtError> {
+        if let Some(found) = self.cached(db, key).await {
+            return Ok(Some(found));
         }
         let ticket = self.cache_ticket(db, key);
         let Some(e) = self.dht.get(db, key).await? else {
             return Ok(None);
         };
-        let value = e.value.clone();
+        let found = (e.kind, e.value.clone());
         if let (Some(c), Some(t)) = (&self.cache, ticket) {
-            self.feed_backups(db, key, Some((&e.value, e.expire_at, e.lfu)));
+            if e.kind == ValueKind::String {
+                self.feed_backups(db, key, Some((&e.value, e.expire_at, e.lfu)));
+            }
             c.fill(t, db, key, e.into());
         }
-        Ok(Some(value))
+        Ok(Some(found))
     }
 
     /// Whether this agent writes `key`'s hash slot. The local cache holds only such
@@ -48,24 +65,29 @@ impl Engine {
     /// write-through); a hit whose reference to the key's pool metadata is too old to
     /// write through, or unknown, sometimes goes to the pool instead, which records the
     /// hit there; the other such hits go unreported rather than risk a stale write.
-    async fn cached(&self, db: u8, key: &[u8]) -> Option<Bytes> {
+    async fn cached(&self, db: u8, key: &[u8]) -> Option<(ValueKind, Bytes)> {
         let cache = self.cache.as_ref()?;
         if !self.owns(key) {
             return None;
         }
-        let (value, slot) = cache.get(db, key, self.now_ms(), dmc_proto::rng::next_f64())?;
+        let (value, kind, slot) = cache.get(db, key, self.now_ms(), dmc_proto::rng::next_f64())?;
         let fresh = match slot {
             Some(slot) => self.dht.record_hit(slot).await,
             None => false,
         };
-        (fresh || dmc_proto::rng::next_f64() >= REFRESH_ODDS).then_some(value)
+        (fresh || dmc_proto::rng::next_f64() >= REFRESH_ODDS).then_some((kind, value))
     }
 
-    /// The live values of many keys of `db`: cached ones from the local cache (hits
-    /// reported while the pool reference is fresh), the rest read from the pool in one
-    /// batch whose memory accesses overlap (and offered to the cache).
-    pub async fn read_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>, DhtError> {
-        let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+    /// The live values (with their types) of many keys of `db`: cached ones from the
+    /// local cache (hits reported while the pool reference is fresh), the rest read
+    /// from the pool in one batch whose memory accesses overlap (and offered to the
+    /// cache).
+    pub async fn read_many(
+        &self,
+        db: u8,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<(ValueKind, Bytes)>>, DhtError> {
+        let mut out: Vec<Option<(ValueKind, Bytes)>> = vec![None; keys.len()];
         let mut missing: Vec<usize> = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             match self.cached(db, k).await {
@@ -84,9 +106,11 @@ impl Engine {
         let got = self.dht.get_many(db, &wanted).await?;
         for (n, (&i, e)) in missing.iter().zip(got).enumerate() {
             if let Some(e) = e {
-                out[i] = Some(e.value.clone());
+                out[i] = Some((e.kind, e.value.clone()));
                 if let (Some(c), Some(Some(t))) = (&self.cache, tickets.get(n)) {
-                    self.feed_backups(db, keys[i], Some((&e.value, e.expire_at, e.lfu)));
+                    if e.kind == ValueKind::String {
+                        self.feed_backups(db, keys[i], Some((&e.value, e.expire_at, e.lfu)));
+                    }
                     c.fill(*t, db, keys[i], e.into());
                 }
             }
@@ -94,9 +118,23 @@ impl Engine {
         Ok(out)
     }
 
-    /// Tells the cache about a write the pool committed: the new value and expiry, or
-    /// `None` to drop the key (deleted, or changed in a way the cache does not mirror).
+    /// Tells the cache about a string write the pool committed: the new value and
+    /// expiry, or `None` to drop the key (deleted, or changed in a way the cache does
+    /// not mirror).
     pub fn wrote(&self, db: u8, key: &[u8], now: Option<(&[u8], Option<u64>)>) {
+        self.wrote_typed(db, key, ValueKind::String, now)
+    }
+
+    /// [`wrote`](Self::wrote) for a value of type `kind`. The backups' warm caches are
+    /// fed strings only: a collection write drops their copy, and a backup that takes
+    /// over reads the collection from the pool.
+    pub fn wrote_typed(
+        &self,
+        db: u8,
+        key: &[u8],
+        kind: ValueKind,
+        now: Option<(&[u8], Option<u64>)>,
+    ) {
         if let Some(c) = &self.cache {
             if now.is_some() && !self.owns(key) {
                 c.remove(db, key);
@@ -106,8 +144,13 @@ impl Engine {
                 // A copy: the argument is a slice of the connection's read buffer, which
                 // a cached value must not keep alive.
                 Some((value, expire_at)) => {
-                    c.put(db, key, Bytes::copy_from_slice(value), expire_at);
-                    self.feed_backups(db, key, Some((value, expire_at, dmc_dht::policy::LFU_INIT)));
+                    c.put(db, key, kind, Bytes::copy_from_slice(value), expire_at);
+                    if kind == ValueKind::String {
+                        let lfu = dmc_dht::policy::LFU_INIT;
+                        self.feed_backups(db, key, Some((value, expire_at, lfu)));
+                    } else {
+                        self.feed_backups(db, key, None);
+                    }
                 }
                 None => {
                     c.remove(db, key);

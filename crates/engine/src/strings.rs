@@ -115,7 +115,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let got = tri!(engine.read_many(db, &keys).await);
             Reply::Array(
                 got.into_iter()
-                    .map(|v| v.map(Reply::Bulk).unwrap_or(Reply::Null))
+                    .map(|v| match v {
+                        // MGET answers nil for a key of another type, as Redis does.
+                        Some((dmc_dht::ValueKind::String, v)) => Reply::Bulk(v),
+                        _ => Reply::Null,
+                    })
                     .collect(),
             )
         }

@@ -82,6 +82,29 @@ pub enum Cmd {
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
     /// (peer connections only).
     DmcWarm,
+    /// The hash family.
+    Hash(HashCmd),
+}
+
+/// The hash commands ([`crate::hashes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashCmd {
+    HSet,
+    HSetNx,
+    HMSet,
+    HGet,
+    HMGet,
+    HDel,
+    HExists,
+    HLen,
+    HStrlen,
+    HKeys,
+    HVals,
+    HGetAll,
+    HIncrBy,
+    HIncrByFloat,
+    HRandField,
+    HScan,
 }
 
 /// The module that runs a command: the families never import each other, and
@@ -92,6 +115,8 @@ pub enum Family {
     Server,
     /// Strings ([`crate::strings`]).
     Strings,
+    /// Hashes ([`crate::hashes`]).
+    Hashes,
     /// The keyspace ([`crate::keys`]).
     Keys,
     /// OBJECT and MEMORY ([`crate::introspect`]).
@@ -131,6 +156,7 @@ impl Cmd {
             Object | Memory => Family::Introspect,
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
             DmcPeer | DmcWarm => Family::Internal,
+            Hash(_) => Family::Hashes,
         }
     }
 }
@@ -213,8 +239,21 @@ const W: &[&str] = &["write", "denyoom"];
 const WF: &[&str] = &["write", "fast"];
 const R: &[&str] = &["readonly", "fast"];
 const C: &[&str] = &["fast", "stale", "loading"];
+const WDF: &[&str] = &["write", "denyoom", "fast"];
+const RO: &[&str] = &["readonly"];
 
 macro_rules! spec {
+    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, Hash($cmd:ident)) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            cmd: Cmd::Hash(HashCmd::$cmd),
+        }
+    };
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $cmd:ident) => {
         Spec {
             name: $name,
@@ -374,6 +413,22 @@ pub const TABLE: &[Spec] = &[
         0,
         DmcPeer
     ),
+    spec!("hset", -4, WDF, 1, 1, 1, Hash(HSet)),
+    spec!("hsetnx", 4, WDF, 1, 1, 1, Hash(HSetNx)),
+    spec!("hmset", -4, WDF, 1, 1, 1, Hash(HMSet)),
+    spec!("hget", 3, R, 1, 1, 1, Hash(HGet)),
+    spec!("hmget", -3, R, 1, 1, 1, Hash(HMGet)),
+    spec!("hdel", -3, WF, 1, 1, 1, Hash(HDel)),
+    spec!("hexists", 3, R, 1, 1, 1, Hash(HExists)),
+    spec!("hlen", 2, R, 1, 1, 1, Hash(HLen)),
+    spec!("hstrlen", 3, R, 1, 1, 1, Hash(HStrlen)),
+    spec!("hkeys", 2, RO, 1, 1, 1, Hash(HKeys)),
+    spec!("hvals", 2, RO, 1, 1, 1, Hash(HVals)),
+    spec!("hgetall", 2, RO, 1, 1, 1, Hash(HGetAll)),
+    spec!("hincrby", 4, WDF, 1, 1, 1, Hash(HIncrBy)),
+    spec!("hincrbyfloat", 4, WDF, 1, 1, 1, Hash(HIncrByFloat)),
+    spec!("hrandfield", -2, RO, 1, 1, 1, Hash(HRandField)),
+    spec!("hscan", -3, RO, 1, 1, 1, Hash(HScan)),
     spec!(
         "dmc.warm",
         -3,

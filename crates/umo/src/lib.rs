@@ -25,7 +25,9 @@ pub use alloc::Block;
 pub use dmc_verbs::node::WORD_LOCK;
 pub use error::UmoError;
 pub use layout::RegionRecord;
+pub use object::ValueKind;
 pub use pool::{
     DirtyChunks, FILL_CHUNK, LatencySample, LoadReport, ObjectRef, Placement, Pool, PoolConfig,
-    PoolStats, ReadObject, RegionSource, SlotRecovery, SlotWrite, Tx, TxOutcome, TxWrite,
+    PoolStats, ReadObject, RegionSource, SlotRecovery, SlotWrite, StoredObject, Tx, TxOutcome,
+    TxWrite,
 };

@@ -14,14 +14,56 @@
 //! chunks hold key ‖ value in order; chunk ref = class << 48 | address
 //! ```
 //!
-//! All integers little-endian. `kind` = layout version (high nibble, [`LAYOUT_VERSION`])
-//! | kind (low nibble: 0 inline, 1 chained). `crc` is CRC-32C over everything after it
+//! All integers little-endian. `kind` = layout version:4 | value type:3 | chained:1.
+//! Version 1 ([`LAYOUT_VERSION`]) is a string (type bits zero), version 2
+//! ([`TYPED_VERSION`]) any [`ValueKind`]: strings keep writing version 1, so an agent
+//! older than the typed layout still reads every string, and a collection reads to it
+//! as an invalid object rather than as a string of its encoded bytes. `crc` is CRC-32C over everything after it
 //! in the head block, then the key, then the value: a reader that races a free and a
 //! reuse of the block sees a key or checksum mismatch, never another key's bytes.
 
 use crate::addr::GlobalAddr;
 
 pub const LAYOUT_VERSION: u8 = 1;
+/// The layout version of objects whose value is not a string.
+pub const TYPED_VERSION: u8 = 2;
+
+/// What a key's value is, recorded in its object's `kind` byte: Redis's data types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum ValueKind {
+    #[default]
+    String = 0,
+    Hash = 1,
+    List = 2,
+    Set = 3,
+    ZSet = 4,
+}
+
+impl ValueKind {
+    pub const ALL: [ValueKind; 5] = [
+        ValueKind::String,
+        ValueKind::Hash,
+        ValueKind::List,
+        ValueKind::Set,
+        ValueKind::ZSet,
+    ];
+
+    pub fn from_bits(bits: u8) -> Option<ValueKind> {
+        ValueKind::ALL.get(bits as usize).copied()
+    }
+
+    /// The name `TYPE` answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueKind::String => "string",
+            ValueKind::Hash => "hash",
+            ValueKind::List => "list",
+            ValueKind::Set => "set",
+            ValueKind::ZSet => "zset",
+        }
+    }
+}
 /// Bytes before the key of an inline object.
 pub const HEADER: usize = 12;
 /// Bytes before the chunk refs of a chained head.
@@ -41,8 +83,11 @@ pub fn inline_len(key: &[u8], value_len: usize) -> Option<usize> {
     (key.len() <= u16::MAX as usize).then(|| HEADER + key.len() + value_len)
 }
 
-fn kind_byte(kind: u8) -> u8 {
-    (LAYOUT_VERSION << 4) | kind
+fn kind_byte(value: ValueKind, chained: u8) -> u8 {
+    match value {
+        ValueKind::String => (LAYOUT_VERSION << 4) | chained,
+        typed => (TYPED_VERSION << 4) | ((typed as u8) << 1) | chained,
+    }
 }
 
 fn crc(head_after_crc: &[u8], key: &[u8], value: &[u8]) -> u32 {
@@ -58,14 +103,14 @@ fn crc_contiguous(after_crc: &[u8]) -> u32 {
 }
 
 /// Encodes an inline object into `out` (cleared first).
-pub fn encode_inline(db: u8, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+pub fn encode_inline(db: u8, key: &[u8], kind: ValueKind, value: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.reserve(HEADER + key.len() + value.len());
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.push(db);
-    out.push(kind_byte(KIND_INLINE));
+    out.push(kind_byte(kind, KIND_INLINE));
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     let c = crc_contiguous(&out[4..]);
@@ -92,13 +137,19 @@ impl ChunkRef {
 }
 
 /// Encodes the head block of a chained object.
-pub fn encode_chained_head(db: u8, key: &[u8], value: &[u8], chunks: &[ChunkRef]) -> Vec<u8> {
+pub fn encode_chained_head(
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    value: &[u8],
+    chunks: &[ChunkRef],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(CHAINED_HEADER + 8 * chunks.len());
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.push(db);
-    out.push(kind_byte(KIND_CHAINED));
+    out.push(kind_byte(kind, KIND_CHAINED));
     out.extend_from_slice(&(key.len() as u32).to_le_bytes());
     out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
     for c in chunks {
@@ -115,12 +166,14 @@ pub enum Head {
     /// An inline object whose checksum holds; key and value are at these ranges.
     Inline {
         db: u8,
+        kind: ValueKind,
         key: std::ops::Range<usize>,
         value: std::ops::Range<usize>,
     },
     /// A chained object; the checksum is verified once the chunks are read.
     Chained {
         db: u8,
+        kind: ValueKind,
         klen: usize,
         vlen: usize,
         chunks: Vec<ChunkRef>,
@@ -144,11 +197,17 @@ pub fn parse_head(block: &[u8]) -> Head {
     let vlen = le32(block, 4) as usize;
     let klen16 = u16::from_le_bytes([block[8], block[9]]) as usize;
     let db = block[10];
-    let kind = block[11];
-    if kind >> 4 != LAYOUT_VERSION {
-        return Head::Invalid;
-    }
-    match kind & 0xf {
+    let kind_bits = block[11];
+    let value_kind = match kind_bits >> 4 {
+        LAYOUT_VERSION if kind_bits & 0xe == 0 => ValueKind::String,
+        TYPED_VERSION => match ValueKind::from_bits((kind_bits >> 1) & 7) {
+            Some(k) => k,
+            None => return Head::Invalid,
+        },
+        _ => return Head::Invalid,
+    };
+    let kind = value_kind;
+    match kind_bits & 1 {
         KIND_INLINE => {
             let end = HEADER + klen16 + vlen;
             if end > block.len() {
@@ -159,7 +218,12 @@ pub fn parse_head(block: &[u8]) -> Head {
             if crc_contiguous(&block[4..end]) != stored {
                 return Head::Invalid;
             }
-            Head::Inline { db, key, value }
+            Head::Inline {
+                db,
+                kind,
+                key,
+                value,
+            }
         }
         KIND_CHAINED => {
             if block.len() < CHAINED_HEADER {
@@ -181,6 +245,7 @@ pub fn parse_head(block: &[u8]) -> Head {
                 .collect();
             Head::Chained {
                 db,
+                kind,
                 klen,
                 vlen,
                 chunks,
@@ -213,11 +278,23 @@ mod tests {
     #[test]
     fn inline_roundtrip_and_bench_object_is_60_bytes() {
         let mut out = Vec::new();
-        encode_inline(3, b"key:000000000001", &[7u8; 32], &mut out);
+        encode_inline(
+            3,
+            b"key:000000000001",
+            ValueKind::String,
+            &[7u8; 32],
+            &mut out,
+        );
         assert_eq!(out.len(), 60);
+        assert_eq!(out[11], 0x10, "strings keep the version-1 kind byte");
         match parse_head(&out) {
-            Head::Inline { db, key, value } => {
-                assert_eq!(db, 3);
+            Head::Inline {
+                db,
+                kind,
+                key,
+                value,
+            } => {
+                assert_eq!((db, kind), (3, ValueKind::String));
                 assert_eq!(&out[key], b"key:000000000001");
                 assert_eq!(&out[value], &[7u8; 32]);
             }
@@ -240,9 +317,10 @@ mod tests {
             addr: GlobalAddr::new(2, 4096),
             class: 56,
         }];
-        let head = encode_chained_head(0, b"k", b"value", &chunks);
+        let head = encode_chained_head(0, b"k", ValueKind::Hash, b"value", &chunks);
         match parse_head(&head) {
             Head::Chained {
+                kind,
                 klen,
                 vlen,
                 chunks: c,
@@ -250,11 +328,35 @@ mod tests {
                 head_len,
                 ..
             } => {
+                assert_eq!(kind, ValueKind::Hash);
                 assert_eq!((klen, vlen, c.as_slice()), (1, 5, &chunks[..]));
                 assert!(chained_crc_ok(&head, head_len, crc, b"kvalue", 1));
                 assert!(!chained_crc_ok(&head, head_len, crc, b"kvaluX", 1));
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_unknown_kinds_are_invalid() {
+        let mut out = Vec::new();
+        for kind in ValueKind::ALL {
+            encode_inline(1, b"k", kind, b"v", &mut out);
+            match parse_head(&out) {
+                Head::Inline { kind: k, .. } => assert_eq!(k, kind),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Type 7 is no type; a version-1 byte with type bits set is no object.
+        for bad in [
+            (TYPED_VERSION << 4) | (7 << 1),
+            (LAYOUT_VERSION << 4) | (1 << 1),
+        ] {
+            encode_inline(1, b"k", ValueKind::String, b"v", &mut out);
+            out[11] = bad;
+            let c = crc_contiguous(&out[4..]);
+            out[..4].copy_from_slice(&c.to_le_bytes());
+            assert_eq!(parse_head(&out), Head::Invalid);
         }
     }
 
@@ -264,7 +366,7 @@ mod tests {
                                           value in proptest::collection::vec(any::<u8>(), 0..80),
                                           bit in any::<usize>()) {
             let mut out = Vec::new();
-            encode_inline(0, &key, &value, &mut out);
+            encode_inline(0, &key, ValueKind::String, &value, &mut out);
             let bit = bit % (out.len() * 8);
             out[bit / 8] ^= 1 << (bit % 8);
             match parse_head(&out) {

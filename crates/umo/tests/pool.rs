@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dmc_umo::{GlobalAddr, Pool, PoolConfig, ReadObject, Tx, TxOutcome, TxWrite};
+use dmc_umo::{GlobalAddr, Pool, PoolConfig, ReadObject, Tx, TxOutcome, TxWrite, ValueKind};
 use dmc_verbs::backend::{self, BackendKind};
 use dmc_verbs::server::LoopbackNode;
 use dmc_verbs::{NodeConfig, RpcOptions, Storage, Transport};
@@ -71,13 +71,15 @@ async fn objects_roundtrip_and_grow_the_pool() {
         refs.push((
             key.clone(),
             value.clone(),
-            pool.write_object(0, key.as_bytes(), &value).await.unwrap(),
+            pool.write_object(0, key.as_bytes(), ValueKind::String, &value)
+                .await
+                .unwrap(),
         ));
     }
     for (key, value, obj) in &refs {
         assert_eq!(
             pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
-            ReadObject::Value(value.clone().into())
+            ReadObject::Value(value.clone().into(), ValueKind::String)
         );
         assert_eq!(
             pool.read_object(*obj, 1, key.as_bytes()).await.unwrap(),
@@ -98,18 +100,24 @@ async fn large_values_chain_blocks() {
     let pool = Pool::embedded(64 << 20, small(2)).await.unwrap();
     assert_eq!(pool.max_block(), 235_000);
     let value: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
-    let obj = pool.write_object(0, b"big", &value).await.unwrap();
+    let obj = pool
+        .write_object(0, b"big", ValueKind::String, &value)
+        .await
+        .unwrap();
     assert!(obj.chained);
     assert_eq!(
         pool.read_object(obj, 0, b"big").await.unwrap(),
-        ReadObject::Value(value.into())
+        ReadObject::Value(value.into(), ValueKind::String)
     );
     let long_key = vec![b'k'; 70_000];
-    let obj = pool.write_object(0, &long_key, b"v").await.unwrap();
+    let obj = pool
+        .write_object(0, &long_key, ValueKind::String, b"v")
+        .await
+        .unwrap();
     assert!(obj.chained, "keys beyond 16 bits of length chain");
     assert_eq!(
         pool.read_object(obj, 0, &long_key).await.unwrap(),
-        ReadObject::Value("v".into())
+        ReadObject::Value("v".into(), ValueKind::String)
     );
 }
 
@@ -190,7 +198,12 @@ async fn shm_r2_writes_reach_both_copies_and_the_pool_reopens() {
         for i in 0..500u32 {
             let key = format!("k{i}");
             let obj = pool
-                .write_object(0, key.as_bytes(), format!("v{i}").as_bytes())
+                .write_object(
+                    0,
+                    key.as_bytes(),
+                    ValueKind::String,
+                    format!("v{i}").as_bytes(),
+                )
                 .await
                 .unwrap();
             objs.push((key, obj));
@@ -211,11 +224,14 @@ async fn shm_r2_writes_reach_both_copies_and_the_pool_reopens() {
     for (key, obj) in &objs {
         assert!(matches!(
             pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
-            ReadObject::Value(_)
+            ReadObject::Value(..)
         ));
     }
     // New allocations do not land on segments the first client claimed.
-    let fresh = pool.write_object(0, b"new", b"value").await.unwrap();
+    let fresh = pool
+        .write_object(0, b"new", ValueKind::String, b"value")
+        .await
+        .unwrap();
     assert!(objs.iter().all(|(_, o)| o.block.addr != fresh.block.addr));
     let _ = GlobalAddr::NULL;
 }
@@ -228,7 +244,12 @@ async fn pool_refuses_to_grow_past_its_limit() {
     let mut err = None;
     for i in 0..10_000u32 {
         if let Err(e) = pool
-            .write_object(0, format!("{i}").as_bytes(), &[0u8; 1000])
+            .write_object(
+                0,
+                format!("{i}").as_bytes(),
+                ValueKind::String,
+                &[0u8; 1000],
+            )
             .await
         {
             err = Some(e);
@@ -255,7 +276,10 @@ async fn two_clients_share_regions_and_never_share_a_block() {
         for i in 0..3000u32 {
             let key = format!("{tag}:{i}");
             let value = vec![i as u8; 200 + (i % 700) as usize];
-            let obj = pool.write_object(0, key.as_bytes(), &value).await.unwrap();
+            let obj = pool
+                .write_object(0, key.as_bytes(), ValueKind::String, &value)
+                .await
+                .unwrap();
             out.push((key, value, obj));
         }
         out
@@ -279,7 +303,7 @@ async fn two_clients_share_regions_and_never_share_a_block() {
         for (key, value, obj) in objs {
             assert_eq!(
                 pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
-                ReadObject::Value(value.clone().into())
+                ReadObject::Value(value.clone().into(), ValueKind::String)
             );
         }
     }
@@ -653,7 +677,10 @@ async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
     let config = small(2);
     let size = config.region_size;
     let pool = Pool::open(config, connect(&nodes).await).await.unwrap();
-    let first = pool.write_object(0, b"first", b"v").await.unwrap();
+    let first = pool
+        .write_object(0, b"first", ValueKind::String, b"v")
+        .await
+        .unwrap();
     let region = first.block.addr.region();
     let holders: Vec<u32> = region_copies(&transports, region, size)
         .await
@@ -690,7 +717,7 @@ async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
     for i in 0..300u32 {
         let key = format!("k{i}");
         let obj = pool
-            .write_object(0, key.as_bytes(), &[i as u8; 100])
+            .write_object(0, key.as_bytes(), ValueKind::String, &[i as u8; 100])
             .await
             .unwrap();
         if obj.block.addr.region() == region {
@@ -720,11 +747,11 @@ async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
     // Writes wait while frozen; reads do not.
     let waiting = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.write_object(0, b"late", b"v").await })
+        tokio::spawn(async move { pool.write_object(0, b"late", ValueKind::String, b"v").await })
     };
     assert!(matches!(
         pool.read_object(first, 0, b"first").await.unwrap(),
-        ReadObject::Value(_)
+        ReadObject::Value(..)
     ));
     for chunk in chunks {
         let at = chunk as u64 * FILL_CHUNK;
@@ -752,7 +779,7 @@ async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
     for (key, obj) in &objs {
         assert!(matches!(
             pool.read_object(*obj, 0, key.as_bytes()).await.unwrap(),
-            ReadObject::Value(_)
+            ReadObject::Value(..)
         ));
     }
 }
@@ -764,7 +791,10 @@ async fn a_write_to_a_region_frozen_too_long_fails_cleanly() {
     use dmc_umo::{Placement, RegionRecord, UmoError};
     let nodes = start_nodes(2, 64 << 20).await;
     let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
-    let first = pool.write_object(0, b"first", b"v").await.unwrap();
+    let first = pool
+        .write_object(0, b"first", ValueKind::String, b"v")
+        .await
+        .unwrap();
     let region = first.block.addr.region();
     pool.place_regions(&[Placement {
         region,

@@ -5,7 +5,7 @@
 //! engine depends on. Nothing here touches the pool.
 
 use bytes::Bytes;
-use dmc_umo::{GlobalAddr, UmoError};
+use dmc_umo::{GlobalAddr, UmoError, ValueKind};
 
 use crate::layout::SlotMeta;
 use crate::policy::RedisPolicy;
@@ -32,6 +32,9 @@ pub enum DhtError {
     Corrupt(String),
     #[error("too much contention on hash slot {0}; try again")]
     Contention(u16),
+    /// The key holds a value of another type than the operation works on.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
     /// A request this table cannot serve (the text says which and why).
     #[error("{0}")]
     Unsupported(String),
@@ -97,8 +100,22 @@ pub enum SetExpiry {
 pub struct SetOptions {
     pub cond: SetCond,
     pub expiry: SetExpiry,
-    /// Return the previous value (`SET … GET`).
+    /// Return the previous value (`SET … GET`); a previous value that is not a string
+    /// is [`DhtError::WrongType`] and nothing is written.
     pub get: bool,
+    /// The type of the value written.
+    pub kind: ValueKind,
+}
+
+/// What a read-modify-write ([`Dht::update`]) does with the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing: the key stays as it is.
+    Keep,
+    /// The key's new value (its type is the update's).
+    Write(Bytes),
+    /// Remove the key (a collection left empty).
+    Delete,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +129,8 @@ pub struct SetOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub value: Bytes,
+    /// The value's type: a string, or a collection's encoding (see `dmc_engine`).
+    pub kind: ValueKind,
     /// Unix time in ms when the key expires.
     pub expire_at: Option<u64>,
     /// Seconds since the last access (LRU clock).

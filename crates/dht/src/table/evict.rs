@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use dmc_umo::{GlobalAddr, ObjectRef, UmoError};
+use dmc_umo::{GlobalAddr, ObjectRef, UmoError, ValueKind};
 
 use super::probe::Probe;
 use super::{Dht, DhtError, Found, MAX_RETRIES};
@@ -34,9 +34,10 @@ impl Dht {
         &self,
         db: u8,
         key: &[u8],
+        kind: ValueKind,
         value: &[u8],
     ) -> Result<ObjectRef, DhtError> {
-        self.room_for(|| self.pool.write_object(db, key, value))
+        self.room_for(|| self.pool.write_object(db, key, kind, value))
             .await
     }
 
@@ -142,16 +143,16 @@ impl Dht {
         };
         let key = self.pool.read_any(obj).await?;
         if !self
-            .clear(slot, bucket, found, key.as_ref().map(|k| k.0), false)
+            .clear(slot, bucket, found, key.as_ref().map(|k| k.db), false)
             .await?
         {
             return Ok(None);
         }
         self.counters.evicted.fetch_add(1, Ordering::Relaxed);
-        if let Some((db, k, _)) = &key {
-            self.removed(*db, k);
+        if let Some(o) = &key {
+            self.removed(o.db, &o.key);
         }
-        Ok(Some(key.map(|(db, k, _)| (db, k))))
+        Ok(Some(key.map(|o| (o.db, o.key))))
     }
 
     /// Reads one random bucket of a random owned partition: its slots as candidates.
@@ -194,6 +195,7 @@ impl Dht {
                         word,
                         meta,
                         value: None,
+                        kind: dmc_umo::ValueKind::String,
                     },
                 )
             })
@@ -307,6 +309,7 @@ impl Dht {
                                         word,
                                         meta,
                                         value: None,
+                                        kind: dmc_umo::ValueKind::String,
                                     },
                                 ),
                             ));

@@ -103,7 +103,7 @@ impl Dht {
                     continue;
                 }
                 let db = match f.word.object() {
-                    Some(obj) => self.pool.read_any(obj).await?.map(|(db, _, _)| db),
+                    Some(obj) => self.pool.read_any(obj).await?.map(|o| o.db),
                     None => None,
                 };
                 if self.clear(slot, (bucket, header), &f, db, true).await? {

@@ -57,7 +57,8 @@ mod vacate;
 mod write;
 
 pub use config::{
-    DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome, SlotRef, Ttl,
+    Change, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
+    SlotRef, Ttl,
 };
 
 use std::sync::Arc;
@@ -110,6 +111,8 @@ struct Found {
     word: SlotWord,
     meta: SlotMeta,
     value: Option<Bytes>,
+    /// The value's type (a string when the object was not read).
+    kind: dmc_umo::ValueKind,
 }
 
 pub struct Dht {

@@ -129,7 +129,7 @@ impl Dht {
             if self.owner.lease(slot as u16).is_some() {
                 for (word, meta) in self.scan_words(slot as u16).await? {
                     let Some(obj) = word.object() else { continue };
-                    if let Some((db, _, _)) = self.pool.read_any(obj).await? {
+                    if let Some(dmc_umo::StoredObject { db, .. }) = self.pool.read_any(obj).await? {
                         self.count_key(db, 1, None, Some(meta));
                         keys += 1;
                     }

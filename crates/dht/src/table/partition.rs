@@ -171,9 +171,10 @@ impl Dht {
                 let obj = word
                     .object()
                     .ok_or_else(|| corrupt(format!("malformed slot word {:#x}", word.0)))?;
-                let (db, key, _) = self.pool.read_any(obj).await?.ok_or_else(|| {
-                    corrupt(format!("slot word {:#x} points at no valid object", word.0))
-                })?;
+                let dmc_umo::StoredObject { db, key, .. } =
+                    self.pool.read_any(obj).await?.ok_or_else(|| {
+                        corrupt(format!("slot word {:#x} points at no valid object", word.0))
+                    })?;
                 entries.push((key_hash(db, &key), word.unlocked().0, meta));
             }
         }

@@ -100,13 +100,14 @@ impl Dht {
                 }
                 let Some(obj) = word.object() else { continue };
                 match self.pool.read_object(obj, loc.db, key).await {
-                    Ok(ReadObject::Value(v)) => {
+                    Ok(ReadObject::Value(v, kind)) => {
                         return Ok(Some(Found {
                             bucket: b,
                             addr,
                             word,
                             meta,
                             value: want_value.then_some(v),
+                            kind,
                         }));
                     }
                     // A fingerprint collision, or a slot that changed under us: the

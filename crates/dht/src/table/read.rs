@@ -45,7 +45,7 @@ impl Dht {
                 let Some(obj) = word.object() else { continue };
                 let meta = SlotMeta(le64(&bytes, at + 8));
                 match self.pool.read_object_now(obj, loc.db, key)? {
-                    Ok(ReadObject::Value(v)) => {
+                    Ok(ReadObject::Value(v, kind)) => {
                         if self.is_expired(meta, abs) {
                             return None;
                         }
@@ -55,6 +55,7 @@ impl Dht {
                             word,
                             meta,
                             value: Some(v),
+                            kind,
                         })));
                     }
                     Ok(ReadObject::Mismatch) => continue,
@@ -154,6 +155,7 @@ impl Dht {
                             word,
                             meta,
                             value: None,
+                            kind: dmc_umo::ValueKind::String,
                         },
                         obj,
                     ));
@@ -173,6 +175,7 @@ impl Dht {
                 let head = &head[..obj.block.size() as usize];
                 if let dmc_umo::object::Head::Inline {
                     db: d,
+                    kind,
                     key: k,
                     value,
                 } = dmc_umo::object::parse_head(head)
@@ -180,6 +183,7 @@ impl Dht {
                     && head[k] == *keys[i]
                 {
                     f.value = Some(Bytes::copy_from_slice(&head[value]));
+                    f.kind = kind;
                     settled[i] = true;
                     hits.push((i, f));
                 }
@@ -200,6 +204,7 @@ impl Dht {
     pub(super) fn entry(&self, f: Found, now: &Now, at: std::time::Instant) -> Entry {
         Entry {
             value: f.value.unwrap_or_default(),
+            kind: f.kind,
             expire_at: self.decode_expire(f.meta.expire()),
             idle_secs: now.idle_secs(f.meta),
             lfu: policy::lfu_decayed(f.meta, now),

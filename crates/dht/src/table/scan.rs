@@ -50,7 +50,7 @@ impl Dht {
                 continue;
             }
             if let Some(obj) = w.object()
-                && let Some((db, key, _)) = self.pool.read_any(obj).await?
+                && let Some(dmc_umo::StoredObject { db, key, .. }) = self.pool.read_any(obj).await?
             {
                 keys.push((db, key));
             }

@@ -1,17 +1,20 @@
-//! Read-modify-write of one key in one probe (INCR and its kin): the current value is
-//! read from the very slot the write then replaces, so the key is probed once, not once
-//! by a GET and again by a SET, and committed one-sided like `set`.
+//! Read-modify-write of one key in one probe (INCR and its kin, and every collection
+//! update): the current value is read from the very slot the write then replaces, so
+//! the key is probed once, not once by a GET and again by a SET, and committed
+//! one-sided like `set`. A key of another type than the update's is `WrongType`.
 //!
 //! Only the owner of the key's hash slot calls this; the engine's per-key lock keeps
 //! its own read-modify-writes of one key from interleaving.
 
-use super::{Dht, DhtError, Loc, MAX_RETRIES};
+use bytes::Bytes;
+
+use super::{Change, Dht, DhtError, Loc, MAX_RETRIES};
 use crate::layout::{SlotMeta, SlotWord};
 use crate::policy;
-use dmc_umo::TxOutcome;
+use dmc_umo::{TxOutcome, ValueKind};
 
 impl Dht {
-    /// Replaces `key`'s value in `db` with what `f` makes of the current one (`None`:
+    /// Replaces the string `key` in `db` with what `f` makes of the current one (`None`:
     /// absent or expired), keeping its expiry. `f` may run more than once (a retry
     /// sees the newer value); an `Err` from it aborts with nothing written.
     pub async fn update<E>(
@@ -19,6 +22,22 @@ impl Dht {
         db: u8,
         key: &[u8],
         mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, E>,
+    ) -> Result<Result<(), E>, DhtError> {
+        self.update_kind(db, key, ValueKind::String, |cur| {
+            f(cur.map(|b| &b[..])).map(|v| Change::Write(v.into()))
+        })
+        .await
+    }
+
+    /// [`update`](Self::update) of a value of type `kind`: `f` sees the current value
+    /// (`None`: absent or expired) and says what [`Change`] to make; an existing key of
+    /// another type is [`DhtError::WrongType`] with nothing written.
+    pub async fn update_kind<E>(
+        &self,
+        db: u8,
+        key: &[u8],
+        kind: ValueKind,
+        mut f: impl FnMut(Option<&Bytes>) -> Result<Change, E>,
     ) -> Result<Result<(), E>, DhtError> {
         let loc: Loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
@@ -30,8 +49,19 @@ impl Dht {
             };
             let (abs, now) = self.now();
             let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
-            let value = match f(live.and_then(|l| l.value.as_deref())) {
-                Ok(v) => v,
+            if live.is_some_and(|l| l.kind != kind) {
+                return Err(DhtError::WrongType);
+            }
+            let value = match f(live.and_then(|l| l.value.as_ref())) {
+                Ok(Change::Write(v)) => v,
+                Ok(Change::Keep) => return Ok(Ok(())),
+                Ok(Change::Delete) => {
+                    drop(split_guard);
+                    if live.is_some() {
+                        self.delete(db, key).await?;
+                    }
+                    return Ok(Ok(()));
+                }
                 Err(e) => return Ok(Err(e)),
             };
             let Some(target) = Self::target_slot(&probe, found.as_ref()) else {
@@ -47,7 +77,7 @@ impl Dht {
             }
             let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
             self.make_room(need).await?;
-            let obj = self.write_with_room(db, key, &value).await?;
+            let obj = self.write_with_room(db, key, kind, &value).await?;
             let lfu = found
                 .as_ref()
                 .map(|f| f.meta.lfu())

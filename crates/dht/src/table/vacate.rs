@@ -69,8 +69,9 @@ impl Dht {
                         let Some(obj) = word.object() else { break };
                         let key = self.pool.read_any(obj).await?;
                         if relocate
-                            && let Some((db, k, v)) = &key
-                            && let Ok(fresh) = self.pool.write_object(*db, k, v).await
+                            && let Some(o) = &key
+                            && let Ok(fresh) =
+                                self.pool.write_object(o.db, &o.key, o.kind, &o.value).await
                         {
                             let tx = Tx {
                                 shard: self.lease(slot)?.shard,
@@ -110,6 +111,7 @@ impl Dht {
                             word,
                             meta,
                             value: None,
+                            kind: dmc_umo::ValueKind::String,
                         };
                         if self
                             .evict_entry(slot, (bucket, header), &found)

@@ -8,7 +8,7 @@
 //! first and freed if the install fails or is refused, but never after an in-doubt
 //! commit: that may have made it reachable, so it is leaked instead.
 
-use dmc_umo::{GlobalAddr, ObjectRef, SlotWrite, Tx, TxOutcome, TxWrite};
+use dmc_umo::{GlobalAddr, ObjectRef, SlotWrite, Tx, TxOutcome, TxWrite, ValueKind};
 
 use super::probe::Probe;
 use super::{Dht, DhtError, Found, Loc, MAX_RETRIES, SetCond, SetExpiry, SetOptions, SetOutcome};
@@ -43,7 +43,7 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
         self.make_room(need).await?;
-        let obj = self.write_with_room(db, key, value).await?;
+        let obj = self.write_with_room(db, key, opts.kind, value).await?;
         match self.install(&loc, lease, key, obj, opts).await {
             Ok(out) => {
                 if !out.written {
@@ -106,7 +106,7 @@ impl Dht {
         self.make_room(need).await?;
         let mut objects = Vec::with_capacity(unique.len());
         for (k, v) in &unique {
-            match self.write_with_room(db, k, v).await {
+            match self.write_with_room(db, k, ValueKind::String, v).await {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     for o in objects {
@@ -270,6 +270,9 @@ impl Dht {
             };
             let (abs, now) = self.now();
             let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
+            if opts.get && live.is_some_and(|f| f.kind != ValueKind::String) {
+                return Err(DhtError::WrongType);
+            }
             let old = live.and_then(|f| f.value.clone());
             let blocked = match opts.cond {
                 SetCond::Always => false,

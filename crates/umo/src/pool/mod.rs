@@ -70,6 +70,7 @@ mod superblock;
 mod verbs;
 
 pub use load::{LatencySample, LoadReport};
+pub use object_read::StoredObject;
 pub use placement::{DirtyChunks, FILL_CHUNK, Placement};
 pub use slot_commit::SlotWrite;
 pub use slot_recovery::SlotRecovery;
@@ -142,8 +143,8 @@ pub struct ObjectRef {
 /// What a verified read found at an object's address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadObject {
-    /// The object holds the requested key; this is its value.
-    Value(Bytes),
+    /// The object holds the requested key; this is its value and the value's type.
+    Value(Bytes, crate::object::ValueKind),
     /// Another key, a torn or freed block: the index entry was stale, retry.
     Mismatch,
 }

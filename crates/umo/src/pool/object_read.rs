@@ -8,20 +8,30 @@ use bytes::Bytes;
 
 use super::{ObjectRef, Pool, ReadObject};
 use crate::error::UmoError;
-use crate::object::{self, Head};
+use crate::object::{self, Head, ValueKind};
 
 /// Checks a small inline object read whole: db, key and checksum; the value copied out.
 fn verify_small(buf: &[u8], db: u8, key: &[u8]) -> ReadObject {
     match object::parse_head(buf) {
         Head::Inline {
             db: d,
+            kind,
             key: k,
             value,
         } if d == db && buf[k.clone()] == *key => {
-            ReadObject::Value(Bytes::copy_from_slice(&buf[value]))
+            ReadObject::Value(Bytes::copy_from_slice(&buf[value]), kind)
         }
         _ => ReadObject::Mismatch,
     }
+}
+
+/// A whole object as [`Pool::read_any`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    pub db: u8,
+    pub key: Bytes,
+    pub value: Bytes,
+    pub kind: ValueKind,
 }
 
 /// Objects up to this size are read through a stack buffer (two sizes, so that small
@@ -88,13 +98,18 @@ impl Pool {
     /// Reads whatever object is at `obj`, verifying only its checksum: the key, db and
     /// value, or `None` if the block holds no valid object (eviction uses this to learn
     /// which key it removes).
-    pub async fn read_any(&self, obj: ObjectRef) -> Result<Option<(u8, Bytes, Bytes)>, UmoError> {
+    pub async fn read_any(&self, obj: ObjectRef) -> Result<Option<StoredObject>, UmoError> {
         let mut head = vec![0u8; obj.block.size() as usize];
         self.read(obj.block.addr, &mut head).await?;
-        Ok(self.verify(head, None).await?.map(|(db, payload, klen)| {
-            let key = payload.slice(..klen);
-            (db, key, payload.slice(klen..))
-        }))
+        Ok(self
+            .verify(head, None)
+            .await?
+            .map(|(db, payload, klen, kind)| StoredObject {
+                db,
+                key: payload.slice(..klen),
+                value: payload.slice(klen..),
+                kind,
+            }))
     }
 
     /// Completes a verified read given the head block's bytes.
@@ -105,20 +120,26 @@ impl Pool {
         key: &[u8],
     ) -> Result<ReadObject, UmoError> {
         Ok(match self.verify(head, Some((db, key))).await? {
-            Some((_, payload, klen)) => ReadObject::Value(payload.slice(klen..)),
+            Some((_, payload, klen, kind)) => ReadObject::Value(payload.slice(klen..), kind),
             None => ReadObject::Mismatch,
         })
     }
 
     /// Checks a head block (and a chained object's chunks) and, if `expect` is given,
-    /// the db and key. Returns the db, the bytes holding key ‖ value, and the key length.
+    /// the db and key. Returns the db, the bytes holding key ‖ value, the key length and
+    /// the value's type.
     async fn verify(
         &self,
         head: Vec<u8>,
         expect: Option<(u8, &[u8])>,
-    ) -> Result<Option<(u8, Bytes, usize)>, UmoError> {
+    ) -> Result<Option<(u8, Bytes, usize, ValueKind)>, UmoError> {
         match object::parse_head(&head) {
-            Head::Inline { db, key: k, value } => {
+            Head::Inline {
+                db,
+                kind,
+                key: k,
+                value,
+            } => {
                 if expect.is_some_and(|(d, key)| d != db || head[k.clone()] != *key) {
                     return Ok(None);
                 }
@@ -126,10 +147,12 @@ impl Pool {
                     db,
                     Bytes::from(head).slice(k.start..value.end),
                     k.len(),
+                    kind,
                 )))
             }
             Head::Chained {
                 db,
+                kind,
                 klen,
                 vlen,
                 chunks,
@@ -168,7 +191,7 @@ impl Pool {
                 {
                     return Ok(None);
                 }
-                Ok(Some((db, Bytes::from(payload), klen)))
+                Ok(Some((db, Bytes::from(payload), klen, kind)))
             }
             Head::Invalid => Ok(None),
         }

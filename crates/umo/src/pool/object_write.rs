@@ -7,15 +7,16 @@
 use super::{ObjectRef, Pool};
 use crate::alloc::Block;
 use crate::error::UmoError;
-use crate::object::{self, ChunkRef, Head};
+use crate::object::{self, ChunkRef, Head, ValueKind};
 
 impl Pool {
-    /// Writes `key` → `value` out of place to every copy and returns where it is. The
-    /// object is invisible until a committed index update points at it.
+    /// Writes `key` → `value` (of type `kind`) out of place to every copy and returns
+    /// where it is. The object is invisible until a committed index update points at it.
     pub async fn write_object(
         &self,
         db: u8,
         key: &[u8],
+        kind: ValueKind,
         value: &[u8],
     ) -> Result<ObjectRef, UmoError> {
         let total = key.len() as u64 + value.len() as u64;
@@ -28,7 +29,7 @@ impl Pool {
         {
             let block = self.alloc(len as u64, false).await?;
             let mut buf = Vec::new();
-            object::encode_inline(db, key, value, &mut buf);
+            object::encode_inline(db, key, kind, value, &mut buf);
             if let Err(e) = self.write_all(&[(block.addr, &buf)]).await {
                 self.free(block);
                 return Err(e);
@@ -38,13 +39,14 @@ impl Pool {
                 chained: false,
             });
         }
-        self.write_chained(db, key, value, max).await
+        self.write_chained(db, key, kind, value, max).await
     }
 
     async fn write_chained(
         &self,
         db: u8,
         key: &[u8],
+        kind: ValueKind,
         value: &[u8],
         chunk: usize,
     ) -> Result<ObjectRef, UmoError> {
@@ -75,7 +77,7 @@ impl Pool {
                     class: b.class,
                 })
                 .collect();
-            let head = object::encode_chained_head(db, key, value, &refs);
+            let head = object::encode_chained_head(db, key, kind, value, &refs);
             let hb = self.alloc(head.len() as u64, false).await?;
             blocks.push(hb);
             self.write_all(&[(hb.addr, &head)]).await?;

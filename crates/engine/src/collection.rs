@@ -1,0 +1,217 @@
+//! What the collection families share: reading a key of one type (a key of another
+//! type is `WRONGTYPE`), changing one under its write lock with the table's
+//! read-modify-write, Redis's listpack limits, and the argument parsing of counts and
+//! scan options.
+//!
+//! A change decodes the packed value ([`crate::packed`]), edits it in memory, encodes
+//! it whole and commits it as the key's new object (the single-key commit strings
+//! use); an emptied collection deletes its key, as Redis does. The local cache drops
+//! the key on each change and refills on the next read.
+
+use bytes::Bytes;
+use dmc_dht::{Change, ValueKind};
+use dmc_resp::Reply;
+
+use crate::packed::{Corrupt, Packed};
+use crate::{Engine, NOT_INTEGER, SYNTAX, error_reply, parse_i64};
+
+/// Redis's `hash-max-listpack-entries` and `-value` (and the zset ones, which are the
+/// same): past them Redis converts to a hash table (skiplist), and OBJECT ENCODING says
+/// so.
+pub const MAX_LISTPACK_ENTRIES: usize = 128;
+pub const MAX_LISTPACK_VALUE: usize = 64;
+/// The most elements one reply of HRANDFIELD and friends may ask for: a negative count
+/// repeats elements, so without a bound one command could demand unbounded memory.
+pub const MAX_REPLY_ELEMENTS: u64 = 10_000_000;
+
+impl From<Corrupt> for Reply {
+    fn from(_: Corrupt) -> Reply {
+        Reply::err(
+            "ERR a collection's value in the pool is malformed (written by an incompatible agent?)",
+        )
+    }
+}
+
+/// The packed value of `key` if it holds a `kind`; `None` if it does not exist.
+pub(crate) async fn load(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+) -> Result<Option<Packed>, Reply> {
+    match engine.read_typed(db, key).await.map_err(error_reply)? {
+        Some((k, value)) if k == kind => Ok(Some(Packed::parse(&value)?)),
+        Some(_) => Err(error_reply(dmc_dht::DhtError::WrongType)),
+        None => Ok(None),
+    }
+}
+
+/// Changes `key` (a `kind`, or absent) with `f`, which sees the current packed value
+/// and returns the change and what the command answers. Runs under the key's write
+/// lock; `f` may run more than once if the commit must be retried.
+pub(crate) async fn change<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    mut f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
+) -> Result<T, Reply> {
+    let _g = engine.lock_key(key).await;
+    let mut answer = None;
+    let outcome = engine
+        .dht
+        .update_kind(db, key, kind, |cur| {
+            let packed = cur.map(Packed::parse).transpose()?;
+            let (change, t) = f(packed)?;
+            answer = Some(t);
+            Ok::<Change, Reply>(change)
+        })
+        .await;
+    match outcome {
+        Ok(Ok(())) => {
+            engine.wrote_typed(db, key, kind, None);
+            answer.ok_or_else(|| Reply::err("ERR internal: a collection change ran no step"))
+        }
+        Ok(Err(reply)) => Err(reply),
+        Err(e) => Err(error_reply(e)),
+    }
+}
+
+/// OBJECT ENCODING's answer for a value of type `kind`: the name Redis reports for the
+/// same shape.
+pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt> {
+    Ok(match kind {
+        ValueKind::String => crate::introspect::string_encoding(value),
+        ValueKind::Hash => crate::hashes::encoding(&Packed::parse(value)?),
+        ValueKind::List | ValueKind::Set | ValueKind::ZSet => return Err(Corrupt),
+    })
+}
+
+/// A count argument (HRANDFIELD, SPOP, ...): Redis's integer, bounded so that a reply
+/// stays within [`MAX_REPLY_ELEMENTS`].
+pub(crate) fn count_arg(arg: &[u8]) -> Result<i64, Reply> {
+    let n = parse_i64(arg).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+    if n.unsigned_abs() > MAX_REPLY_ELEMENTS {
+        return Err(Reply::err(format!(
+            "ERR value is out of range, must be between -{MAX_REPLY_ELEMENTS} and {MAX_REPLY_ELEMENTS}"
+        )));
+    }
+    Ok(n)
+}
+
+/// `HSCAN`/`SSCAN`/`ZSCAN`'s arguments after the key.
+pub(crate) struct ScanArgs {
+    pub cursor: u64,
+    pub pattern: Option<Bytes>,
+    /// `NOVALUES` (HSCAN only).
+    pub no_values: bool,
+}
+
+pub(crate) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs, Reply> {
+    let cursor = std::str::from_utf8(&args[2])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| Reply::err("ERR invalid cursor"))?;
+    let mut out = ScanArgs {
+        cursor,
+        pattern: None,
+        no_values: false,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let opt = args[i].to_ascii_uppercase();
+        match (&opt[..], args.get(i + 1)) {
+            (b"MATCH", Some(p)) => {
+                out.pattern = Some(p.clone());
+                i += 2;
+            }
+            (b"COUNT", Some(c)) => {
+                match parse_i64(c) {
+                    Some(n) if n >= 1 => {}
+                    Some(_) => return Err(Reply::err(SYNTAX)),
+                    None => return Err(Reply::err(NOT_INTEGER)),
+                }
+                i += 2;
+            }
+            (b"NOVALUES", _) if allow_novalues => {
+                out.no_values = true;
+                i += 1;
+            }
+            _ => return Err(Reply::err(SYNTAX)),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `item` passes a scan's MATCH pattern.
+pub(crate) fn matches(pattern: &Option<Bytes>, item: &[u8]) -> bool {
+    pattern
+        .as_ref()
+        .is_none_or(|p| crate::glob::glob(p, item, false))
+}
+
+/// A scan's reply: the next cursor and the items of this call.
+pub(crate) fn scan_reply(cursor: u64, items: Vec<Reply>) -> Reply {
+    Reply::Array(vec![Reply::bulk(cursor.to_string()), Reply::Array(items)])
+}
+
+/// `n` distinct indexes below `len` in random order (n ≤ len), by a partial
+/// Fisher–Yates shuffle.
+pub(crate) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..len).collect();
+    for i in 0..n.min(len) {
+        let j = i + dmc_proto::rng::below((len - i) as u64) as usize;
+        idx.swap(i, j);
+    }
+    idx.truncate(n.min(len));
+    idx
+}
+
+/// `n` indexes below `len`, repeats allowed (`len` > 0).
+pub(crate) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|_| dmc_proto::rng::below(len as u64) as usize)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_stay_in_range_and_distinct_picks_do_not_repeat() {
+        let p = distinct_picks(10, 20);
+        assert_eq!(p.len(), 10);
+        let mut sorted = p.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 10);
+        assert!(repeated_picks(3, 50).iter().all(|&i| i < 3));
+        assert!(distinct_picks(0, 5).is_empty());
+    }
+
+    #[test]
+    fn counts_are_bounded() {
+        assert_eq!(count_arg(b"-5").ok(), Some(-5));
+        assert!(count_arg(b"-9223372036854775807").is_err());
+        assert!(count_arg(b"x").is_err());
+    }
+
+    #[test]
+    fn scan_options_parse_as_redis_does() {
+        let args: Vec<Bytes> = ["hscan", "k", "0", "MATCH", "a*", "COUNT", "10", "NOVALUES"]
+            .iter()
+            .map(|s| Bytes::from(*s))
+            .collect();
+        let Ok(a) = scan_args(&args, true) else {
+            panic!("valid scan arguments refused")
+        };
+        assert!(a.no_values && a.pattern.is_some() && a.cursor == 0);
+        assert!(scan_args(&args, false).is_err());
+        let bad: Vec<Bytes> = ["hscan", "k", "x"]
+            .iter()
+            .map(|s| Bytes::from(*s))
+            .collect();
+        assert!(scan_args(&bad, true).is_err());
+    }
+}
