@@ -153,6 +153,8 @@ async fn serve_session(
     let mut buf = BytesMut::new();
     let mut parser = RequestParser::default();
     let mut out = BytesMut::new();
+    // Input read while a blocking command waited, not parsed yet.
+    let mut unparsed = false;
     loop {
         buf.reserve(4096);
         // Redis's `timeout`: an idle client is closed (read at every wait, so CONFIG SET
@@ -168,8 +170,9 @@ async fn serve_session(
             }
         };
         tokio::select! {
-            _ = idle_timer => return Ok(()),
-            read = rd.read_buf(&mut buf) => match read? {
+            _ = idle_timer, if !unparsed => return Ok(()),
+            _ = std::future::ready(()), if unparsed => unparsed = false,
+            read = rd.read_buf(&mut buf), if !unparsed => match read? {
                 0 => return Ok(()),
                 n => {
                     engine.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -282,7 +285,30 @@ async fn serve_session(
                     }
                     continue;
                 }
-                let (reply, flow) = router.execute_at(session, index, args, peer).await;
+                let blocks = index
+                    .and_then(|i| table::TABLE.get(i))
+                    .is_some_and(|s| s.has_flag("blocking"));
+                let (reply, flow) = if blocks {
+                    // A blocked command ends when its client goes away: its end of the
+                    // connection is watched meanwhile (input that arrives is kept).
+                    let run = router.execute_at(session, index, args, peer);
+                    tokio::pin!(run);
+                    let mut gone = false;
+                    loop {
+                        tokio::select! {
+                            done = &mut run => break done,
+                            read = rd.read_buf(&mut buf), if !gone => match read {
+                                Ok(0) | Err(_) => {
+                                    gone = true;
+                                    client.kill();
+                                }
+                                Ok(_) => unparsed = true,
+                            },
+                        }
+                    }
+                } else {
+                    router.execute_at(session, index, args, peer).await
+                };
                 if session.should_reply() {
                     reply.encode(session.proto, &mut out);
                 }

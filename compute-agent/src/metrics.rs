@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 7],
+    by_family: [Histogram; 10],
 }
 
 impl CommandTimers {
@@ -30,6 +30,9 @@ impl CommandTimers {
                 h("cluster"),
                 h("internal"),
                 h("hashes"),
+                h("lists"),
+                h("sets"),
+                h("zsets"),
             ],
         }
     }
@@ -44,6 +47,9 @@ impl CommandTimers {
             Family::Cluster => 4,
             Family::Internal => 5,
             Family::Hashes => 6,
+            Family::Lists => 7,
+            Family::Sets => 8,
+            Family::ZSets => 9,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -26,3 +26,45 @@ fn redis_py_round_trips_every_command() {
         "{stdout}"
     );
 }
+
+/// Runs `tests/py/collections_check.py` against `ports` and returns its output,
+/// failing the test with the script's output if it fails.
+fn collections_check(ports: &[String]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/collections_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(ports)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "redis-py failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("RESP2: ok") && stdout.contains("RESP3: ok"),
+        "{stdout}"
+    );
+    stdout
+}
+
+#[test]
+fn redis_py_exercises_every_collection_command_on_a_standalone_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    collections_check(&[agent.port()]);
+}
+
+#[test]
+fn redis_py_exercises_collections_across_a_two_agent_proxy_cluster() {
+    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
+    let report = c.scale(2).unwrap();
+    let ports: Vec<String> = report["started"]
+        .as_array()
+        .expect("the started agents")
+        .iter()
+        .map(dmc_e2e::port_of)
+        .collect();
+    assert_eq!(ports.len(), 2, "{report}");
+    // Both agents serve the one keyspace: writes through one are read through the
+    // other, and a BLPOP blocked on the second is woken by a push through the first.
+    let out = collections_check(&ports);
+    assert!(out.contains("CROSS: ok"), "{out}");
+}

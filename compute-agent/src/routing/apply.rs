@@ -143,6 +143,9 @@ impl Router {
         let map = Arc::new(map);
         self.warm.retarget(self, &map, me);
         *self.map.write() = Some(map);
+        // Blocked clients re-check their keys: one whose slot moved away is answered
+        // with the not-owner error, and its command is routed to the new owner.
+        self.engine.blocking.wake_all();
         if !handoffs.is_empty() {
             self.take_over(version, handoffs);
         }

@@ -193,6 +193,50 @@ impl Router {
         }
     }
 
+    /// FLUSHALL, FLUSHDB and DBSIZE in proxy mode: this agent runs the command for the
+    /// slots it owns and asks every other agent to run it for theirs; the first error
+    /// is the answer, integers (DBSIZE) are added up, else this agent's reply.
+    async fn everywhere(
+        &self,
+        session: &mut Session,
+        index: Option<usize>,
+        args: Vec<Bytes>,
+    ) -> (Reply, Flow) {
+        let (mut reply, flow) = self.engine.execute_at(session, index, args.clone()).await;
+        if matches!(reply, Reply::Error(_)) {
+            return (reply, flow);
+        }
+        let me = self.me.load(Ordering::Acquire);
+        let others: Vec<String> = self
+            .map()
+            .map(|m| {
+                m.agents
+                    .iter()
+                    .filter(|a| a.id != me)
+                    .map(|a| a.listen.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for addr in others {
+            match self.forward(&addr, session, &args).await {
+                Ok(Reply::Error(e)) => return (Reply::Error(e), flow),
+                Ok(Reply::Int(n)) => {
+                    if let Reply::Int(total) = &mut reply {
+                        *total += n;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return (
+                        Reply::err(format!("ERR agent {addr} did not answer: {e}")),
+                        flow,
+                    );
+                }
+            }
+        }
+        (reply, flow)
+    }
+
     /// Counts a completed takeover and wakes the commands waiting for one.
     fn took_over(&self) {
         self.taken_over.fetch_add(1, Ordering::AcqRel);
@@ -218,7 +262,7 @@ impl Router {
         if !spec.is_write() || !spec.arity_ok(args.len()) {
             return Route::Local;
         }
-        let keys = spec.key_positions(args.len());
+        let keys = spec.key_positions(args);
         let Some(&first_key) = keys.first() else {
             return Route::Local;
         };
@@ -299,6 +343,21 @@ impl Router {
         }
         if let Some(done) = self.config_set(session, &args).await {
             return done;
+        }
+        // Commands about the whole keyspace, which each agent answers for the slots
+        // it owns: in proxy mode the client's agent asks every agent and adds up.
+        let everywhere = spec.is_some_and(|s| {
+            matches!(
+                s.cmd,
+                table::Cmd::FlushAll | table::Cmd::FlushDb | table::Cmd::Dbsize
+            )
+        });
+        if everywhere
+            && !peer
+            && self.mode == RoutingMode::Proxy
+            && spec.is_some_and(|s| s.arity_ok(args.len()))
+        {
+            return self.everywhere(session, index, args).await;
         }
         for attempt in 0..ATTEMPTS {
             let last = attempt + 1 == ATTEMPTS;
@@ -401,7 +460,7 @@ impl Router {
 fn first_key(args: &[Bytes]) -> usize {
     args.first()
         .and_then(|name| table::lookup(name))
-        .and_then(|spec| spec.key_positions(args.len()).first().copied())
+        .and_then(|spec| spec.key_positions(args).first().copied())
         .unwrap_or(0)
 }
 

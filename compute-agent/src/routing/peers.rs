@@ -29,6 +29,27 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// stopped peer's kernel still accepts the TCP connection, and only the missing
 /// answer to `DMC.PEER` shows it.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much longer than a blocking command's own timeout its forwarder waits.
+const BLOCKING_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long the owner may take to answer `args`: [`FORWARD_TIMEOUT`], or a blocking
+/// command's timeout plus a margin (a year for one that waits for ever: dropping the
+/// forwarder when its client leaves closes the connection, which ends the wait).
+fn forward_timeout(args: &[Bytes]) -> Duration {
+    let Some(at) = args
+        .first()
+        .and_then(|name| dmc_engine::blocking::timeout_position(name, args.len()))
+    else {
+        return FORWARD_TIMEOUT;
+    };
+    match args.get(at).map(|t| dmc_engine::blocking::timeout_arg(t)) {
+        Some(Ok(Some(t))) => t + BLOCKING_MARGIN,
+        Some(Ok(None)) => Duration::from_secs(365 * 24 * 3600),
+        // The owner answers the bad timeout at once.
+        _ => FORWARD_TIMEOUT,
+    }
+}
+
 /// Idle forwarding connections kept per peer.
 const IDLE_PER_PEER: usize = 16;
 
@@ -58,7 +79,9 @@ impl Router {
         session: &Session,
         args: &[Bytes],
     ) -> std::io::Result<Reply> {
-        let mut replies = self.forward_many(addr, session.db, &[args]).await?;
+        let mut replies = self
+            .forward_many_within(addr, session.db, &[args], forward_timeout(args))
+            .await?;
         replies
             .pop()
             .ok_or_else(|| std::io::Error::other("no reply from the owner"))
@@ -71,6 +94,18 @@ impl Router {
         addr: &str,
         db: u8,
         commands: &[&[Bytes]],
+    ) -> std::io::Result<Vec<Reply>> {
+        self.forward_many_within(addr, db, commands, FORWARD_TIMEOUT)
+            .await
+    }
+
+    /// [`forward_many`](Self::forward_many) allowing the owner `within` to answer.
+    async fn forward_many_within(
+        &self,
+        addr: &str,
+        db: u8,
+        commands: &[&[Bytes]],
+        within: Duration,
     ) -> std::io::Result<Vec<Reply>> {
         let pooled = self.peers.lock().get_mut(addr).and_then(|v| v.pop());
         let mut conn = match pooled {
@@ -88,7 +123,7 @@ impl Router {
         for args in commands {
             encode_command(args, &mut out);
         }
-        let replies = tokio::time::timeout(FORWARD_TIMEOUT, async {
+        let replies = tokio::time::timeout(within, async {
             conn.stream.write_all(&out).await?;
             if select {
                 match conn.read_reply().await? {
@@ -217,7 +252,13 @@ impl Router {
         if commands.len() < 2 || peer || !session.authenticated || self.mode != RoutingMode::Proxy {
             return None;
         }
-        let owner = |args: &Vec<Bytes>| match args.is_empty() {
+        // A blocking command is forwarded on its own: it may hold its connection long.
+        let blocks = |args: &Vec<Bytes>| {
+            args.first()
+                .and_then(|n| dmc_engine::table::lookup(n))
+                .is_some_and(|s| s.has_flag("blocking"))
+        };
+        let owner = |args: &Vec<Bytes>| match args.is_empty() || blocks(args) {
             true => None,
             false => match self.route(args) {
                 Route::Forward(addr) => Some(addr),
@@ -332,6 +373,12 @@ impl Router {
             .map(|s| s.bytes().clone())
             .unwrap_or_default();
         encode_command(&[Bytes::from_static(PEER_HELLO), secret], &mut out);
+        // RESP3, so that typed replies (doubles, maps, sets) reach the client's agent
+        // intact and are encoded there in the client's protocol.
+        encode_command(
+            &[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")],
+            &mut out,
+        );
         conn.stream.write_all(&out).await?;
         if self.password.is_some()
             && let Reply::Error(e) = conn.read_reply().await?
@@ -340,6 +387,9 @@ impl Router {
         }
         if let Reply::Error(e) = conn.read_reply().await? {
             return Err(std::io::Error::other(format!("peer refused DMC.PEER: {e}")));
+        }
+        if let Reply::Error(e) = conn.read_reply().await? {
+            return Err(std::io::Error::other(format!("peer refused HELLO 3: {e}")));
         }
         tracing::debug!(%addr, "opened a forwarding connection");
         Ok(conn)

@@ -30,6 +30,30 @@ pub struct Client {
     no_evict: AtomicBool,
     killed: AtomicBool,
     kill: tokio::sync::Notify,
+    /// Blocked in a BLPOP or kin (CLIENT UNBLOCK acts only then).
+    blocked: AtomicBool,
+    /// How CLIENT UNBLOCK asked the blocked command to end (0: not asked).
+    unblock_how: AtomicU8,
+    unblock: tokio::sync::Notify,
+}
+
+/// How `CLIENT UNBLOCK` ends a blocked command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if it timed out.
+    Timeout,
+    /// With the `UNBLOCKED` error.
+    Error,
+}
+
+/// Marks a client blocked until dropped.
+pub struct BlockedGuard<'a>(&'a Client);
+
+impl Drop for BlockedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.blocked.store(false, Ordering::Release);
+        self.0.unblock_how.store(0, Ordering::Release);
+    }
 }
 
 impl Client {
@@ -84,6 +108,42 @@ impl Client {
         }
     }
 
+    /// Marks the client blocked (see [`crate::blocking`]) while the guard lives.
+    pub fn block(&self) -> BlockedGuard<'_> {
+        self.unblock_how.store(0, Ordering::Release);
+        self.blocked.store(true, Ordering::Release);
+        BlockedGuard(self)
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.load(Ordering::Acquire)
+    }
+
+    /// `CLIENT UNBLOCK`: ends the client's blocked command; false if it is not blocked.
+    pub fn unblock(&self, how: Unblock) -> bool {
+        if !self.is_blocked() {
+            return false;
+        }
+        let code = match how {
+            Unblock::Timeout => 1,
+            Unblock::Error => 2,
+        };
+        self.unblock_how.store(code, Ordering::Release);
+        self.unblock.notify_one();
+        true
+    }
+
+    /// Resolves when CLIENT UNBLOCK ends the blocked command, with how.
+    pub async fn unblocked(&self) -> Unblock {
+        loop {
+            match self.unblock_how.load(Ordering::Acquire) {
+                1 => return Unblock::Timeout,
+                2 => return Unblock::Error,
+                _ => self.unblock.notified().await,
+            }
+        }
+    }
+
     fn age_secs(&self) -> u64 {
         self.created.elapsed().as_secs()
     }
@@ -103,7 +163,9 @@ impl Client {
             0 => "NULL",
             i => TABLE.get(i - 1).map_or("NULL", |s| s.name),
         };
-        let flags = if self.no_evict.load(Ordering::Relaxed) {
+        let flags = if self.is_blocked() {
+            "b"
+        } else if self.no_evict.load(Ordering::Relaxed) {
             "e"
         } else {
             "N"
@@ -162,6 +224,9 @@ impl Clients {
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill: tokio::sync::Notify::new(),
+            blocked: AtomicBool::new(false),
+            unblock_how: AtomicU8::new(0),
+            unblock: tokio::sync::Notify::new(),
         });
         self.map.lock().insert(id, client.clone());
         client

@@ -54,9 +54,21 @@ pub(crate) async fn change<T>(
     db: u8,
     key: &[u8],
     kind: ValueKind,
-    mut f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
+    f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
 ) -> Result<T, Reply> {
     let _g = engine.lock_key(key).await;
+    change_locked(engine, db, key, kind, f).await
+}
+
+/// [`change`] for a caller that holds the key's write lock already (a command that
+/// changes several keys takes all their locks first).
+pub(crate) async fn change_locked<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    mut f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
+) -> Result<T, Reply> {
     let mut answer = None;
     let outcome = engine
         .dht
@@ -77,13 +89,81 @@ pub(crate) async fn change<T>(
     }
 }
 
+/// Replaces `key` (of any type) with a `kind` holding the packed `value`, or deletes
+/// it when `None` (an empty result): the STORE forms. The caller holds the key's lock.
+pub(crate) async fn store(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    value: Option<Vec<u8>>,
+) -> Result<(), Reply> {
+    match value {
+        Some(v) => {
+            let opts = dmc_dht::SetOptions {
+                kind,
+                ..Default::default()
+            };
+            engine
+                .dht
+                .set(db, key, &v, opts)
+                .await
+                .map_err(error_reply)?;
+        }
+        None => {
+            engine.dht.delete(db, key).await.map_err(error_reply)?;
+        }
+    }
+    engine.wrote_typed(db, key, kind, None);
+    Ok(())
+}
+
+/// `numkeys key [key ...] [LIMIT limit]` from `args[at]` (SINTERCARD, ZINTERCARD):
+/// the keys and the limit (0 or none: no limit).
+pub(crate) fn numkeys_with_limit(
+    args: &[Bytes],
+    at: usize,
+) -> Result<(&[Bytes], Option<usize>), Reply> {
+    let keys = numkeys(args, at)?;
+    let rest = &args[at + 1 + keys.len()..];
+    let limit = match rest {
+        [] => None,
+        [opt, n] if opt.eq_ignore_ascii_case(b"LIMIT") => match parse_i64(n) {
+            Some(l) if l >= 0 => Some(l as usize),
+            Some(_) => return Err(Reply::err("ERR LIMIT can't be negative")),
+            None => return Err(Reply::err(NOT_INTEGER)),
+        },
+        _ => return Err(Reply::err(SYNTAX)),
+    };
+    Ok((keys, limit))
+}
+
+/// The keys a `numkeys` count at `args[at]` announces.
+pub(crate) fn numkeys(args: &[Bytes], at: usize) -> Result<&[Bytes], Reply> {
+    let n = args
+        .get(at)
+        .and_then(|a| parse_i64(a))
+        .ok_or_else(|| Reply::err(NOT_INTEGER))?;
+    if n <= 0 {
+        return Err(Reply::err("ERR numkeys should be greater than 0"));
+    }
+    let first = at + 1;
+    let end = first
+        .checked_add(n as usize)
+        .filter(|&e| e <= args.len())
+        .ok_or_else(|| Reply::err("ERR Number of keys can't be greater than number of args"))?;
+    Ok(&args[first..end])
+}
+
 /// OBJECT ENCODING's answer for a value of type `kind`: the name Redis reports for the
 /// same shape.
 pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt> {
     Ok(match kind {
         ValueKind::String => crate::introspect::string_encoding(value),
         ValueKind::Hash => crate::hashes::encoding(&Packed::parse(value)?),
-        ValueKind::List | ValueKind::Set | ValueKind::ZSet => return Err(Corrupt),
+        ValueKind::List => crate::lists::encoding(&Packed::parse(value)?),
+        ValueKind::Set => crate::sets::encoding(&Packed::parse(value)?)?,
+        ValueKind::ZSet => crate::zsets::encoding(&Packed::parse(value)?),
     })
 }
 

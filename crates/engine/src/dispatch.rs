@@ -12,7 +12,7 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 
 use crate::table::{Cmd, Family, TABLE, lookup_index};
-use crate::{Engine, Flow, Session, hashes, introspect, keys, server, strings};
+use crate::{Engine, Flow, Session, hashes, introspect, keys, lists, server, sets, strings, zsets};
 
 /// Redis's text for an unknown command, quoting up to 20 of its arguments.
 fn unknown(args: &[Bytes]) -> Reply {
@@ -90,6 +90,18 @@ pub async fn dispatch_at(
         Family::Strings => strings::run(engine, session, spec.cmd, &args).await,
         Family::Hashes => match spec.cmd {
             Cmd::Hash(h) => hashes::run(engine, session, h, &args).await,
+            _ => unknown(&args),
+        },
+        Family::Lists => match spec.cmd {
+            Cmd::List(l) => lists::run(engine, session, l, &args).await,
+            _ => unknown(&args),
+        },
+        Family::Sets => match spec.cmd {
+            Cmd::Sets(c) => sets::run(engine, session, c, &args).await,
+            _ => unknown(&args),
+        },
+        Family::ZSets => match spec.cmd {
+            Cmd::ZSet(z) => zsets::run(engine, session, z, &args).await,
             _ => unknown(&args),
         },
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,

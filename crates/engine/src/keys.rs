@@ -113,7 +113,13 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             {
                 return Reply::err(crate::SYNTAX);
             }
+            // The hash slots this agent writes (all of them standalone); in a cluster
+            // every agent flushes its own, and a proxy-mode agent asks the others to.
+            let own = dht.ownership();
             for slot in 0..HASH_SLOTS {
+                if !own.owns_all() && own.lease(slot).is_none() {
+                    continue;
+                }
                 for (kdb, k) in tri!(dht.scan_slot(slot).await) {
                     if cmd == Cmd::FlushAll || kdb == db {
                         let _g = engine.lock_key(&k).await;

@@ -9,6 +9,10 @@
 //! | [`read`] | reads (the local cache, then the pool) and telling the cache of writes |
 //! | [`strings`] | GET, SET and the string family |
 //! | [`hashes`] | HSET, HGET and the hash family |
+//! | [`lists`] | LPUSH, LRANGE and the list family |
+//! | [`sets`] | SADD, SINTER and the set family |
+//! | [`zsets`] | ZADD, ZRANGE and the sorted set family |
+//! | [`blocking`] | blocked clients (BLPOP and kin): waiting, waking, timeouts |
 //! | [`collection`] | what the collection families share: typed reads, changes, limits |
 //! | [`packed`] | the compact encoding of a collection in the pool (a wire format) |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
@@ -19,6 +23,7 @@
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
 //! them; the local cache is told afterwards (write-through).
 
+pub mod blocking;
 pub mod cache;
 pub mod clients;
 pub mod collection;
@@ -29,14 +34,17 @@ pub mod hashes;
 pub mod introspect;
 pub mod keys;
 pub mod limits;
+pub mod lists;
 pub mod packed;
 pub mod pipeline;
 pub mod read;
 pub mod server;
+pub mod sets;
 pub mod stats;
 pub mod strings;
 pub mod table;
 pub mod warm;
+pub mod zsets;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -140,6 +148,8 @@ pub struct Engine {
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
     /// is the only writer of its hash slots, so this makes INCR and friends atomic).
     key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
+    pub blocking: blocking::Blocking,
     /// Where cache updates of shards with backup agents go (cluster members).
     cache_feed: std::sync::OnceLock<Arc<dyn warm::CacheFeed>>,
 }
@@ -179,6 +189,7 @@ impl Engine {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             cache_feed: std::sync::OnceLock::new(),
+            blocking: blocking::Blocking::default(),
         })
     }
 

@@ -258,6 +258,20 @@ fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
             }
             Err(r) => r,
         },
+        ("UNBLOCK", 3 | 4) => {
+            let how = match args.get(3).map(|a| upper(a)).as_deref() {
+                None | Some("TIMEOUT") => crate::clients::Unblock::Timeout,
+                Some("ERROR") => crate::clients::Unblock::Error,
+                Some(_) => {
+                    return Reply::err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+                }
+            };
+            let Some(id) = parse_i64(&args[2]) else {
+                return Reply::err(crate::NOT_INTEGER);
+            };
+            let found = engine.clients.all().into_iter().find(|c| c.id as i64 == id);
+            Reply::Int(found.is_some_and(|c| c.unblock(how)) as i64)
+        }
         ("NO-EVICT", 3) => match on_off(&args[2]) {
             Some(on) => {
                 s.client.set_no_evict(on);
@@ -562,7 +576,10 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("maxclients", engine.limits.maxclients().to_string()),
                 ("client_recent_max_input_buffer", "0".into()),
                 ("client_recent_max_output_buffer", "0".into()),
-                ("blocked_clients", "0".into()),
+                (
+                    "blocked_clients",
+                    engine.blocking.blocked_clients().to_string(),
+                ),
                 ("tracking_clients", "0".into()),
                 ("clients_in_timeout_table", "0".into()),
             ],

@@ -7,7 +7,11 @@
 //! (which commands write, where their keys are, which belong to the cluster). It is a
 //! leaf: every command family imports its types from here, and it imports no family.
 
+mod collections;
+
 use std::sync::OnceLock;
+
+pub use collections::{HashCmd, ListCmd, SetCmd, ZSetCmd};
 
 /// Which handler runs a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,27 +88,12 @@ pub enum Cmd {
     DmcWarm,
     /// The hash family.
     Hash(HashCmd),
-}
-
-/// The hash commands ([`crate::hashes`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HashCmd {
-    HSet,
-    HSetNx,
-    HMSet,
-    HGet,
-    HMGet,
-    HDel,
-    HExists,
-    HLen,
-    HStrlen,
-    HKeys,
-    HVals,
-    HGetAll,
-    HIncrBy,
-    HIncrByFloat,
-    HRandField,
-    HScan,
+    /// The list family.
+    List(ListCmd),
+    /// The set family.
+    Sets(SetCmd),
+    /// The sorted set family.
+    ZSet(ZSetCmd),
 }
 
 /// The module that runs a command: the families never import each other, and
@@ -117,6 +106,12 @@ pub enum Family {
     Strings,
     /// Hashes ([`crate::hashes`]).
     Hashes,
+    /// Lists ([`crate::lists`]).
+    Lists,
+    /// Sets ([`crate::sets`]).
+    Sets,
+    /// Sorted sets ([`crate::zsets`]).
+    ZSets,
     /// The keyspace ([`crate::keys`]).
     Keys,
     /// OBJECT and MEMORY ([`crate::introspect`]).
@@ -157,6 +152,9 @@ impl Cmd {
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
             DmcPeer | DmcWarm => Family::Internal,
             Hash(_) => Family::Hashes,
+            List(_) => Family::Lists,
+            Sets(_) => Family::Sets,
+            ZSet(_) => Family::ZSets,
         }
     }
 }
@@ -171,6 +169,10 @@ pub struct Spec {
     pub first_key: i32,
     pub last_key: i32,
     pub step: i32,
+    /// Where the number of keys is, for commands whose keys follow a count (LMPOP,
+    /// ZUNIONSTORE, ...: Redis's `movablekeys`); 0 for none. Those keys come after
+    /// the fixed ones `first_key..=last_key` name.
+    pub numkeys: i32,
     pub cmd: Cmd,
 }
 
@@ -197,7 +199,17 @@ impl Spec {
     /// Argument positions of the command's keys for `argc` arguments (Redis's first
     /// key, last key, step; a negative last key counts from the end). Call it only on
     /// an arity-checked command: a key group cut short is left out, never indexed.
-    pub fn key_positions(&self, argc: usize) -> Vec<usize> {
+    pub fn key_positions(&self, args: &[bytes::Bytes]) -> Vec<usize> {
+        let mut keys = self.fixed_key_positions(args.len());
+        if let Ok(at) = usize::try_from(self.numkeys)
+            && at > 0
+        {
+            keys.extend(counted_key_positions(args, at));
+        }
+        keys
+    }
+
+    fn fixed_key_positions(&self, argc: usize) -> Vec<usize> {
         let (first, step) = (self.first_key, self.step);
         let argc = i64::try_from(argc).unwrap_or(i64::MAX);
         if first <= 0 || step <= 0 || i64::from(first) >= argc {
@@ -235,25 +247,24 @@ impl Spec {
     }
 }
 
+/// The keys a count at `at` announces, as far as the arguments reach (the command
+/// itself answers a bad or oversized count).
+fn counted_key_positions(args: &[bytes::Bytes], at: usize) -> std::ops::Range<usize> {
+    let n = args
+        .get(at)
+        .and_then(|c| crate::parse_i64(c))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    let start = at + 1;
+    start..start.saturating_add(n).min(args.len()).max(start)
+}
+
 const W: &[&str] = &["write", "denyoom"];
 const WF: &[&str] = &["write", "fast"];
 const R: &[&str] = &["readonly", "fast"];
 const C: &[&str] = &["fast", "stale", "loading"];
-const WDF: &[&str] = &["write", "denyoom", "fast"];
-const RO: &[&str] = &["readonly"];
 
 macro_rules! spec {
-    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, Hash($cmd:ident)) => {
-        Spec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            first_key: $f,
-            last_key: $l,
-            step: $s,
-            cmd: Cmd::Hash(HashCmd::$cmd),
-        }
-    };
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $cmd:ident) => {
         Spec {
             name: $name,
@@ -262,12 +273,21 @@ macro_rules! spec {
             first_key: $f,
             last_key: $l,
             step: $s,
+            numkeys: 0,
             cmd: Cmd::$cmd,
         }
     };
 }
 
-pub const TABLE: &[Spec] = &[
+/// Every command DMC answers: the core rows here, then the collections'.
+pub static TABLE: std::sync::LazyLock<Vec<Spec>> = std::sync::LazyLock::new(|| {
+    CORE.iter()
+        .chain(collections::ROWS.iter())
+        .copied()
+        .collect()
+});
+
+const CORE: &[Spec] = &[
     spec!("ping", -1, C, 0, 0, 0, Ping),
     spec!("echo", 2, C, 0, 0, 0, Echo),
     spec!(
@@ -413,22 +433,6 @@ pub const TABLE: &[Spec] = &[
         0,
         DmcPeer
     ),
-    spec!("hset", -4, WDF, 1, 1, 1, Hash(HSet)),
-    spec!("hsetnx", 4, WDF, 1, 1, 1, Hash(HSetNx)),
-    spec!("hmset", -4, WDF, 1, 1, 1, Hash(HMSet)),
-    spec!("hget", 3, R, 1, 1, 1, Hash(HGet)),
-    spec!("hmget", -3, R, 1, 1, 1, Hash(HMGet)),
-    spec!("hdel", -3, WF, 1, 1, 1, Hash(HDel)),
-    spec!("hexists", 3, R, 1, 1, 1, Hash(HExists)),
-    spec!("hlen", 2, R, 1, 1, 1, Hash(HLen)),
-    spec!("hstrlen", 3, R, 1, 1, 1, Hash(HStrlen)),
-    spec!("hkeys", 2, RO, 1, 1, 1, Hash(HKeys)),
-    spec!("hvals", 2, RO, 1, 1, 1, Hash(HVals)),
-    spec!("hgetall", 2, RO, 1, 1, 1, Hash(HGetAll)),
-    spec!("hincrby", 4, WDF, 1, 1, 1, Hash(HIncrBy)),
-    spec!("hincrbyfloat", 4, WDF, 1, 1, 1, Hash(HIncrByFloat)),
-    spec!("hrandfield", -2, RO, 1, 1, 1, Hash(HRandField)),
-    spec!("hscan", -3, RO, 1, 1, 1, Hash(HScan)),
     spec!(
         "dmc.warm",
         -3,
@@ -492,7 +496,7 @@ mod tests {
     #[test]
     fn table_is_consistent() {
         let mut names = std::collections::HashSet::new();
-        for s in TABLE {
+        for s in TABLE.iter() {
             assert!(names.insert(s.name), "{} twice", s.name);
             assert_eq!(s.name, s.name.to_lowercase());
             assert!(lookup(s.name.to_uppercase().as_bytes()).is_some());
@@ -505,8 +509,10 @@ mod tests {
 
     #[test]
     fn key_positions_follow_the_command_table() {
-        let keys =
-            |name: &str, argc: usize| lookup(name.as_bytes()).expect(name).key_positions(argc);
+        let keys = |name: &str, argc: usize| {
+            let args: Vec<bytes::Bytes> = (0..argc).map(|_| bytes::Bytes::from("1")).collect();
+            lookup(name.as_bytes()).expect(name).key_positions(&args)
+        };
         assert_eq!(keys("set", 3), vec![1]);
         assert_eq!(keys("mset", 5), vec![1, 3]);
         assert_eq!(keys("del", 4), vec![1, 2, 3]);
@@ -522,7 +528,7 @@ mod tests {
         let spec = |n: &str| lookup(n.as_bytes()).expect(n);
         assert_eq!(spec("get").fast_path(), FastPath::Get);
         assert_eq!(spec("SET").fast_path(), FastPath::Set);
-        for s in TABLE {
+        for s in TABLE.iter() {
             assert_eq!(
                 fast_path_of(s.name.to_uppercase().as_bytes()),
                 s.fast_path()

@@ -4,7 +4,9 @@
 
 use dmc_resp::Reply;
 
-use crate::table::{Cmd, HashCmd, Spec};
+mod collections;
+
+use crate::table::{Cmd, Spec};
 
 /// (summary, group, since, complexity)
 pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str) {
@@ -12,7 +14,10 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
     const O1: &str = "O(1)";
     const ON: &str = "O(N) where N is the number of keys";
     match cmd {
-        Hash(h) => hash_doc(h),
+        Hash(h) => collections::hash_doc(h),
+        List(l) => collections::list_doc(l),
+        Sets(c) => collections::set_doc(c),
+        ZSet(z) => collections::zset_doc(z),
         Ping => (
             "Returns the server's liveliness response.",
             "connection",
@@ -395,63 +400,4 @@ pub fn info_row(spec: &Spec) -> Reply {
         Reply::Array(Vec::new()),
         Reply::Array(Vec::new()),
     ])
-}
-
-/// The hash commands' rows of [`doc`].
-fn hash_doc(cmd: HashCmd) -> (&'static str, &'static str, &'static str, &'static str) {
-    use HashCmd::*;
-    const O1: &str = "O(1)";
-    const FIELDS: &str = "O(N) where N is the number of fields being set.";
-    const SIZE: &str = "O(N) where N is the size of the hash.";
-    let (summary, since, complexity) = match cmd {
-        HSet => (
-            "Creates or modifies the value of a field in a hash.",
-            "2.0.0",
-            FIELDS,
-        ),
-        HSetNx => (
-            "Sets the value of a field in a hash only when the field doesn't exist.",
-            "2.0.0",
-            O1,
-        ),
-        HMSet => ("Sets the values of multiple fields.", "2.0.0", FIELDS),
-        HGet => ("Returns the value of a field in a hash.", "2.0.0", O1),
-        HMGet => (
-            "Returns the values of all fields in a hash.",
-            "2.0.0",
-            "O(N) where N is the number of fields being requested.",
-        ),
-        HDel => (
-            "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.",
-            "2.0.0",
-            "O(N) where N is the number of fields to be removed.",
-        ),
-        HExists => ("Determines whether a field exists in a hash.", "2.0.0", O1),
-        HLen => ("Returns the number of fields in a hash.", "2.0.0", O1),
-        HStrlen => ("Returns the length of the value of a field.", "3.2.0", O1),
-        HKeys => ("Returns all fields in a hash.", "2.0.0", SIZE),
-        HVals => ("Returns all values in a hash.", "2.0.0", SIZE),
-        HGetAll => ("Returns all fields and values in a hash.", "2.0.0", SIZE),
-        HIncrBy => (
-            "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.",
-            "2.0.0",
-            O1,
-        ),
-        HIncrByFloat => (
-            "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.",
-            "2.6.0",
-            O1,
-        ),
-        HRandField => (
-            "Returns one or more random fields from a hash.",
-            "6.2.0",
-            "O(N) where N is the number of fields returned",
-        ),
-        HScan => (
-            "Iterates over fields and values of a hash.",
-            "2.8.0",
-            "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection.",
-        ),
-    };
-    (summary, "hash", since, complexity)
 }

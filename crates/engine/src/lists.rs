@@ -1,0 +1,623 @@
+//! The list family: pushes, pops (with counts, LMPOP), LINDEX, LSET, LRANGE, LTRIM,
+//! LREM, LINSERT, LPOS and LMOVE, with Redis 7 semantics and error texts. The blocking
+//! forms wait in [`crate::blocking`] and pop here.
+//!
+//! A list is stored packed ([`crate::packed`]: elements head to tail). Reads walk the
+//! packed value; writes decode it into a [`ListValue`], edit it and commit it whole
+//! through [`collection::change`]. Every push wakes the clients blocked on the key.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use dmc_dht::{Change, ValueKind};
+use dmc_resp::Reply;
+
+use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
+use crate::packed::{Corrupt, Packed, Writer, element_len};
+use crate::table::ListCmd;
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+
+const KIND: ValueKind = ValueKind::List;
+
+/// Which end of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Left,
+    Right,
+}
+
+impl End {
+    pub fn parse(arg: &[u8]) -> Option<End> {
+        if arg.eq_ignore_ascii_case(b"LEFT") {
+            Some(End::Left)
+        } else if arg.eq_ignore_ascii_case(b"RIGHT") {
+            Some(End::Right)
+        } else {
+            None
+        }
+    }
+}
+
+/// A list decoded for a change.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListValue {
+    /// Past the listpack limits once (OBJECT ENCODING `quicklist` from then on).
+    pub big: bool,
+    pub items: VecDeque<Bytes>,
+}
+
+impl ListValue {
+    pub fn decode(p: &Packed) -> Result<ListValue, Corrupt> {
+        let items: VecDeque<Bytes> = p.collect(1)?.into();
+        Ok(ListValue { big: p.big, items })
+    }
+
+    pub fn push(&mut self, end: End, item: Bytes) {
+        self.big |= item.len() > MAX_LISTPACK_VALUE;
+        match end {
+            End::Left => self.items.push_front(item),
+            End::Right => self.items.push_back(item),
+        }
+        self.big |= self.items.len() > MAX_LISTPACK_ENTRIES;
+    }
+
+    pub fn pop(&mut self, end: End) -> Option<Bytes> {
+        match end {
+            End::Left => self.items.pop_front(),
+            End::Right => self.items.pop_back(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let size = self.items.iter().map(|i| element_len(i.len())).sum();
+        let mut w = Writer::new(self.big, size);
+        for i in &self.items {
+            w.element(i);
+            w.entry();
+        }
+        w.finish()
+    }
+
+    pub fn into_change(self) -> Change {
+        if self.items.is_empty() {
+            Change::Delete
+        } else {
+            Change::Write(self.encode().into())
+        }
+    }
+}
+
+fn decode_or_new(cur: Option<Packed>) -> Result<ListValue, Reply> {
+    Ok(match cur {
+        Some(p) => ListValue::decode(&p)?,
+        None => ListValue::default(),
+    })
+}
+
+/// Redis's name for a packed list's encoding.
+pub fn encoding(p: &Packed) -> &'static str {
+    if p.big { "quicklist" } else { "listpack" }
+}
+
+/// Normalises an inclusive range `start..=stop` of a list of `len` (negative indexes
+/// count from the end) into `Some((first, last))`, or `None` when empty.
+pub fn range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        len + stop
+    } else {
+        stop.min(len - 1)
+    };
+    (start <= stop && start < len && stop >= 0).then_some((start as usize, stop as usize))
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Reply::from(e),
+        }
+    };
+}
+
+/// Pops up to `count` elements from `end` of the list `key`: `None` when it does not
+/// exist. The popped elements are in pop order.
+pub(crate) async fn pop(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    end: End,
+    count: usize,
+) -> Result<Option<Vec<Bytes>>, Reply> {
+    collection::change(engine, db, key, KIND, |cur| {
+        let Some(p) = cur else {
+            return Ok((Change::Keep, None));
+        };
+        let mut l = ListValue::decode(&p)?;
+        let popped: Vec<Bytes> = (0..count).map_while(|_| l.pop(end)).collect();
+        Ok((l.into_change(), Some(popped)))
+    })
+    .await
+}
+
+/// Pushes `items` (in order) onto `end` of `key`; with `only_existing`, nothing happens
+/// to a missing key. Returns the new length (0: missing and not created), and wakes
+/// the clients blocked on the key.
+pub(crate) async fn push(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    end: End,
+    items: &[Bytes],
+    only_existing: bool,
+) -> Result<i64, Reply> {
+    let len = collection::change(engine, db, key, KIND, |cur| {
+        if only_existing && cur.is_none() {
+            return Ok((Change::Keep, 0));
+        }
+        let mut l = decode_or_new(cur)?;
+        for i in items {
+            l.push(end, i.clone());
+        }
+        let len = l.items.len() as i64;
+        Ok((l.into_change(), len))
+    })
+    .await?;
+    if len > 0 {
+        engine.blocking.wake(db, key);
+    }
+    Ok(len)
+}
+
+/// LMOVE's work: pops from `from` of `src`, pushes onto `to` of `dst`. `None` when
+/// `src` is missing. A `dst` of another type is WRONGTYPE with nothing popped.
+pub(crate) async fn move_one(
+    engine: &Engine,
+    db: u8,
+    src: &[u8],
+    dst: &[u8],
+    from: End,
+    to: End,
+) -> Result<Option<Bytes>, Reply> {
+    let _held = engine.lock_keys([src, dst].into_iter()).await;
+    // The destination's type is checked before anything is popped.
+    collection::load(engine, db, dst, KIND).await?;
+    let popped = collection::change_locked(engine, db, src, KIND, |cur| {
+        let Some(p) = cur else {
+            return Ok((Change::Keep, None));
+        };
+        let mut l = ListValue::decode(&p)?;
+        let item = l.pop(from);
+        if src == dst {
+            // A rotation: one commit of the one list.
+            if let Some(i) = &item {
+                l.push(to, i.clone());
+            }
+        }
+        Ok((l.into_change(), item))
+    })
+    .await?;
+    let Some(item) = popped else {
+        return Ok(None);
+    };
+    if src != dst {
+        collection::change_locked(engine, db, dst, KIND, |cur| {
+            let mut l = decode_or_new(cur)?;
+            l.push(to, item.clone());
+            Ok((l.into_change(), ()))
+        })
+        .await?;
+    }
+    engine.blocking.wake(db, dst);
+    Ok(Some(item))
+}
+
+pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes]) -> Reply {
+    let db = engine.physical_db(s.db);
+    let key = &args[1];
+    match cmd {
+        ListCmd::LPush | ListCmd::RPush | ListCmd::LPushX | ListCmd::RPushX => {
+            let end = match cmd {
+                ListCmd::LPush | ListCmd::LPushX => End::Left,
+                _ => End::Right,
+            };
+            let only_existing = matches!(cmd, ListCmd::LPushX | ListCmd::RPushX);
+            Reply::Int(tri!(
+                push(engine, db, key, end, &args[2..], only_existing).await
+            ))
+        }
+        ListCmd::LPop | ListCmd::RPop => {
+            let end = if cmd == ListCmd::LPop {
+                End::Left
+            } else {
+                End::Right
+            };
+            let count = match args.get(2) {
+                None => None,
+                Some(c) => match parse_i64(c) {
+                    Some(n) if n >= 0 => Some(n as usize),
+                    _ => return Reply::err("ERR value is out of range, must be positive"),
+                },
+            };
+            if args.len() > 3 {
+                return Reply::Error(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    if end == End::Left { "lpop" } else { "rpop" }
+                ));
+            }
+            let popped = tri!(pop(engine, db, key, end, count.unwrap_or(1)).await);
+            match (popped, count) {
+                (None, Some(_)) => Reply::NullArray,
+                (None, None) => Reply::Null,
+                (Some(items), Some(_)) => {
+                    Reply::Array(items.into_iter().map(Reply::Bulk).collect())
+                }
+                (Some(mut items), None) => items.pop().map_or(Reply::Null, Reply::Bulk),
+            }
+        }
+        ListCmd::LSet => {
+            let Some(index) = parse_i64(&args[2]) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            tri!(
+                collection::change(engine, db, key, KIND, |cur| {
+                    let Some(p) = cur else {
+                        return Err(Reply::err("ERR no such key"));
+                    };
+                    let mut l = ListValue::decode(&p)?;
+                    let len = l.items.len() as i64;
+                    let i = if index < 0 { len + index } else { index };
+                    if !(0..len).contains(&i) {
+                        return Err(Reply::err("ERR index out of range"));
+                    }
+                    l.big |= args[3].len() > MAX_LISTPACK_VALUE;
+                    l.items[i as usize] = args[3].clone();
+                    Ok((l.into_change(), ()))
+                })
+                .await
+            );
+            Reply::ok()
+        }
+        ListCmd::LTrim => {
+            let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            tri!(
+                collection::change(engine, db, key, KIND, |cur| {
+                    let Some(p) = cur else {
+                        return Ok((Change::Keep, ()));
+                    };
+                    let mut l = ListValue::decode(&p)?;
+                    match range(start, stop, l.items.len()) {
+                        Some((first, last)) => {
+                            l.items.truncate(last + 1);
+                            l.items.drain(..first);
+                        }
+                        None => l.items.clear(),
+                    }
+                    Ok((l.into_change(), ()))
+                })
+                .await
+            );
+            Reply::ok()
+        }
+        ListCmd::LRem => {
+            let Some(count) = parse_i64(&args[2]) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            let removed = tri!(
+                collection::change(engine, db, key, KIND, |cur| {
+                    let Some(p) = cur else {
+                        return Ok((Change::Keep, 0));
+                    };
+                    let mut l = ListValue::decode(&p)?;
+                    let removed = remove(&mut l.items, &args[3], count);
+                    if removed == 0 {
+                        return Ok((Change::Keep, 0));
+                    }
+                    Ok((l.into_change(), removed as i64))
+                })
+                .await
+            );
+            Reply::Int(removed)
+        }
+        ListCmd::LInsert => {
+            let after = if args[2].eq_ignore_ascii_case(b"AFTER") {
+                true
+            } else if args[2].eq_ignore_ascii_case(b"BEFORE") {
+                false
+            } else {
+                return Reply::err(SYNTAX);
+            };
+            let len = tri!(
+                collection::change(engine, db, key, KIND, |cur| {
+                    let Some(p) = cur else {
+                        return Ok((Change::Keep, 0));
+                    };
+                    let mut l = ListValue::decode(&p)?;
+                    let Some(at) = l.items.iter().position(|i| *i == args[3]) else {
+                        return Ok((Change::Keep, -1));
+                    };
+                    l.big |= args[4].len() > MAX_LISTPACK_VALUE;
+                    l.items.insert(at + after as usize, args[4].clone());
+                    l.big |= l.items.len() > MAX_LISTPACK_ENTRIES;
+                    let len = l.items.len() as i64;
+                    Ok((l.into_change(), len))
+                })
+                .await
+            );
+            Reply::Int(len)
+        }
+        ListCmd::LMove | ListCmd::RPopLPush => {
+            let (from, to) = if cmd == ListCmd::RPopLPush {
+                (End::Right, End::Left)
+            } else {
+                match (End::parse(&args[3]), End::parse(&args[4])) {
+                    (Some(f), Some(t)) => (f, t),
+                    _ => return Reply::err(SYNTAX),
+                }
+            };
+            match tri!(move_one(engine, db, key, &args[2], from, to).await) {
+                Some(item) => Reply::Bulk(item),
+                None => Reply::Null,
+            }
+        }
+        ListCmd::LMPop => {
+            let m = tri!(MPop::parse(args, 1));
+            mpop_once(engine, db, &m).await.unwrap_or_else(|r| r)
+        }
+        ListCmd::BLPop
+        | ListCmd::BRPop
+        | ListCmd::BLMove
+        | ListCmd::BRPopLPush
+        | ListCmd::BLMPop => crate::blocking::run_list(engine, s, db, cmd, args).await,
+        _ => read(engine, db, cmd, args).await,
+    }
+}
+
+/// Removes up to |count| elements equal to `item` (from the head when count ≥ 0, the
+/// tail when negative; 0: all). Returns how many.
+fn remove(items: &mut VecDeque<Bytes>, item: &[u8], count: i64) -> usize {
+    let limit = if count == 0 {
+        usize::MAX
+    } else {
+        count.unsigned_abs() as usize
+    };
+    let mut removed = 0;
+    if count >= 0 {
+        items.retain(|i| {
+            if removed < limit && i == item {
+                removed += 1;
+                false
+            } else {
+                true
+            }
+        });
+    } else {
+        let mut keep: VecDeque<Bytes> = VecDeque::with_capacity(items.len());
+        while let Some(i) = items.pop_back() {
+            if removed < limit && i == item {
+                removed += 1;
+            } else {
+                keep.push_front(i);
+            }
+        }
+        *items = keep;
+    }
+    removed
+}
+
+/// LMPOP's and BLMPOP's arguments.
+pub(crate) struct MPop {
+    pub keys: Vec<Bytes>,
+    pub end: End,
+    pub count: usize,
+}
+
+impl MPop {
+    /// Parses `numkeys key... LEFT|RIGHT [COUNT n]` starting at `args[at]`.
+    pub fn parse(args: &[Bytes], at: usize) -> Result<MPop, Reply> {
+        let n = parse_i64(&args[at]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+        if n <= 0 {
+            return Err(Reply::err("ERR numkeys should be greater than 0"));
+        }
+        let first = at + 1;
+        let end_at = first
+            .checked_add(n as usize)
+            .filter(|&e| e < args.len())
+            .ok_or_else(|| Reply::err(SYNTAX))?;
+        let end = End::parse(&args[end_at]).ok_or_else(|| Reply::err(SYNTAX))?;
+        let count = match &args[end_at + 1..] {
+            [] => 1,
+            [opt, c] if opt.eq_ignore_ascii_case(b"COUNT") => match parse_i64(c) {
+                Some(c) if c > 0 => c as usize,
+                _ => return Err(Reply::err("ERR count should be greater than 0")),
+            },
+            _ => return Err(Reply::err(SYNTAX)),
+        };
+        Ok(MPop {
+            keys: args[first..end_at].to_vec(),
+            end,
+            count,
+        })
+    }
+}
+
+/// One LMPOP attempt: the first non-empty list's popped elements as `[key, [items]]`,
+/// or `Ok(NullArray)` when every list is empty.
+pub(crate) async fn mpop_once(engine: &Engine, db: u8, m: &MPop) -> Result<Reply, Reply> {
+    for key in &m.keys {
+        if let Some(items) = pop(engine, db, key, m.end, m.count).await? {
+            return Ok(Reply::Array(vec![
+                Reply::Bulk(key.clone()),
+                Reply::Array(items.into_iter().map(Reply::Bulk).collect()),
+            ]));
+        }
+    }
+    Ok(Reply::NullArray)
+}
+
+/// The read-only list commands.
+async fn read(engine: &Engine, db: u8, cmd: ListCmd, args: &[Bytes]) -> Reply {
+    let p = tri!(collection::load(engine, db, &args[1], KIND).await);
+    match cmd {
+        ListCmd::LLen => Reply::Int(p.map_or(0, |p| p.count as i64)),
+        ListCmd::LIndex => {
+            let Some(index) = parse_i64(&args[2]) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            let Some(p) = p else { return Reply::Null };
+            let len = p.count as i64;
+            let i = if index < 0 { len + index } else { index };
+            if !(0..len).contains(&i) {
+                return Reply::Null;
+            }
+            match p.elements().nth(i as usize) {
+                Some(item) => Reply::Bulk(tri!(item)),
+                None => Reply::from(Corrupt),
+            }
+        }
+        ListCmd::LRange => {
+            let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+                return Reply::err(NOT_INTEGER);
+            };
+            let Some(p) = p else {
+                return Reply::Array(Vec::new());
+            };
+            let Some((first, last)) = range(start, stop, p.count as usize) else {
+                return Reply::Array(Vec::new());
+            };
+            let mut out = Vec::with_capacity(last - first + 1);
+            for item in p.elements().skip(first).take(last - first + 1) {
+                out.push(Reply::Bulk(tri!(item)));
+            }
+            Reply::Array(out)
+        }
+        ListCmd::LPos => lpos(p, args),
+        _ => Reply::err("ERR internal: a write reached the list read path"),
+    }
+}
+
+/// `LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]`.
+fn lpos(p: Option<Packed>, args: &[Bytes]) -> Reply {
+    let (mut rank, mut count, mut maxlen) = (1i64, None, 0usize);
+    let mut i = 3;
+    while i < args.len() {
+        let Some(v) = args.get(i + 1) else {
+            return Reply::err(SYNTAX);
+        };
+        let Some(n) = parse_i64(v) else {
+            return Reply::err(NOT_INTEGER);
+        };
+        let opt = &args[i];
+        if opt.eq_ignore_ascii_case(b"RANK") {
+            if n == 0 {
+                return Reply::err(
+                    "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
+                );
+            }
+            if n == i64::MIN {
+                return Reply::err("ERR value is out of range");
+            }
+            rank = n;
+        } else if opt.eq_ignore_ascii_case(b"COUNT") {
+            if n < 0 {
+                return Reply::err("ERR COUNT can't be negative");
+            }
+            count = Some(n as usize);
+        } else if opt.eq_ignore_ascii_case(b"MAXLEN") {
+            if n < 0 {
+                return Reply::err("ERR MAXLEN can't be negative");
+            }
+            maxlen = n as usize;
+        } else {
+            return Reply::err(SYNTAX);
+        }
+        i += 2;
+    }
+    let items = match &p {
+        Some(p) => tri!(p.collect(1)),
+        None => Vec::new(),
+    };
+    let len = items.len();
+    let order: Box<dyn Iterator<Item = usize>> = if rank > 0 {
+        Box::new(0..len)
+    } else {
+        Box::new((0..len).rev())
+    };
+    let scan = if maxlen == 0 { len } else { maxlen };
+    let want = match count {
+        Some(0) => usize::MAX,
+        Some(c) => c,
+        None => 1,
+    };
+    let mut skip = rank.unsigned_abs() as usize - 1;
+    let mut found = Vec::new();
+    for idx in order.take(scan) {
+        if items[idx] == args[2] {
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            found.push(idx as i64);
+            if found.len() >= want {
+                break;
+            }
+        }
+    }
+    match count {
+        Some(_) => Reply::Array(found.into_iter().map(Reply::Int).collect()),
+        None => found.first().map_or(Reply::Null, |&i| Reply::Int(i)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_follow_redis() {
+        assert_eq!(range(0, -1, 3), Some((0, 2)));
+        assert_eq!(range(-2, 10, 3), Some((1, 2)));
+        assert_eq!(range(5, 10, 3), None);
+        assert_eq!(range(2, 1, 3), None);
+        assert_eq!(range(-10, -5, 3), None);
+        assert_eq!(range(0, 0, 0), None);
+    }
+
+    #[test]
+    fn lrem_counts_from_either_end() {
+        let mk = || -> VecDeque<Bytes> {
+            ["a", "b", "a", "c", "a"]
+                .iter()
+                .map(|s| Bytes::from(*s))
+                .collect()
+        };
+        let mut l = mk();
+        assert_eq!(remove(&mut l, b"a", 2), 2);
+        assert_eq!(
+            l,
+            ["b", "c", "a"]
+                .iter()
+                .map(|s| Bytes::from(*s))
+                .collect::<VecDeque<_>>()
+        );
+        let mut l = mk();
+        assert_eq!(remove(&mut l, b"a", -1), 1);
+        assert_eq!(
+            l,
+            ["a", "b", "a", "c"]
+                .iter()
+                .map(|s| Bytes::from(*s))
+                .collect::<VecDeque<_>>()
+        );
+        let mut l = mk();
+        assert_eq!(remove(&mut l, b"a", 0), 3);
+        assert_eq!(l.len(), 2);
+    }
+}
