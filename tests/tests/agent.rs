@@ -151,6 +151,56 @@ fn redis_benchmark_completes_without_errors() {
 }
 
 #[test]
+fn redis_benchmark_collection_tests_complete_without_errors() {
+    let agent = Agent::start(&[]).unwrap();
+    let tests = "lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100,lrange_600";
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &agent.port(),
+            "-t",
+            tests,
+            "-P",
+            "16",
+            "-n",
+            "3000",
+            "-q",
+        ])
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for test in [
+        "LPUSH",
+        "RPUSH",
+        "LPOP",
+        "RPOP",
+        "SADD",
+        "HSET",
+        "SPOP",
+        "ZADD",
+        "ZPOPMIN",
+        "LRANGE_100",
+        "LRANGE_600",
+    ] {
+        assert!(text.contains(test), "{test} ran: {text}");
+    }
+    assert!(
+        !text.contains("ERR") && !text.contains("WRONGTYPE"),
+        "no error replies: {text}"
+    );
+    // What the pushes left in redis-benchmark's list: the pops took as many as LPUSH and
+    // RPUSH added, then the LRANGE tests pushed 600 of their own.
+    let len: i64 = agent
+        .cli(&["LLEN", "mylist"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(len >= 600, "mylist has {len} elements");
+}
+
+#[test]
 fn malformed_input_gets_redis_errors_and_the_agent_keeps_serving() {
     let agent = Agent::start(&[]).unwrap();
     let exchange = |bytes: &[u8]| -> String {

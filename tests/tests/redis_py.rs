@@ -68,3 +68,28 @@ fn redis_py_exercises_collections_across_a_two_agent_proxy_cluster() {
     let out = collections_check(&ports);
     assert!(out.contains("CROSS: ok"), "{out}");
 }
+
+#[test]
+fn a_reader_agent_never_sees_a_torn_collection_while_the_owner_rewrites_it() {
+    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
+    c.scale(2).unwrap();
+    let (agents, rows) = c.owners();
+    assert_eq!(agents.len(), 2, "{agents:?}");
+    let (owner, other) = (&agents[0], &agents[1]);
+    // A hash tag whose slot the first agent owns: it writes, the second only reads.
+    let tags: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    let tag = dmc_e2e::key_owned_by(&rows, owner.0, &tags);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/torn_reads.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dmc_e2e::port_of(&serde_json::json!(owner.1)))
+        .arg(dmc_e2e::port_of(&serde_json::json!(other.1)))
+        .arg(&tag)
+        .arg("4")
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    eprintln!("{stdout}");
+}
