@@ -15,6 +15,7 @@
 //! | [`blocking`] | blocked clients (BLPOP and kin): waiting, waking, timeouts |
 //! | [`collection`] | what the collection families share: typed reads, changes, limits |
 //! | [`packed`] | the compact encoding of a collection in the pool (a wire format) |
+//! | [`tree`] | large collections: copy-on-write B+-trees of pool chunks |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
 //! | [`server`] | connection and server commands: PING, HELLO, SELECT, INFO, CONFIG, COMMAND |
 //! | [`warm`] | backup agents' warm caches: the primary's feed, takeover revalidation |
@@ -43,6 +44,7 @@ pub mod sets;
 pub mod stats;
 pub mod strings;
 pub mod table;
+pub mod tree;
 pub mod warm;
 pub mod zsets;
 

@@ -14,6 +14,7 @@
 
 pub mod addr;
 pub mod alloc;
+pub mod chunk;
 pub mod classes;
 pub mod error;
 pub mod layout;

@@ -114,6 +114,9 @@ pub enum Change {
     Keep,
     /// The key's new value (its type is the update's).
     Write(Bytes),
+    /// A new value that shares the old one's chunk tree (a copy-on-write update, which
+    /// frees the chunks it replaced itself): only the old object's own block is freed.
+    WriteSharing(Bytes),
     /// Remove the key (a collection left empty).
     Delete,
 }

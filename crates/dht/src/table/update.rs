@@ -52,8 +52,9 @@ impl Dht {
             if live.is_some_and(|l| l.kind != kind) {
                 return Err(DhtError::WrongType);
             }
-            let value = match f(live.and_then(|l| l.value.as_ref())) {
-                Ok(Change::Write(v)) => v,
+            let (value, sharing) = match f(live.and_then(|l| l.value.as_ref())) {
+                Ok(Change::Write(v)) => (v, false),
+                Ok(Change::WriteSharing(v)) => (v, true),
                 Ok(Change::Keep) => return Ok(Ok(())),
                 Ok(Change::Delete) => {
                     drop(split_guard);
@@ -98,7 +99,17 @@ impl Dht {
             };
             match outcome {
                 TxOutcome::Committed => {
-                    self.replaced(loc.db, found, meta).await;
+                    match found
+                        .as_ref()
+                        .and_then(|f| f.word.object())
+                        .filter(|_| sharing)
+                    {
+                        Some(prev) => {
+                            self.count_key(loc.db, 0, found.as_ref().map(|f| f.meta), Some(meta));
+                            self.pool.free_head(prev);
+                        }
+                        None => self.replaced(loc.db, found, meta).await,
+                    }
                     return Ok(Ok(()));
                 }
                 TxOutcome::Conflict { .. } | TxOutcome::Locked => {

@@ -34,9 +34,12 @@ impl Pool {
                 self.free(block);
                 return Err(e);
             }
+            // A tree's root owns its chunks: the slot word says so (the chained
+            // bit), so that freeing the object frees them too.
+            let owns_tree = kind != ValueKind::String && crate::chunk::is_tree_value(value);
             return Ok(ObjectRef {
                 block,
-                chained: false,
+                chained: owns_tree,
             });
         }
         self.write_chained(db, key, kind, value, max).await
@@ -95,21 +98,61 @@ impl Pool {
         result
     }
 
-    /// Frees an object (and its chunks) after the grace period.
+    /// Frees an object (and its chunks, or the chunk tree it owns) after the grace
+    /// period.
     pub async fn free_object(&self, obj: ObjectRef) {
         if obj.chained {
             let mut head = vec![0u8; obj.block.size() as usize];
-            if self.read(obj.block.addr, &mut head).await.is_ok()
-                && let Head::Chained { chunks, .. } = object::parse_head(&head)
-            {
-                for c in chunks {
-                    self.free(Block {
-                        addr: c.addr,
-                        class: c.class,
-                    });
+            if self.read(obj.block.addr, &mut head).await.is_ok() {
+                match object::parse_head(&head) {
+                    Head::Chained { chunks, .. } => {
+                        for c in chunks {
+                            self.free(Block {
+                                addr: c.addr,
+                                class: c.class,
+                            });
+                        }
+                    }
+                    Head::Inline { kind, value, .. } if kind != ValueKind::String => {
+                        if let Some(root) = crate::chunk::TreeRoot::parse(&head[value]) {
+                            self.free_tree(root).await;
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
         self.free(obj.block);
+    }
+
+    /// Frees only the object's own block: its new version shares the chunk tree (a
+    /// copy-on-write update freed the chunks it replaced itself).
+    pub fn free_head(&self, obj: ObjectRef) {
+        self.free(obj.block);
+    }
+
+    /// Frees every chunk of a tree. Inner chunks are read to find their children;
+    /// leaves are freed unread. A chunk that fails its checks is not followed (it was
+    /// freed already, or never written).
+    pub async fn free_tree(&self, root: crate::chunk::TreeRoot) {
+        let mut todo = vec![(root.root, root.height)];
+        while let Some((r, level)) = todo.pop() {
+            let Some(block) = crate::chunk::block_of(r) else {
+                continue;
+            };
+            if level > 1 {
+                let mut buf = vec![0u8; block.size() as usize];
+                if self.read(block.addr, &mut buf).await.is_err() {
+                    continue;
+                }
+                if let Ok(c) = crate::chunk::parse(&buf, None, u64::MAX)
+                    && c.kind == crate::chunk::INNER
+                    && let Ok(children) = crate::chunk::inner_entries(&c)
+                {
+                    todo.extend(children.iter().map(|e| (e.child, level - 1)));
+                }
+            }
+            self.free(block);
+        }
     }
 }
