@@ -59,6 +59,9 @@ pub(super) struct PeerConn {
     buf: BytesMut,
     /// The database the connection has selected.
     db: u8,
+    /// The protocol the connection speaks (`HELLO`): the client's, so the owner shapes
+    /// replies (RESP2 flat pairs or RESP3 maps and doubles) for the client.
+    proto: u8,
     engine: Arc<Engine>,
 }
 
@@ -80,7 +83,12 @@ impl Router {
         args: &[Bytes],
     ) -> std::io::Result<Reply> {
         let mut replies = self
-            .forward_many_within(addr, session.db, &[args], forward_timeout(args))
+            .forward_many_within(
+                addr,
+                (session.db, session.proto),
+                &[args],
+                forward_timeout(args),
+            )
             .await?;
         replies
             .pop()
@@ -92,10 +100,10 @@ impl Router {
     pub(super) async fn forward_many(
         &self,
         addr: &str,
-        db: u8,
+        (db, proto): (u8, u8),
         commands: &[&[Bytes]],
     ) -> std::io::Result<Vec<Reply>> {
-        self.forward_many_within(addr, db, commands, FORWARD_TIMEOUT)
+        self.forward_many_within(addr, (db, proto), commands, FORWARD_TIMEOUT)
             .await
     }
 
@@ -103,7 +111,7 @@ impl Router {
     async fn forward_many_within(
         &self,
         addr: &str,
-        db: u8,
+        (db, proto): (u8, u8),
         commands: &[&[Bytes]],
         within: Duration,
     ) -> std::io::Result<Vec<Reply>> {
@@ -113,6 +121,13 @@ impl Router {
             None => self.connect(addr).await?,
         };
         let mut out = BytesMut::new();
+        let hello = conn.proto != proto;
+        if hello {
+            encode_command(
+                &[Bytes::from_static(b"HELLO"), Bytes::from(proto.to_string())],
+                &mut out,
+            );
+        }
         let select = conn.db != db;
         if select {
             encode_command(
@@ -125,6 +140,16 @@ impl Router {
         }
         let replies = tokio::time::timeout(within, async {
             conn.stream.write_all(&out).await?;
+            if hello {
+                match conn.read_reply().await? {
+                    Reply::Error(e) => {
+                        return Err(std::io::Error::other(format!(
+                            "the owner refused HELLO: {e}"
+                        )));
+                    }
+                    _ => conn.proto = proto,
+                }
+            }
             if select {
                 match conn.read_reply().await? {
                     Reply::Error(e) => {
@@ -198,7 +223,10 @@ impl Router {
             };
             let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {
                 let refs: Vec<&[Bytes]> = idx.iter().map(|&i| &commands[i][..]).collect();
-                async move { self.forward_many(addr, shared.db, &refs).await }
+                async move {
+                    self.forward_many(addr, (shared.db, shared.proto), &refs)
+                        .await
+                }
             }));
             let (local_replies, remote_replies) = tokio::join!(local_run, remote_runs);
             for (&i, r) in local.iter().zip(local_replies) {
@@ -290,7 +318,10 @@ impl Router {
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
         let mut replies = Vec::with_capacity(commands.len());
-        match self.forward_many(addr, session.db, &refs).await {
+        match self
+            .forward_many(addr, (session.db, session.proto), &refs)
+            .await
+        {
             Ok(got) => {
                 for (args, reply) in commands.iter().zip(got) {
                     if redirected(&reply) {
@@ -362,6 +393,7 @@ impl Router {
             stream,
             buf: BytesMut::with_capacity(4096),
             db: 0,
+            proto: 2,
             engine: self.engine.clone(),
         };
         let mut out = BytesMut::new();
@@ -373,12 +405,6 @@ impl Router {
             .map(|s| s.bytes().clone())
             .unwrap_or_default();
         encode_command(&[Bytes::from_static(PEER_HELLO), secret], &mut out);
-        // RESP3, so that typed replies (doubles, maps, sets) reach the client's agent
-        // intact and are encoded there in the client's protocol.
-        encode_command(
-            &[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")],
-            &mut out,
-        );
         conn.stream.write_all(&out).await?;
         if self.password.is_some()
             && let Reply::Error(e) = conn.read_reply().await?
@@ -387,9 +413,6 @@ impl Router {
         }
         if let Reply::Error(e) = conn.read_reply().await? {
             return Err(std::io::Error::other(format!("peer refused DMC.PEER: {e}")));
-        }
-        if let Reply::Error(e) = conn.read_reply().await? {
-            return Err(std::io::Error::other(format!("peer refused HELLO 3: {e}")));
         }
         tracing::debug!(%addr, "opened a forwarding connection");
         Ok(conn)

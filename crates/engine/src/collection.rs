@@ -161,6 +161,7 @@ pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt>
     Ok(match kind {
         ValueKind::String => crate::introspect::string_encoding(value),
         ValueKind::Hash => crate::hashes::encoding(&Packed::parse(value)?),
+        ValueKind::List if dmc_umo::chunk::TreeRoot::parse(value).is_some() => "quicklist",
         ValueKind::List => crate::lists::encoding(&Packed::parse(value)?),
         ValueKind::Set => crate::sets::encoding(&Packed::parse(value)?)?,
         ValueKind::ZSet => crate::zsets::encoding(&Packed::parse(value)?),

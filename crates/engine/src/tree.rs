@@ -250,6 +250,15 @@ impl<'p> Tree<'p> {
         }
     }
 
+    /// A copy of this tree for another key (whose chunks carry `tag`): every record
+    /// read and written anew, O(size), as COPY and RENAME need.
+    pub async fn copy_for(&self, tag: u32) -> Result<Written, TreeError> {
+        let records = self.range(0, u64::MAX).await?;
+        Tree::build(self.pool, tag, self.root.flags, records, self.key_of)
+            .write()
+            .await
+    }
+
     pub fn len(&self) -> u64 {
         self.root.count
     }

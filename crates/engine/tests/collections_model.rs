@@ -3,7 +3,8 @@
 //! memory nodes over `shm`) and against a plain in-memory model of Redis's semantics;
 //! every reply must match. Keys are shared across types, so WRONGTYPE and type changes
 //! (DEL, then another type) are exercised, and long pushes and long values cross the
-//! listpack limits (the one-way conversion to the big encodings).
+//! listpack limits (the one-way conversion to the big encodings) and, for lists, the
+//! packed size past which a list is a chunk tree (splits, merges, shrinking).
 
 #[path = "../../dht/tests/common/mod.rs"]
 mod common;
@@ -62,6 +63,12 @@ fn member(i: u8) -> Bytes {
     Bytes::from(format!("m{}", i % 12))
 }
 
+/// A list element: one of twelve, 3 to 60 bytes long, so that long pushes make lists
+/// past the packed limit (chunk trees).
+fn item(i: u8) -> Bytes {
+    Bytes::from(format!("i{:02}", i % 12).repeat(1 + usize::from(i % 5) * 5))
+}
+
 /// A value of `len` bytes: past 64 bytes a hash turns to its big encoding.
 fn value(seed: u8, len: usize) -> Bytes {
     Bytes::from(vec![b'a' + seed % 26; len])
@@ -75,12 +82,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (k.clone(), any::<u8>()).prop_map(|(k, f)| Op::HGet(k, f)),
         1 => k.clone().prop_map(Op::HGetAll),
         1 => (k.clone(), any::<u8>(), -5i64..5).prop_map(|(k, f, n)| Op::HIncrBy(k, f, n)),
-        3 => (k.clone(), any::<bool>(), proptest::collection::vec(any::<u8>(), 1..60)).prop_map(|(k, l, v)| Op::Push(k, l, v)),
-        2 => (k.clone(), any::<bool>(), proptest::option::of(0usize..5)).prop_map(|(k, l, c)| Op::Pop(k, l, c)),
-        1 => (k.clone(), -8i64..8, -8i64..8).prop_map(|(k, a, b)| Op::LRange(k, a, b)),
-        1 => (k.clone(), -6i64..6, any::<u8>()).prop_map(|(k, i, v)| Op::LSet(k, i, v)),
+        3 => (k.clone(), any::<bool>(), proptest::collection::vec(any::<u8>(), 1..120)).prop_map(|(k, l, v)| Op::Push(k, l, v)),
+        2 => (k.clone(), any::<bool>(), proptest::option::of(0usize..40)).prop_map(|(k, l, c)| Op::Pop(k, l, c)),
+        1 => (k.clone(), -300i64..300, -300i64..300).prop_map(|(k, a, b)| Op::LRange(k, a, b)),
+        1 => (k.clone(), -200i64..200, any::<u8>()).prop_map(|(k, i, v)| Op::LSet(k, i, v)),
         1 => (k.clone(), -3i64..3, any::<u8>()).prop_map(|(k, c, v)| Op::LRem(k, c, v)),
-        1 => (k.clone(), -20i64..20, -20i64..20).prop_map(|(k, a, b)| Op::LTrim(k, a, b)),
+        1 => (k.clone(), -200i64..200, -200i64..200).prop_map(|(k, a, b)| Op::LTrim(k, a, b)),
         3 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..8)).prop_map(|(k, m)| Op::SAdd(k, m)),
         1 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..4)).prop_map(|(k, m)| Op::SRem(k, m)),
         1 => k.clone().prop_map(Op::SMembers),
@@ -204,9 +211,9 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             let mut l = take!(k, List, VecDeque::new());
             for i in items {
                 if *left {
-                    l.push_front(member(*i));
+                    l.push_front(item(*i));
                 } else {
-                    l.push_back(member(*i));
+                    l.push_back(item(*i));
                 }
             }
             let n = l.len() as i64;
@@ -247,14 +254,14 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             } else if !(0..len).contains(&at) {
                 Reply::err("ERR index out of range")
             } else {
-                l[at as usize] = member(*v);
+                l[at as usize] = item(*v);
                 put!(k, List, l);
                 Reply::ok()
             }
         }
         Op::LRem(k, count, v) => {
             let mut l = take!(k, List, VecDeque::new());
-            let target = member(*v);
+            let target = item(*v);
             let limit = if *count == 0 {
                 usize::MAX
             } else {
@@ -401,15 +408,15 @@ fn cmd_of(op: &Op) -> Vec<Bytes> {
         Op::HIncrBy(k, f, n) => a.extend([b("HINCRBY"), key(k), member(*f), b(n.to_string())]),
         Op::Push(k, left, items) => {
             a.extend([b(if *left { "LPUSH" } else { "RPUSH" }), key(k)]);
-            a.extend(items.iter().map(|i| member(*i)));
+            a.extend(items.iter().map(|i| item(*i)));
         }
         Op::Pop(k, left, count) => {
             a.extend([b(if *left { "LPOP" } else { "RPOP" }), key(k)]);
             a.extend(count.map(|c| b(c.to_string())));
         }
         Op::LRange(k, x, y) => a.extend([b("LRANGE"), key(k), b(x.to_string()), b(y.to_string())]),
-        Op::LSet(k, i, v) => a.extend([b("LSET"), key(k), b(i.to_string()), member(*v)]),
-        Op::LRem(k, c, v) => a.extend([b("LREM"), key(k), b(c.to_string()), member(*v)]),
+        Op::LSet(k, i, v) => a.extend([b("LSET"), key(k), b(i.to_string()), item(*v)]),
+        Op::LRem(k, c, v) => a.extend([b("LREM"), key(k), b(c.to_string()), item(*v)]),
         Op::LTrim(k, x, y) => a.extend([b("LTRIM"), key(k), b(x.to_string()), b(y.to_string())]),
         Op::SAdd(k, ms) | Op::SRem(k, ms) => {
             a.extend([

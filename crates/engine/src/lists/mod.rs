@@ -2,9 +2,15 @@
 //! LREM, LINSERT, LPOS and LMOVE, with Redis 7 semantics and error texts. The blocking
 //! forms wait in [`crate::blocking`] and pop here.
 //!
-//! A list is stored packed ([`crate::packed`]: elements head to tail). Reads walk the
-//! packed value; writes decode it into a [`ListValue`], edit it and commit it whole
-//! through [`collection::change`]. Every push wakes the clients blocked on the key.
+//! A small list is stored packed ([`crate::packed`]: elements head to tail), a large
+//! one as a chunk tree ordered by position ([`crate::tree`]); [`edit`] applies a change
+//! to either and converts a packed list that outgrows [`edit::TREE_AT`]. Reads walk the
+//! packed value or read the tree's chunks. Every push wakes the clients blocked on the
+//! key.
+
+mod edit;
+
+pub(crate) use edit::{ListOp, Outcome, Stored};
 
 use std::collections::VecDeque;
 
@@ -12,9 +18,10 @@ use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 
-use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
+use crate::collection::{MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::ListCmd;
+use crate::tree::{Tree, TreeError};
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
 
 const KIND: ValueKind = ValueKind::List;
@@ -87,13 +94,6 @@ impl ListValue {
     }
 }
 
-fn decode_or_new(cur: Option<Packed>) -> Result<ListValue, Reply> {
-    Ok(match cur {
-        Some(p) => ListValue::decode(&p)?,
-        None => ListValue::default(),
-    })
-}
-
 /// Redis's name for a packed list's encoding.
 pub fn encoding(p: &Packed) -> &'static str {
     if p.big { "quicklist" } else { "listpack" }
@@ -134,15 +134,10 @@ pub(crate) async fn pop(
     end: End,
     count: usize,
 ) -> Result<Option<Vec<Bytes>>, Reply> {
-    collection::change(engine, db, key, KIND, |cur| {
-        let Some(p) = cur else {
-            return Ok((Change::Keep, None));
-        };
-        let mut l = ListValue::decode(&p)?;
-        let popped: Vec<Bytes> = (0..count).map_while(|_| l.pop(end)).collect();
-        Ok((l.into_change(), Some(popped)))
-    })
-    .await
+    match edit::edit(engine, db, key, ListOp::Pop { end, count }).await? {
+        Outcome::Popped(p) => Ok(p),
+        _ => Ok(None),
+    }
 }
 
 /// Pushes `items` (in order) onto `end` of `key`; with `only_existing`, nothing happens
@@ -156,18 +151,15 @@ pub(crate) async fn push(
     items: &[Bytes],
     only_existing: bool,
 ) -> Result<i64, Reply> {
-    let len = collection::change(engine, db, key, KIND, |cur| {
-        if only_existing && cur.is_none() {
-            return Ok((Change::Keep, 0));
-        }
-        let mut l = decode_or_new(cur)?;
-        for i in items {
-            l.push(end, i.clone());
-        }
-        let len = l.items.len() as i64;
-        Ok((l.into_change(), len))
-    })
-    .await?;
+    let op = ListOp::Push {
+        end,
+        items,
+        only_existing,
+    };
+    let len = match edit::edit(engine, db, key, op).await? {
+        Outcome::Len(n) => n,
+        _ => 0,
+    };
     if len > 0 {
         engine.blocking.wake(db, key);
     }
@@ -186,33 +178,31 @@ pub(crate) async fn move_one(
 ) -> Result<Option<Bytes>, Reply> {
     let _held = engine.lock_keys([src, dst].into_iter()).await;
     // The destination's type is checked before anything is popped.
-    collection::load(engine, db, dst, KIND).await?;
-    let popped = collection::change_locked(engine, db, src, KIND, |cur| {
-        let Some(p) = cur else {
-            return Ok((Change::Keep, None));
-        };
-        let mut l = ListValue::decode(&p)?;
-        let item = l.pop(from);
-        if src == dst {
-            // A rotation: one commit of the one list.
-            if let Some(i) = &item {
-                l.push(to, i.clone());
-            }
-        }
-        Ok((l.into_change(), item))
-    })
-    .await?;
+    edit::load(engine, db, dst).await?;
+    let popped = match edit::edit_locked(
+        engine,
+        db,
+        src,
+        ListOp::Pop {
+            end: from,
+            count: 1,
+        },
+    )
+    .await?
+    {
+        Outcome::Popped(Some(mut items)) => items.pop(),
+        _ => None,
+    };
     let Some(item) = popped else {
         return Ok(None);
     };
-    if src != dst {
-        collection::change_locked(engine, db, dst, KIND, |cur| {
-            let mut l = decode_or_new(cur)?;
-            l.push(to, item.clone());
-            Ok((l.into_change(), ()))
-        })
-        .await?;
-    }
+    let items = [item.clone()];
+    let push = ListOp::Push {
+        end: to,
+        items: &items,
+        only_existing: false,
+    };
+    edit::edit_locked(engine, db, dst, push).await?;
     engine.blocking.wake(db, dst);
     Ok(Some(item))
 }
@@ -264,67 +254,32 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             let Some(index) = parse_i64(&args[2]) else {
                 return Reply::err(NOT_INTEGER);
             };
-            tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Err(Reply::err("ERR no such key"));
-                    };
-                    let mut l = ListValue::decode(&p)?;
-                    let len = l.items.len() as i64;
-                    let i = if index < 0 { len + index } else { index };
-                    if !(0..len).contains(&i) {
-                        return Err(Reply::err("ERR index out of range"));
-                    }
-                    l.big |= args[3].len() > MAX_LISTPACK_VALUE;
-                    l.items[i as usize] = args[3].clone();
-                    Ok((l.into_change(), ()))
-                })
-                .await
-            );
+            let op = ListOp::Set {
+                index,
+                item: &args[3],
+            };
+            tri!(edit::edit(engine, db, key, op).await);
             Reply::ok()
         }
         ListCmd::LTrim => {
             let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
                 return Reply::err(NOT_INTEGER);
             };
-            tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, ()));
-                    };
-                    let mut l = ListValue::decode(&p)?;
-                    match range(start, stop, l.items.len()) {
-                        Some((first, last)) => {
-                            l.items.truncate(last + 1);
-                            l.items.drain(..first);
-                        }
-                        None => l.items.clear(),
-                    }
-                    Ok((l.into_change(), ()))
-                })
-                .await
-            );
+            tri!(edit::edit(engine, db, key, ListOp::Trim { start, stop }).await);
             Reply::ok()
         }
         ListCmd::LRem => {
             let Some(count) = parse_i64(&args[2]) else {
                 return Reply::err(NOT_INTEGER);
             };
-            let removed = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, 0));
-                    };
-                    let mut l = ListValue::decode(&p)?;
-                    let removed = remove(&mut l.items, &args[3], count);
-                    if removed == 0 {
-                        return Ok((Change::Keep, 0));
-                    }
-                    Ok((l.into_change(), removed as i64))
-                })
-                .await
-            );
-            Reply::Int(removed)
+            let op = ListOp::Rem {
+                count,
+                item: &args[3],
+            };
+            match tri!(edit::edit(engine, db, key, op).await) {
+                Outcome::Removed(n) => Reply::Int(n),
+                _ => Reply::Int(0),
+            }
         }
         ListCmd::LInsert => {
             let after = if args[2].eq_ignore_ascii_case(b"AFTER") {
@@ -334,24 +289,15 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             } else {
                 return Reply::err(SYNTAX);
             };
-            let len = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, 0));
-                    };
-                    let mut l = ListValue::decode(&p)?;
-                    let Some(at) = l.items.iter().position(|i| *i == args[3]) else {
-                        return Ok((Change::Keep, -1));
-                    };
-                    l.big |= args[4].len() > MAX_LISTPACK_VALUE;
-                    l.items.insert(at + after as usize, args[4].clone());
-                    l.big |= l.items.len() > MAX_LISTPACK_ENTRIES;
-                    let len = l.items.len() as i64;
-                    Ok((l.into_change(), len))
-                })
-                .await
-            );
-            Reply::Int(len)
+            let op = ListOp::Insert {
+                after,
+                pivot: &args[3],
+                item: &args[4],
+            };
+            match tri!(edit::edit(engine, db, key, op).await) {
+                Outcome::Len(n) => Reply::Int(n),
+                _ => Reply::Int(0),
+            }
         }
         ListCmd::LMove | ListCmd::RPopLPush => {
             let (from, to) = if cmd == ListCmd::RPopLPush {
@@ -378,38 +324,6 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
         | ListCmd::BLMPop => crate::blocking::run_list(engine, s, db, cmd, args).await,
         _ => read(engine, db, cmd, args).await,
     }
-}
-
-/// Removes up to |count| elements equal to `item` (from the head when count ≥ 0, the
-/// tail when negative; 0: all). Returns how many.
-fn remove(items: &mut VecDeque<Bytes>, item: &[u8], count: i64) -> usize {
-    let limit = if count == 0 {
-        usize::MAX
-    } else {
-        count.unsigned_abs() as usize
-    };
-    let mut removed = 0;
-    if count >= 0 {
-        items.retain(|i| {
-            if removed < limit && i == item {
-                removed += 1;
-                false
-            } else {
-                true
-            }
-        });
-    } else {
-        let mut keep: VecDeque<Bytes> = VecDeque::with_capacity(items.len());
-        while let Some(i) = items.pop_back() {
-            if removed < limit && i == item {
-                removed += 1;
-            } else {
-                keep.push_front(i);
-            }
-        }
-        *items = keep;
-    }
-    removed
 }
 
 /// LMPOP's and BLMPOP's arguments.
@@ -462,22 +376,75 @@ pub(crate) async fn mpop_once(engine: &Engine, db: u8, m: &MPop) -> Result<Reply
     Ok(Reply::NullArray)
 }
 
+/// Reads of a list that another agent may be rewriting start over this many times
+/// when a chunk they reach was replaced meanwhile.
+const READ_ATTEMPTS: usize = 8;
+
 /// The read-only list commands.
 async fn read(engine: &Engine, db: u8, cmd: ListCmd, args: &[Bytes]) -> Reply {
-    let p = tri!(collection::load(engine, db, &args[1], KIND).await);
+    for _ in 0..READ_ATTEMPTS {
+        let stored = tri!(edit::load(engine, db, &args[1]).await);
+        match stored {
+            Some(Stored::Tree(root)) => {
+                let tree = Tree::open(engine.dht.pool(), edit::tag(db, &args[1]), root, None);
+                match read_tree(&tree, cmd, args).await {
+                    Err(TreeError::Stale) => continue,
+                    Err(e) => return Reply::from(e),
+                    Ok(r) => return r,
+                }
+            }
+            Some(Stored::Packed(p)) => return read_packed(Some(p), cmd, args),
+            None => return read_packed(None, cmd, args),
+        }
+    }
+    Reply::from(TreeError::Stale)
+}
+
+/// A list index argument as a position in a list of `len`, if inside it.
+fn position(arg: &[u8], len: u64) -> Result<Option<u64>, Reply> {
+    let index = parse_i64(arg).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+    let len = len as i64;
+    let i = if index < 0 { len + index } else { index };
+    Ok((0..len).contains(&i).then_some(i as u64))
+}
+
+async fn read_tree(tree: &Tree<'_>, cmd: ListCmd, args: &[Bytes]) -> Result<Reply, TreeError> {
+    Ok(match cmd {
+        ListCmd::LLen => Reply::Int(tree.len() as i64),
+        ListCmd::LIndex => match position(&args[2], tree.len()) {
+            Ok(Some(i)) => tree.get(i).await?.map_or(Reply::Null, Reply::Bulk),
+            Ok(None) => Reply::Null,
+            Err(r) => r,
+        },
+        ListCmd::LRange => {
+            let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+                return Ok(Reply::err(NOT_INTEGER));
+            };
+            match range(start, stop, tree.len() as usize) {
+                Some((first, last)) => Reply::Array(
+                    tree.range(first as u64, last as u64)
+                        .await?
+                        .into_iter()
+                        .map(Reply::Bulk)
+                        .collect(),
+                ),
+                None => Reply::Array(Vec::new()),
+            }
+        }
+        ListCmd::LPos => lpos(tree.range(0, u64::MAX).await?, args),
+        _ => Reply::err("ERR internal: a write reached the list read path"),
+    })
+}
+
+fn read_packed(p: Option<Packed>, cmd: ListCmd, args: &[Bytes]) -> Reply {
     match cmd {
         ListCmd::LLen => Reply::Int(p.map_or(0, |p| p.count as i64)),
         ListCmd::LIndex => {
-            let Some(index) = parse_i64(&args[2]) else {
-                return Reply::err(NOT_INTEGER);
-            };
-            let Some(p) = p else { return Reply::Null };
-            let len = p.count as i64;
-            let i = if index < 0 { len + index } else { index };
-            if !(0..len).contains(&i) {
+            let len = p.as_ref().map_or(0, |p| u64::from(p.count));
+            let Some(i) = tri!(position(&args[2], len)) else {
                 return Reply::Null;
-            }
-            match p.elements().nth(i as usize) {
+            };
+            match p.and_then(|p| p.elements().nth(i as usize)) {
                 Some(item) => Reply::Bulk(tri!(item)),
                 None => Reply::from(Corrupt),
             }
@@ -498,13 +465,19 @@ async fn read(engine: &Engine, db: u8, cmd: ListCmd, args: &[Bytes]) -> Reply {
             }
             Reply::Array(out)
         }
-        ListCmd::LPos => lpos(p, args),
+        ListCmd::LPos => {
+            let items = match &p {
+                Some(p) => tri!(p.collect(1)),
+                None => Vec::new(),
+            };
+            lpos(items, args)
+        }
         _ => Reply::err("ERR internal: a write reached the list read path"),
     }
 }
 
 /// `LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]`.
-fn lpos(p: Option<Packed>, args: &[Bytes]) -> Reply {
+fn lpos(items: Vec<Bytes>, args: &[Bytes]) -> Reply {
     let (mut rank, mut count, mut maxlen) = (1i64, None, 0usize);
     let mut i = 3;
     while i < args.len() {
@@ -540,10 +513,6 @@ fn lpos(p: Option<Packed>, args: &[Bytes]) -> Reply {
         }
         i += 2;
     }
-    let items = match &p {
-        Some(p) => tri!(p.collect(1)),
-        None => Vec::new(),
-    };
     let len = items.len();
     let order: Box<dyn Iterator<Item = usize>> = if rank > 0 {
         Box::new(0..len)
@@ -588,36 +557,5 @@ mod tests {
         assert_eq!(range(2, 1, 3), None);
         assert_eq!(range(-10, -5, 3), None);
         assert_eq!(range(0, 0, 0), None);
-    }
-
-    #[test]
-    fn lrem_counts_from_either_end() {
-        let mk = || -> VecDeque<Bytes> {
-            ["a", "b", "a", "c", "a"]
-                .iter()
-                .map(|s| Bytes::from(*s))
-                .collect()
-        };
-        let mut l = mk();
-        assert_eq!(remove(&mut l, b"a", 2), 2);
-        assert_eq!(
-            l,
-            ["b", "c", "a"]
-                .iter()
-                .map(|s| Bytes::from(*s))
-                .collect::<VecDeque<_>>()
-        );
-        let mut l = mk();
-        assert_eq!(remove(&mut l, b"a", -1), 1);
-        assert_eq!(
-            l,
-            ["a", "b", "a", "c"]
-                .iter()
-                .map(|s| Bytes::from(*s))
-                .collect::<VecDeque<_>>()
-        );
-        let mut l = mk();
-        assert_eq!(remove(&mut l, b"a", 0), 3);
-        assert_eq!(l.len(), 2);
     }
 }

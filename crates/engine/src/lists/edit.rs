@@ -1,0 +1,438 @@
+//! List changes on either representation: a packed value (decoded, edited, encoded;
+//! past [`TREE_AT`] bytes it becomes a chunk tree) or a chunk tree (edited on the
+//! copied path, written as new chunks). Each change reads the key, works, and commits
+//! only if the key still holds what it read (under the key's lock nothing else of this
+//! agent writes it; eviction or expiry may), else starts over.
+
+use bytes::Bytes;
+use dmc_dht::{Change, ValueKind};
+use dmc_resp::Reply;
+use dmc_umo::chunk::TreeRoot;
+
+use super::{End, KIND, ListValue, range};
+use crate::packed::{BIG, Packed};
+use crate::tree::{Tree, TreeError};
+use crate::{Engine, error_reply};
+
+/// A packed list past this many bytes is stored as a chunk tree instead.
+pub const TREE_AT: usize = 4096;
+/// Times a change starts over because the key changed under it.
+const ATTEMPTS: usize = 8;
+
+/// One list change.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ListOp<'a> {
+    Push {
+        end: End,
+        items: &'a [Bytes],
+        only_existing: bool,
+    },
+    Pop {
+        end: End,
+        count: usize,
+    },
+    Set {
+        index: i64,
+        item: &'a Bytes,
+    },
+    Trim {
+        start: i64,
+        stop: i64,
+    },
+    Rem {
+        count: i64,
+        item: &'a Bytes,
+    },
+    Insert {
+        after: bool,
+        pivot: &'a Bytes,
+        item: &'a Bytes,
+    },
+}
+
+/// What a change answers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    /// The list's length after a push or insert (0: no list; -1: no pivot).
+    Len(i64),
+    /// Popped elements, `None` when the key does not exist.
+    Popped(Option<Vec<Bytes>>),
+    /// Elements removed (LREM).
+    Removed(i64),
+    Done,
+}
+
+impl From<TreeError> for Reply {
+    fn from(e: TreeError) -> Reply {
+        match e {
+            TreeError::Stale => {
+                Reply::err("TRYAGAIN the list changed while it was read, try again")
+            }
+            TreeError::Pool(p) => error_reply(p.into()),
+        }
+    }
+}
+
+/// The hash tag chunks of `key` carry.
+pub(crate) fn tag(db: u8, key: &[u8]) -> u32 {
+    dmc_dht::hash::key_hash(db, key) as u32
+}
+
+/// Applies `op` to `key` under its lock (taken here).
+pub(crate) async fn edit(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: ListOp<'_>,
+) -> Result<Outcome, Reply> {
+    let _g = engine.lock_key(key).await;
+    edit_locked(engine, db, key, op).await
+}
+
+/// [`edit`] for a caller holding the key's lock.
+pub(crate) async fn edit_locked(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: ListOp<'_>,
+) -> Result<Outcome, Reply> {
+    for _ in 0..ATTEMPTS {
+        let cur = engine.dht.get(db, key).await.map_err(error_reply)?;
+        let old = match &cur {
+            Some(e) if e.kind != KIND => return Err(error_reply(dmc_dht::DhtError::WrongType)),
+            Some(e) => Some(e.value.clone()),
+            None => None,
+        };
+        let done = match old.as_ref().and_then(|v| TreeRoot::parse(v)) {
+            Some(root) => edit_tree(engine, db, key, op, old.as_ref(), root).await?,
+            None => edit_packed(engine, db, key, op, old.as_ref()).await?,
+        };
+        if let Some(outcome) = done {
+            engine.wrote_typed(db, key, KIND, None);
+            return Ok(outcome);
+        }
+    }
+    Err(Reply::err(
+        "TRYAGAIN too much contention on this key, try again",
+    ))
+}
+
+/// Commits `change` if `key` still holds `old`; false if it changed meanwhile.
+async fn commit(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    old: Option<&Bytes>,
+    change: Change,
+) -> Result<bool, Reply> {
+    let mut applied = false;
+    engine
+        .dht
+        .update_kind(db, key, KIND, |cur| {
+            if cur != old {
+                return Ok::<Change, Reply>(Change::Keep);
+            }
+            applied = true;
+            Ok(change.clone())
+        })
+        .await
+        .map_err(error_reply)??;
+    Ok(applied)
+}
+
+/// A packed (or absent) list: `None` if the key changed before the commit.
+async fn edit_packed(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: ListOp<'_>,
+    old: Option<&Bytes>,
+) -> Result<Option<Outcome>, Reply> {
+    let mut list = match old {
+        Some(v) => Some(ListValue::decode(&Packed::parse(v)?)?),
+        None => None,
+    };
+    let (changed, outcome) = apply_packed(&mut list, op)?;
+    if !changed {
+        return Ok(Some(outcome));
+    }
+    let list = list.unwrap_or_default();
+    if list.items.is_empty() {
+        return Ok(commit(engine, db, key, old, Change::Delete)
+            .await?
+            .then_some(outcome));
+    }
+    let packed = list.encode();
+    if packed.len() <= TREE_AT {
+        let change = Change::Write(packed.into());
+        return Ok(commit(engine, db, key, old, change)
+            .await?
+            .then_some(outcome));
+    }
+    // Too big to rewrite whole per change: a chunk tree from now on.
+    let pool = engine.dht.pool();
+    let records: Vec<Bytes> = list.items.into_iter().collect();
+    let written = Tree::build(pool, tag(db, key), BIG, records, None)
+        .write()
+        .await?;
+    let mut head = Vec::new();
+    written.root.encode(&mut head);
+    match commit(engine, db, key, old, Change::Write(head.into())).await {
+        Ok(true) => Ok(Some(outcome)),
+        other => {
+            for b in written.written {
+                pool.free(b);
+            }
+            other.map(|_| None)
+        }
+    }
+}
+
+/// The change on a decoded list (`None`: the key does not exist): whether it changed
+/// the list, and the answer.
+fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, Outcome), Reply> {
+    match op {
+        ListOp::Push {
+            end,
+            items,
+            only_existing,
+        } => {
+            if only_existing && list.is_none() {
+                return Ok((false, Outcome::Len(0)));
+            }
+            let l = list.get_or_insert_with(ListValue::default);
+            for i in items {
+                l.push(end, i.clone());
+            }
+            Ok((true, Outcome::Len(l.items.len() as i64)))
+        }
+        ListOp::Pop { end, count } => {
+            let Some(l) = list else {
+                return Ok((false, Outcome::Popped(None)));
+            };
+            let popped: Vec<Bytes> = (0..count).map_while(|_| l.pop(end)).collect();
+            Ok((!popped.is_empty(), Outcome::Popped(Some(popped))))
+        }
+        ListOp::Set { index, item } => {
+            let Some(l) = list else {
+                return Err(Reply::err("ERR no such key"));
+            };
+            let at = index_in(index, l.items.len() as u64)?;
+            l.big |= item.len() > crate::collection::MAX_LISTPACK_VALUE;
+            l.items[at as usize] = item.clone();
+            Ok((true, Outcome::Done))
+        }
+        ListOp::Trim { start, stop } => {
+            let Some(l) = list else {
+                return Ok((false, Outcome::Done));
+            };
+            match range(start, stop, l.items.len()) {
+                Some((first, last)) => {
+                    l.items.truncate(last + 1);
+                    l.items.drain(..first);
+                }
+                None => l.items.clear(),
+            }
+            Ok((true, Outcome::Done))
+        }
+        ListOp::Rem { count, item } => {
+            let Some(l) = list else {
+                return Ok((false, Outcome::Removed(0)));
+            };
+            let all: Vec<Bytes> = l.items.iter().cloned().collect();
+            let gone = removals(&all, item, count);
+            for &i in gone.iter().rev() {
+                l.items.remove(i);
+            }
+            Ok((!gone.is_empty(), Outcome::Removed(gone.len() as i64)))
+        }
+        ListOp::Insert { after, pivot, item } => {
+            let Some(l) = list else {
+                return Ok((false, Outcome::Len(0)));
+            };
+            let Some(at) = l.items.iter().position(|i| i == pivot) else {
+                return Ok((false, Outcome::Len(-1)));
+            };
+            l.big |= item.len() > crate::collection::MAX_LISTPACK_VALUE;
+            l.items.insert(at + after as usize, item.clone());
+            l.big |= l.items.len() > crate::collection::MAX_LISTPACK_ENTRIES;
+            Ok((true, Outcome::Len(l.items.len() as i64)))
+        }
+    }
+}
+
+/// A list index (negative from the end) as a position, or Redis's range error.
+fn index_in(index: i64, len: u64) -> Result<u64, Reply> {
+    let len = len as i64;
+    let at = if index < 0 { len + index } else { index };
+    if !(0..len).contains(&at) {
+        return Err(Reply::err("ERR index out of range"));
+    }
+    Ok(at as u64)
+}
+
+/// The positions LREM removes from `all`: up to |count| elements equal to `item`, from
+/// the head when count ≥ 0, the tail when negative; all of them for 0. Ascending.
+fn removals(all: &[Bytes], item: &[u8], count: i64) -> Vec<usize> {
+    let limit = if count == 0 {
+        usize::MAX
+    } else {
+        count.unsigned_abs() as usize
+    };
+    let matches = all
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| &i[..] == item)
+        .map(|(n, _)| n);
+    let mut out: Vec<usize> = if count >= 0 {
+        matches.take(limit).collect()
+    } else {
+        let mut v: Vec<usize> = matches.collect();
+        v.reverse();
+        v.truncate(limit);
+        v
+    };
+    out.sort_unstable();
+    out
+}
+
+/// A chunk-tree list: `None` if the key changed before the commit.
+async fn edit_tree(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: ListOp<'_>,
+    old: Option<&Bytes>,
+    root: TreeRoot,
+) -> Result<Option<Outcome>, Reply> {
+    let pool = engine.dht.pool();
+    let mut tree = Tree::open(pool, tag(db, key), root, None);
+    let (changed, outcome) = apply_tree(&mut tree, op).await?;
+    if !changed {
+        return Ok(Some(outcome));
+    }
+    if tree.is_empty() {
+        // Deleting the key frees the old tree whole; nothing new was written.
+        return Ok(commit(engine, db, key, old, Change::Delete)
+            .await?
+            .then_some(outcome));
+    }
+    let written = tree.write().await?;
+    let mut head = Vec::new();
+    written.root.encode(&mut head);
+    match commit(engine, db, key, old, Change::WriteSharing(head.into())).await {
+        Ok(true) => {
+            for b in written.replaced {
+                pool.free(b);
+            }
+            Ok(Some(outcome))
+        }
+        other => {
+            for b in written.written {
+                pool.free(b);
+            }
+            other.map(|_| None)
+        }
+    }
+}
+
+async fn apply_tree(t: &mut Tree<'_>, op: ListOp<'_>) -> Result<(bool, Outcome), Reply> {
+    match op {
+        ListOp::Push { end, items, .. } => {
+            for i in items {
+                let at = if end == End::Left { 0 } else { t.len() };
+                t.insert_at(at, i.clone()).await?;
+            }
+            Ok((true, Outcome::Len(t.len() as i64)))
+        }
+        ListOp::Pop { end, count } => {
+            let mut popped = Vec::with_capacity(count.min(t.len() as usize));
+            while popped.len() < count && !t.is_empty() {
+                let at = if end == End::Left { 0 } else { t.len() - 1 };
+                match t.remove_at(at).await? {
+                    Some(i) => popped.push(i),
+                    None => break,
+                }
+            }
+            Ok((!popped.is_empty(), Outcome::Popped(Some(popped))))
+        }
+        ListOp::Set { index, item } => {
+            let at = index_in(index, t.len())?;
+            t.replace_at(at, item.clone()).await?;
+            Ok((true, Outcome::Done))
+        }
+        ListOp::Trim { start, stop } => {
+            let len = t.len();
+            let (first, last) = match range(start, stop, len as usize) {
+                Some((f, l)) => (f as u64, l as u64),
+                None => (len, len),
+            };
+            let mut changed = false;
+            // From the tail, then the head (positions stay valid).
+            for at in (last.saturating_add(1)..len).rev() {
+                changed |= t.remove_at(at).await?.is_some();
+            }
+            let keep_first = first.min(t.len());
+            for _ in 0..keep_first {
+                changed |= t.remove_at(0).await?.is_some();
+            }
+            if first >= len {
+                while !t.is_empty() {
+                    changed |= t.remove_at(t.len() - 1).await?.is_some();
+                }
+            }
+            Ok((changed, Outcome::Done))
+        }
+        ListOp::Rem { count, item } => {
+            let all = t.range(0, u64::MAX).await?;
+            let gone = removals(&all, item, count);
+            for &i in gone.iter().rev() {
+                t.remove_at(i as u64).await?;
+            }
+            Ok((!gone.is_empty(), Outcome::Removed(gone.len() as i64)))
+        }
+        ListOp::Insert { after, pivot, item } => {
+            let all = t.range(0, u64::MAX).await?;
+            let Some(at) = all.iter().position(|i| i == pivot) else {
+                return Ok((false, Outcome::Len(-1)));
+            };
+            t.insert_at(at as u64 + after as u64, item.clone()).await?;
+            Ok((true, Outcome::Len(t.len() as i64)))
+        }
+    }
+}
+
+/// A list's stored form, for the read commands.
+pub(crate) enum Stored {
+    Packed(Packed),
+    Tree(TreeRoot),
+}
+
+/// The list `key` as stored (`None`: absent); WRONGTYPE for another type.
+pub(crate) async fn load(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Stored>, Reply> {
+    match engine.read_typed(db, key).await.map_err(error_reply)? {
+        Some((k, _)) if k != ValueKind::List => Err(error_reply(dmc_dht::DhtError::WrongType)),
+        Some((_, v)) => match TreeRoot::parse(&v) {
+            Some(root) => Ok(Some(Stored::Tree(root))),
+            None => Ok(Some(Stored::Packed(Packed::parse(&v)?))),
+        },
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lrem_positions_count_from_either_end() {
+        let all: Vec<Bytes> = ["a", "b", "a", "c", "a"]
+            .iter()
+            .map(|s| Bytes::from(*s))
+            .collect();
+        assert_eq!(removals(&all, b"a", 2), vec![0, 2]);
+        assert_eq!(removals(&all, b"a", -1), vec![4]);
+        assert_eq!(removals(&all, b"a", 0), vec![0, 2, 4]);
+        assert!(removals(&all, b"z", 0).is_empty());
+    }
+}
