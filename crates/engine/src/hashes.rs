@@ -1,16 +1,20 @@
 //! The hash family: HSET, HGET, HDEL, HINCRBY, HRANDFIELD, HSCAN and the rest, with
 //! Redis 7 semantics, replies (RESP2 and RESP3 shapes) and error texts.
 //!
-//! A hash is stored packed ([`crate::packed`]: field, value pairs in insertion order).
-//! Reads walk the packed value without building a map; writes decode it into a
-//! [`HashValue`], edit it and commit it whole through [`collection::change`].
+//! A small hash is stored packed ([`crate::packed`]: field, value pairs in insertion
+//! order), a large one as a chunk tree of `field ‖ value` records ordered by
+//! `xxh3(field) ‖ field` ([`crate::big`]). Reads of a packed hash walk it without
+//! building a map; writes decode it into a [`HashValue`], edit it and encode it; a tree
+//! is read and changed along the path of each field.
 
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 use indexmap::IndexMap;
 
+use crate::big;
 use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
+use crate::tree::{Tree, TreeError};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::HashCmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
@@ -72,6 +76,116 @@ impl HashValue {
     }
 }
 
+/// How hashes are stored: trees of `field ‖ value` records by `xxh3(field) ‖ field`.
+const LAYOUT: big::Layout = big::Layout {
+    kind: KIND,
+    key_of: Some(record_key),
+    records_of: packed_records,
+};
+
+/// A tree record: `len(field) ‖ field ‖ value` (the length a varint).
+fn record(field: &[u8], value: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(element_len(field.len()) + value.len());
+    let mut w = Writer::new(false, 0);
+    w.element(field);
+    let head = w.finish();
+    out.extend_from_slice(&head[crate::packed::HEADER..]);
+    out.extend_from_slice(value);
+    Bytes::from(out)
+}
+
+/// A record's field and value.
+fn split_record(r: &Bytes) -> Option<(Bytes, Bytes)> {
+    let mut len: usize = 0;
+    let mut at = 0;
+    loop {
+        let b = *r.get(at)?;
+        len |= usize::from(b & 0x7f) << (7 * at);
+        at += 1;
+        if b & 0x80 == 0 {
+            break;
+        }
+        if at > 4 {
+            return None;
+        }
+    }
+    let end = at.checked_add(len).filter(|&e| e <= r.len())?;
+    Some((r.slice(at..end), r.slice(end..)))
+}
+
+fn record_key(r: &[u8]) -> Bytes {
+    let r = Bytes::copy_from_slice(r);
+    match split_record(&r) {
+        Some((f, _)) => big::hashed_key(&f),
+        None => Bytes::new(),
+    }
+}
+
+fn packed_records(p: &Packed) -> Result<Vec<Bytes>, Corrupt> {
+    Ok(pairs(p)?.iter().map(|(f, v)| record(f, v)).collect())
+}
+
+/// The value of `field` in a hash's tree.
+async fn tree_find(t: &Tree<'_>, field: &[u8]) -> Result<Option<Bytes>, TreeError> {
+    let key = big::hashed_key(field);
+    match t.seek(&key).await?.1 {
+        Some(r) => match split_record(&r) {
+            Some((f, v)) if f == field => Ok(Some(v)),
+            Some(_) => Ok(None),
+            None => Err(TreeError::Stale),
+        },
+        None => Ok(None),
+    }
+}
+
+fn decode_or_new(cur: Option<Packed>) -> Result<HashValue, Reply> {
+    Ok(match cur {
+        Some(p) => HashValue::decode(&p)?,
+        None => HashValue::default(),
+    })
+}
+
+/// Sets one field to what `f` makes of its current value (`None`: absent); `f`
+/// answers the new value (`None`: leave it) and the command's answer.
+async fn update_field<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    field: &Bytes,
+    f: impl Fn(Option<&Bytes>) -> Result<(Option<Bytes>, T), Reply>,
+) -> Result<T, Reply> {
+    let f = &f;
+    big::edit(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |cur| {
+            let mut h = decode_or_new(cur)?;
+            let (new, answer) = f(h.fields.get(field))?;
+            match new {
+                Some(v) => {
+                    h.set(field.clone(), v);
+                    Ok((h.into_change(), answer))
+                }
+                None => Ok((Change::Keep, answer)),
+            }
+        },
+        async |t| {
+            let old = tree_find(t, field).await?;
+            let (new, answer) = f(old.as_ref())?;
+            match new {
+                Some(v) => {
+                    t.upsert(record(field, &v)).await?;
+                    Ok((true, answer))
+                }
+                None => Ok((false, answer)),
+            }
+        },
+    )
+    .await
+}
+
 /// The value of `field` in a packed hash, found without decoding the rest.
 fn find(p: &Packed, field: &[u8]) -> Result<Option<Bytes>, Corrupt> {
     let mut elements = p.elements();
@@ -119,18 +233,30 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                     "ERR wrong number of arguments for '{name}' command"
                 ));
             }
+            let pairs = &args[2..];
             let added = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let mut h = match cur {
-                        Some(p) => HashValue::decode(&p)?,
-                        None => HashValue::default(),
-                    };
-                    let mut added = 0;
-                    for pair in args[2..].chunks_exact(2) {
-                        added += h.set(pair[0].clone(), pair[1].clone()) as i64;
-                    }
-                    Ok((h.into_change(), added))
-                })
+                big::edit(
+                    engine,
+                    db,
+                    key,
+                    &LAYOUT,
+                    |cur| {
+                        let mut h = decode_or_new(cur)?;
+                        let mut added = 0;
+                        for pair in pairs.chunks_exact(2) {
+                            added += h.set(pair[0].clone(), pair[1].clone()) as i64;
+                        }
+                        Ok((h.into_change(), added))
+                    },
+                    async |t| {
+                        let mut added = 0;
+                        for pair in pairs.chunks_exact(2) {
+                            let r = record(&pair[0], &pair[1]);
+                            added += t.upsert(r).await?.is_none() as i64;
+                        }
+                        Ok((true, added))
+                    },
+                )
                 .await
             );
             if cmd == HashCmd::HSet {
@@ -140,38 +266,48 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
             }
         }
         HashCmd::HSetNx => {
+            let value = &args[3];
             let set = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let mut h = match cur {
-                        Some(p) => HashValue::decode(&p)?,
-                        None => HashValue::default(),
-                    };
-                    if h.fields.contains_key(&args[2]) {
-                        return Ok((Change::Keep, false));
-                    }
-                    h.set(args[2].clone(), args[3].clone());
-                    Ok((h.into_change(), true))
+                update_field(engine, db, key, &args[2], |old| {
+                    Ok(match old {
+                        Some(_) => (None, false),
+                        None => (Some(value.clone()), true),
+                    })
                 })
                 .await
             );
             Reply::Int(set as i64)
         }
         HashCmd::HDel => {
+            let fields = &args[2..];
             let removed = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, 0));
-                    };
-                    let mut h = HashValue::decode(&p)?;
-                    let removed = args[2..]
-                        .iter()
-                        .filter(|f| h.fields.shift_remove(&f[..]).is_some())
-                        .count() as i64;
-                    if removed == 0 {
-                        return Ok((Change::Keep, 0));
-                    }
-                    Ok((h.into_change(), removed))
-                })
+                big::edit(
+                    engine,
+                    db,
+                    key,
+                    &LAYOUT,
+                    |cur| {
+                        let Some(p) = cur else {
+                            return Ok((Change::Keep, 0));
+                        };
+                        let mut h = HashValue::decode(&p)?;
+                        let removed = fields
+                            .iter()
+                            .filter(|f| h.fields.shift_remove(&f[..]).is_some())
+                            .count() as i64;
+                        if removed == 0 {
+                            return Ok((Change::Keep, 0));
+                        }
+                        Ok((h.into_change(), removed))
+                    },
+                    async |t| {
+                        let mut removed = 0;
+                        for f in fields {
+                            removed += t.remove_key(&big::hashed_key(f)).await?.is_some() as i64;
+                        }
+                        Ok((removed > 0, removed))
+                    },
+                )
                 .await
             );
             Reply::Int(removed)
@@ -181,12 +317,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                 return Reply::err(NOT_INTEGER);
             };
             let next = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let mut h = match cur {
-                        Some(p) => HashValue::decode(&p)?,
-                        None => HashValue::default(),
-                    };
-                    let old = match h.fields.get(&args[2]) {
+                update_field(engine, db, key, &args[2], |old| {
+                    let old = match old {
                         Some(v) => parse_i64(v)
                             .ok_or_else(|| Reply::err("ERR hash value is not an integer"))?,
                         None => 0,
@@ -194,8 +326,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                     let next = old
                         .checked_add(by)
                         .ok_or_else(|| Reply::err("ERR increment or decrement would overflow"))?;
-                    h.set(args[2].clone(), Bytes::from(next.to_string()));
-                    Ok((h.into_change(), next))
+                    Ok((Some(Bytes::from(next.to_string())), next))
                 })
                 .await
             );
@@ -206,12 +337,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                 return Reply::err("ERR value is not a valid float");
             };
             let text = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let mut h = match cur {
-                        Some(p) => HashValue::decode(&p)?,
-                        None => HashValue::default(),
-                    };
-                    let old = match h.fields.get(&args[2]) {
+                update_field(engine, db, key, &args[2], |old| {
+                    let old = match old {
                         Some(v) => parse_float(v)
                             .ok_or_else(|| Reply::err("ERR hash value is not a float"))?,
                         None => 0.0,
@@ -221,8 +348,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                         return Err(Reply::err("ERR increment would produce NaN or Infinity"));
                     }
                     let text = Bytes::from(dmc_resp::format_double(next));
-                    h.set(args[2].clone(), text.clone());
-                    Ok((h.into_change(), text))
+                    Ok((Some(text.clone()), text))
                 })
                 .await
             );
@@ -232,49 +358,92 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
     }
 }
 
+/// The values of `fields` in `key` (`None`: the key does not exist).
+async fn lookup(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    fields: &[Bytes],
+) -> Result<Option<Vec<Option<Bytes>>>, Reply> {
+    big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => Ok(Some(
+                fields
+                    .iter()
+                    .map(|f| find(&p, f))
+                    .collect::<Result<Vec<_>, Corrupt>>()?,
+            )),
+            None => Ok(None),
+        },
+        async |t| {
+            let mut out = Vec::with_capacity(fields.len());
+            for f in fields {
+                out.push(tree_find(t, f).await?);
+            }
+            Ok(Some(out))
+        },
+    )
+    .await
+}
+
+/// Every (field, value) of `key`, and how many (empty if missing).
+async fn all_pairs(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+    big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => Ok(pairs(&p)?),
+            None => Ok(Vec::new()),
+        },
+        async |t| {
+            let records = t.range(0, u64::MAX).await?;
+            records
+                .iter()
+                .map(|r| split_record(r).ok_or(TreeError::Stale))
+                .collect()
+        },
+    )
+    .await
+}
+
 /// The read-only hash commands.
 async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]) -> Reply {
     let key = &args[1];
-    let p = tri!(collection::load(engine, db, key, KIND).await);
     match cmd {
-        HashCmd::HGet => match p {
-            Some(p) => match tri!(find(&p, &args[2])) {
-                Some(v) => Reply::Bulk(v),
-                None => Reply::Null,
-            },
-            None => Reply::Null,
-        },
-        HashCmd::HMGet => {
-            let mut out = Vec::with_capacity(args.len() - 2);
-            for f in &args[2..] {
-                let v = match &p {
-                    Some(p) => tri!(find(p, f)),
-                    None => None,
-                };
-                out.push(v.map_or(Reply::Null, Reply::Bulk));
+        HashCmd::HGet | HashCmd::HExists | HashCmd::HStrlen => {
+            let v = tri!(lookup(engine, db, key, &args[2..3]).await)
+                .and_then(|mut v| v.pop())
+                .flatten();
+            match cmd {
+                HashCmd::HGet => v.map_or(Reply::Null, Reply::Bulk),
+                HashCmd::HExists => Reply::Int(v.is_some() as i64),
+                _ => Reply::Int(v.map_or(0, |v| v.len() as i64)),
             }
-            Reply::Array(out)
         }
-        HashCmd::HExists => {
-            let found = match &p {
-                Some(p) => tri!(find(p, &args[2])).is_some(),
-                None => false,
-            };
-            Reply::Int(found as i64)
+        HashCmd::HMGet => {
+            let found = tri!(lookup(engine, db, key, &args[2..]).await);
+            let found = found.unwrap_or_else(|| vec![None; args.len() - 2]);
+            Reply::Array(found.into_iter().map(|v| v.map_or(Reply::Null, Reply::Bulk)).collect())
         }
-        HashCmd::HLen => Reply::Int(p.map_or(0, |p| p.count as i64)),
-        HashCmd::HStrlen => {
-            let len = match &p {
-                Some(p) => tri!(find(p, &args[2])).map_or(0, |v| v.len()),
-                None => 0,
-            };
-            Reply::Int(len as i64)
-        }
+        HashCmd::HLen => Reply::Int(tri!(
+            big::read(
+                engine,
+                db,
+                key,
+                &LAYOUT,
+                |p| Ok(p.map_or(0, |p| i64::from(p.count))),
+                async |t| Ok(t.len() as i64),
+            )
+            .await
+        )),
         HashCmd::HKeys | HashCmd::HVals | HashCmd::HGetAll => {
-            let all = match &p {
-                Some(p) => tri!(pairs(p)),
-                None => Vec::new(),
-            };
+            let all = tri!(all_pairs(engine, db, key).await);
             match cmd {
                 HashCmd::HKeys => {
                     Reply::Array(all.into_iter().map(|(f, _)| Reply::Bulk(f)).collect())
@@ -289,12 +458,13 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
                 ),
             }
         }
-        HashCmd::HRandField => rand_field(s, p, args),
+        HashCmd::HRandField => rand_field(s, tri!(all_pairs(engine, db, key).await), args),
         HashCmd::HScan => {
             let scan = tri!(collection::scan_args(args, true));
-            let all = match &p {
-                Some(p) if scan.cursor == 0 => tri!(pairs(p)),
-                _ => Vec::new(),
+            let all = if scan.cursor == 0 {
+                tri!(all_pairs(engine, db, key).await)
+            } else {
+                Vec::new()
             };
             let mut items = Vec::new();
             for (f, v) in all {
@@ -305,7 +475,7 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
                     }
                 }
             }
-            // A packed hash is visited whole by the first call.
+            // The whole hash in the first call (COUNT is a hint).
             collection::scan_reply(0, items)
         }
         _ => Reply::err("ERR internal: a write reached the hash read path"),
@@ -313,10 +483,8 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
 }
 
 /// `HRANDFIELD key [count [WITHVALUES]]`.
-fn rand_field(s: &Session, p: Option<Packed>, args: &[Bytes]) -> Reply {
+fn rand_field(s: &Session, all: Vec<(Bytes, Bytes)>, args: &[Bytes]) -> Reply {
     if args.len() == 2 {
-        let Some(p) = p else { return Reply::Null };
-        let all = tri!(pairs(&p));
         let i = collection::repeated_picks(all.len(), 1);
         return match i.first().and_then(|&i| all.get(i)) {
             Some((f, _)) => Reply::Bulk(f.clone()),
@@ -328,10 +496,6 @@ fn rand_field(s: &Session, p: Option<Packed>, args: &[Bytes]) -> Reply {
         None => false,
         Some(a) if a.eq_ignore_ascii_case(b"WITHVALUES") && args.len() == 4 => true,
         Some(_) => return Reply::err(SYNTAX),
-    };
-    let all = match &p {
-        Some(p) => tri!(pairs(p)),
-        None => Vec::new(),
     };
     if all.is_empty() || count == 0 {
         return Reply::Array(Vec::new());

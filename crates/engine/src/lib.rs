@@ -16,6 +16,7 @@
 //! | [`collection`] | what the collection families share: typed reads, changes, limits |
 //! | [`packed`] | the compact encoding of a collection in the pool (a wire format) |
 //! | [`tree`] | large collections: copy-on-write B+-trees of pool chunks |
+//! | [`big`] | changes and reads of a collection stored packed or as a tree |
 //! | [`keys`] | DEL, EXISTS, EXPIRE, TTL and the keyspace family |
 //! | [`server`] | connection and server commands: PING, HELLO, SELECT, INFO, CONFIG, COMMAND |
 //! | [`warm`] | backup agents' warm caches: the primary's feed, takeover revalidation |
@@ -24,6 +25,7 @@
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
 //! them; the local cache is told afterwards (write-through).
 
+pub mod big;
 pub mod blocking;
 pub mod cache;
 pub mod clients;

@@ -63,6 +63,12 @@ fn member(i: u8) -> Bytes {
     Bytes::from(format!("m{}", i % 12))
 }
 
+/// A hash field: one of 64, so that a hash of long values passes the packed size and
+/// becomes a chunk tree.
+fn field(i: u8) -> Bytes {
+    Bytes::from(format!("f{}", i % 64))
+}
+
 /// A list element: one of twelve, 3 to 60 bytes long, so that long pushes make lists
 /// past the packed limit (chunk trees).
 fn item(i: u8) -> Bytes {
@@ -77,7 +83,7 @@ fn value(seed: u8, len: usize) -> Bytes {
 fn op() -> impl Strategy<Value = Op> {
     let k = 0..KEYS.len();
     prop_oneof![
-        3 => (k.clone(), proptest::collection::vec((any::<u8>(), 0usize..80), 1..6)).prop_map(|(k, p)| Op::HSet(k, p)),
+        3 => (k.clone(), proptest::collection::vec((any::<u8>(), 0usize..80), 1..24)).prop_map(|(k, p)| Op::HSet(k, p)),
         1 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..4)).prop_map(|(k, f)| Op::HDel(k, f)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, f)| Op::HGet(k, f)),
         1 => k.clone().prop_map(Op::HGetAll),
@@ -167,7 +173,7 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             let mut h = take!(k, Hash, BTreeMap::new());
             let mut added = 0;
             for (f, len) in pairs {
-                added += h.insert(member(*f), value(*f, *len)).is_none() as i64;
+                added += h.insert(field(*f), value(*f, *len)).is_none() as i64;
             }
             put!(k, Hash, h);
             Reply::Int(added)
@@ -177,14 +183,14 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             let mut seen = BTreeSet::new();
             let n = fields
                 .iter()
-                .filter(|f| seen.insert(member(**f)) && h.remove(&member(**f)).is_some())
+                .filter(|f| seen.insert(field(**f)) && h.remove(&field(**f)).is_some())
                 .count();
             put!(k, Hash, h);
             Reply::Int(n as i64)
         }
         Op::HGet(k, f) => {
             let h = take!(k, Hash, BTreeMap::new());
-            h.get(&member(*f)).map_or(Reply::Null, bulk)
+            h.get(&field(*f)).map_or(Reply::Null, bulk)
         }
         Op::HGetAll(k) => {
             let h = take!(k, Hash, BTreeMap::new());
@@ -192,7 +198,7 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
         }
         Op::HIncrBy(k, f, n) => {
             let mut h = take!(k, Hash, BTreeMap::new());
-            let cur = h.get(&member(*f)).map(|v| {
+            let cur = h.get(&field(*f)).map(|v| {
                 std::str::from_utf8(v)
                     .ok()
                     .and_then(|s| s.parse::<i64>().ok())
@@ -201,7 +207,7 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
                 Some(None) => Reply::err("ERR hash value is not an integer"),
                 other => {
                     let next = other.flatten().unwrap_or(0) + n;
-                    h.insert(member(*f), b(next.to_string()));
+                    h.insert(field(*f), b(next.to_string()));
                     put!(k, Hash, h);
                     Reply::Int(next)
                 }
@@ -396,16 +402,16 @@ fn cmd_of(op: &Op) -> Vec<Bytes> {
         Op::HSet(k, pairs) => {
             a.extend([b("HSET"), key(k)]);
             for (f, len) in pairs {
-                a.extend([member(*f), value(*f, *len)]);
+                a.extend([field(*f), value(*f, *len)]);
             }
         }
         Op::HDel(k, fs) => {
             a.extend([b("HDEL"), key(k)]);
-            a.extend(fs.iter().map(|f| member(*f)));
+            a.extend(fs.iter().map(|f| field(*f)));
         }
-        Op::HGet(k, f) => a.extend([b("HGET"), key(k), member(*f)]),
+        Op::HGet(k, f) => a.extend([b("HGET"), key(k), field(*f)]),
         Op::HGetAll(k) => a.extend([b("HGETALL"), key(k)]),
-        Op::HIncrBy(k, f, n) => a.extend([b("HINCRBY"), key(k), member(*f), b(n.to_string())]),
+        Op::HIncrBy(k, f, n) => a.extend([b("HINCRBY"), key(k), field(*f), b(n.to_string())]),
         Op::Push(k, left, items) => {
             a.extend([b(if *left { "LPUSH" } else { "RPUSH" }), key(k)]);
             a.extend(items.iter().map(|i| item(*i)));

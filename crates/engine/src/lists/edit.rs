@@ -11,7 +11,8 @@ use dmc_umo::chunk::TreeRoot;
 
 use super::{End, KIND, ListValue, range};
 use crate::packed::{BIG, Packed};
-use crate::tree::{Tree, TreeError};
+use crate::big::tag;
+use crate::tree::Tree;
 use crate::{Engine, error_reply};
 
 /// A packed list past this many bytes is stored as a chunk tree instead.
@@ -62,22 +63,6 @@ pub(crate) enum Outcome {
     Done,
 }
 
-impl From<TreeError> for Reply {
-    fn from(e: TreeError) -> Reply {
-        match e {
-            TreeError::Stale => {
-                Reply::err("TRYAGAIN the list changed while it was read, try again")
-            }
-            TreeError::Pool(p) => error_reply(p.into()),
-        }
-    }
-}
-
-/// The hash tag chunks of `key` carry.
-pub(crate) fn tag(db: u8, key: &[u8]) -> u32 {
-    dmc_dht::hash::key_hash(db, key) as u32
-}
-
 /// Applies `op` to `key` under its lock (taken here).
 pub(crate) async fn edit(
     engine: &Engine,
@@ -117,7 +102,6 @@ pub(crate) async fn edit_locked(
     ))
 }
 
-/// Commits `change` if `key` still holds `old`; false if it changed meanwhile.
 async fn commit(
     engine: &Engine,
     db: u8,
@@ -125,19 +109,7 @@ async fn commit(
     old: Option<&Bytes>,
     change: Change,
 ) -> Result<bool, Reply> {
-    let mut applied = false;
-    engine
-        .dht
-        .update_kind(db, key, KIND, |cur| {
-            if cur != old {
-                return Ok::<Change, Reply>(Change::Keep);
-            }
-            applied = true;
-            Ok(change.clone())
-        })
-        .await
-        .map_err(error_reply)??;
-    Ok(applied)
+    crate::big::commit(engine, db, key, KIND, old, change).await
 }
 
 /// A packed (or absent) list: `None` if the key changed before the commit.
@@ -402,22 +374,11 @@ async fn apply_tree(t: &mut Tree<'_>, op: ListOp<'_>) -> Result<(bool, Outcome),
     }
 }
 
-/// A list's stored form, for the read commands.
-pub(crate) enum Stored {
-    Packed(Packed),
-    Tree(TreeRoot),
-}
+pub(crate) use crate::big::Stored;
 
 /// The list `key` as stored (`None`: absent); WRONGTYPE for another type.
 pub(crate) async fn load(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Stored>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
-        Some((k, _)) if k != ValueKind::List => Err(error_reply(dmc_dht::DhtError::WrongType)),
-        Some((_, v)) => match TreeRoot::parse(&v) {
-            Some(root) => Ok(Some(Stored::Tree(root))),
-            None => Ok(Some(Stored::Packed(Packed::parse(&v)?))),
-        },
-        None => Ok(None),
-    }
+    crate::big::load(engine, db, key, ValueKind::List).await
 }
 
 #[cfg(test)]

@@ -386,7 +386,7 @@ async fn read(engine: &Engine, db: u8, cmd: ListCmd, args: &[Bytes]) -> Reply {
         let stored = tri!(edit::load(engine, db, &args[1]).await);
         match stored {
             Some(Stored::Tree(root)) => {
-                let tree = Tree::open(engine.dht.pool(), edit::tag(db, &args[1]), root, None);
+                let tree = Tree::open(engine.dht.pool(), crate::big::tag(db, &args[1]), root, None);
                 match read_tree(&tree, cmd, args).await {
                     Err(TreeError::Stale) => continue,
                     Err(e) => return Reply::from(e),

@@ -1,0 +1,244 @@
+//! Collections that may be stored either way: packed while small, a chunk tree
+//! ([`crate::tree`]) once the packed value passes [`TREE_AT`] bytes. [`edit`] reads the
+//! key, applies the caller's change to whichever form it finds (a closure per form),
+//! converts a packed value that outgrew the limit, and commits only if the key still
+//! holds what it read (under the key's lock nothing else of this agent writes it;
+//! eviction or expiry may), else starts over. [`load`] gives readers the stored form.
+//! Hashes and sets use it (their trees are ordered by `xxh3(field) ‖ field`).
+
+use bytes::Bytes;
+use dmc_dht::{Change, ValueKind};
+use dmc_resp::Reply;
+use dmc_umo::chunk::TreeRoot;
+
+use crate::packed::{BIG, Corrupt, Packed};
+use crate::tree::{KeyOf, Tree, TreeError};
+use crate::{Engine, error_reply};
+
+/// A packed collection past this many bytes is stored as a chunk tree instead.
+pub const TREE_AT: usize = 4096;
+/// Times a change starts over because the key changed under it.
+const ATTEMPTS: usize = 8;
+/// Times a read starts over because a chunk it reached was replaced meanwhile.
+pub const READ_ATTEMPTS: usize = 8;
+
+impl From<TreeError> for Reply {
+    fn from(e: TreeError) -> Reply {
+        match e {
+            TreeError::Stale => {
+                Reply::err("TRYAGAIN the collection changed while it was read, try again")
+            }
+            TreeError::Pool(p) => error_reply(p.into()),
+        }
+    }
+}
+
+/// How one collection type is stored.
+pub struct Layout {
+    pub kind: ValueKind,
+    /// The key ordering the tree (`None`: by position).
+    pub key_of: Option<KeyOf>,
+    /// A packed value's records, in the tree's order.
+    pub records_of: fn(&Packed) -> Result<Vec<Bytes>, Corrupt>,
+}
+
+/// The hash tag chunks of `key` carry.
+pub fn tag(db: u8, key: &[u8]) -> u32 {
+    dmc_dht::hash::key_hash(db, key) as u32
+}
+
+/// A collection as stored.
+pub enum Stored {
+    Packed(Packed),
+    Tree(TreeRoot),
+}
+
+/// The collection `key` as stored (`None`: absent); WRONGTYPE for another type.
+pub async fn load(engine: &Engine, db: u8, key: &[u8], kind: ValueKind) -> Result<Option<Stored>, Reply> {
+    match engine.read_typed(db, key).await.map_err(error_reply)? {
+        Some((k, _)) if k != kind => Err(error_reply(dmc_dht::DhtError::WrongType)),
+        Some((_, v)) => match TreeRoot::parse(&v) {
+            Some(root) => Ok(Some(Stored::Tree(root))),
+            None => Ok(Some(Stored::Packed(Packed::parse(&v)?))),
+        },
+        None => Ok(None),
+    }
+}
+
+/// Commits `change` if `key` still holds `old`; false if it changed meanwhile.
+pub async fn commit(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    old: Option<&Bytes>,
+    change: Change,
+) -> Result<bool, Reply> {
+    let mut applied = false;
+    engine
+        .dht
+        .update_kind(db, key, kind, |cur| {
+            if cur != old {
+                return Ok::<Change, Reply>(Change::Keep);
+            }
+            applied = true;
+            Ok(change.clone())
+        })
+        .await
+        .map_err(error_reply)??;
+    Ok(applied)
+}
+
+/// Changes `key` under its lock (taken here): `packed` edits a packed (or absent)
+/// value as [`crate::collection::change`]'s closures do; `tree` edits a tree and says
+/// whether it changed it.
+pub async fn edit<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    layout: &Layout,
+    packed: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
+    tree: impl AsyncFnMut(&mut Tree<'_>) -> Result<(bool, T), Reply>,
+) -> Result<T, Reply> {
+    let _g = engine.lock_key(key).await;
+    edit_locked(engine, db, key, layout, packed, tree).await
+}
+
+/// [`edit`] for a caller holding the key's lock.
+pub async fn edit_locked<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    layout: &Layout,
+    mut packed: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
+    mut tree: impl AsyncFnMut(&mut Tree<'_>) -> Result<(bool, T), Reply>,
+) -> Result<T, Reply> {
+    let pool = engine.dht.pool();
+    for _ in 0..ATTEMPTS {
+        let cur = engine.dht.get(db, key).await.map_err(error_reply)?;
+        let old = match &cur {
+            Some(e) if e.kind != layout.kind => {
+                return Err(error_reply(dmc_dht::DhtError::WrongType));
+            }
+            Some(e) => Some(e.value.clone()),
+            None => None,
+        };
+        let committed = match old.as_ref().and_then(|v| TreeRoot::parse(v)) {
+            Some(root) => {
+                let mut t = Tree::open(pool, tag(db, key), root, layout.key_of);
+                let (changed, answer) = tree(&mut t).await?;
+                if !changed {
+                    return Ok(answer);
+                }
+                if t.is_empty() {
+                    // Deleting the key frees the old tree whole.
+                    let gone = commit(engine, db, key, layout.kind, old.as_ref(), Change::Delete);
+                    gone.await?.then_some(answer)
+                } else {
+                    let written = t.write().await?;
+                    let mut head = Vec::new();
+                    written.root.encode(&mut head);
+                    let change = Change::WriteSharing(head.into());
+                    match commit(engine, db, key, layout.kind, old.as_ref(), change).await {
+                        Ok(true) => {
+                            for b in written.replaced {
+                                pool.free(b);
+                            }
+                            Some(answer)
+                        }
+                        other => {
+                            for b in written.written {
+                                pool.free(b);
+                            }
+                            other?;
+                            None
+                        }
+                    }
+                }
+            }
+            None => {
+                let p = old.as_ref().map(Packed::parse).transpose()?;
+                let (change, answer) = packed(p)?;
+                match change {
+                    Change::Keep => return Ok(answer),
+                    Change::Write(v) if v.len() > TREE_AT => {
+                        convert(engine, db, key, layout, old.as_ref(), &v).await?.then_some(answer)
+                    }
+                    change => commit(engine, db, key, layout.kind, old.as_ref(), change)
+                        .await?
+                        .then_some(answer),
+                }
+            }
+        };
+        if let Some(answer) = committed {
+            engine.wrote_typed(db, key, layout.kind, None);
+            return Ok(answer);
+        }
+    }
+    Err(Reply::err("TRYAGAIN too much contention on this key, try again"))
+}
+
+/// Stores the packed value `v` (past the limit) as a chunk tree instead.
+async fn convert(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    layout: &Layout,
+    old: Option<&Bytes>,
+    v: &Bytes,
+) -> Result<bool, Reply> {
+    let pool = engine.dht.pool();
+    let mut records = (layout.records_of)(&Packed::parse(v)?)?;
+    if let Some(key_of) = layout.key_of {
+        records.sort_by_cached_key(|r| key_of(r));
+    }
+    let written = Tree::build(pool, tag(db, key), BIG, records, layout.key_of)
+        .write()
+        .await?;
+    let mut head = Vec::new();
+    written.root.encode(&mut head);
+    match commit(engine, db, key, layout.kind, old, Change::Write(head.into())).await {
+        Ok(true) => Ok(true),
+        other => {
+            for b in written.written {
+                pool.free(b);
+            }
+            other
+        }
+    }
+}
+
+/// `xxh3(name) ‖ name`: the key hash and set trees are ordered by, so that a scan's
+/// cursor can be a hash (every element present for the whole scan is returned).
+pub fn hashed_key(name: &[u8]) -> Bytes {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(name).to_be_bytes());
+    k.extend_from_slice(name);
+    Bytes::from(k)
+}
+
+/// Runs `read` on the stored collection, starting over (up to [`READ_ATTEMPTS`]) when
+/// a chunk it reaches was replaced meanwhile.
+pub async fn read<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    layout: &Layout,
+    mut packed: impl FnMut(Option<Packed>) -> Result<T, Reply>,
+    mut tree: impl AsyncFnMut(&Tree<'_>) -> Result<T, TreeError>,
+) -> Result<T, Reply> {
+    for _ in 0..READ_ATTEMPTS {
+        match load(engine, db, key, layout.kind).await? {
+            Some(Stored::Tree(root)) => {
+                let t = Tree::open(engine.dht.pool(), tag(db, key), root, layout.key_of);
+                match tree(&t).await {
+                    Err(TreeError::Stale) => continue,
+                    other => return other.map_err(Reply::from),
+                }
+            }
+            Some(Stored::Packed(p)) => return packed(Some(p)),
+            None => return packed(None),
+        }
+    }
+    Err(Reply::from(TreeError::Stale))
+}
