@@ -10,6 +10,7 @@ use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 use dmc_umo::chunk::TreeRoot;
+use futures::future::BoxFuture;
 
 use crate::packed::{BIG, Corrupt, Packed};
 use crate::tree::{KeyOf, Tree, TreeError};
@@ -54,7 +55,12 @@ pub enum Stored {
 }
 
 /// The collection `key` as stored (`None`: absent); WRONGTYPE for another type.
-pub async fn load(engine: &Engine, db: u8, key: &[u8], kind: ValueKind) -> Result<Option<Stored>, Reply> {
+pub async fn load(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+) -> Result<Option<Stored>, Reply> {
     match engine.read_typed(db, key).await.map_err(error_reply)? {
         Some((k, _)) if k != kind => Err(error_reply(dmc_dht::DhtError::WrongType)),
         Some((_, v)) => match TreeRoot::parse(&v) {
@@ -89,29 +95,36 @@ pub async fn commit(
     Ok(applied)
 }
 
+/// A change of a tree: it takes the tree and gives it back with whether it changed it
+/// and the command's answer (a boxed `Send` future, so that the connection task that
+/// awaits it stays `Send`).
+pub type TreeEdit<'p, 'c, T> = BoxFuture<'c, Result<(Tree<'p>, bool, T), Reply>>;
+/// A read of a tree.
+pub type TreeRead<'p, 'c, T> = BoxFuture<'c, Result<T, TreeError>>;
+
 /// Changes `key` under its lock (taken here): `packed` edits a packed (or absent)
 /// value as [`crate::collection::change`]'s closures do; `tree` edits a tree and says
 /// whether it changed it.
-pub async fn edit<T>(
-    engine: &Engine,
+pub async fn edit<'p, 'c, T>(
+    engine: &'p Engine,
     db: u8,
     key: &[u8],
     layout: &Layout,
     packed: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
-    tree: impl AsyncFnMut(&mut Tree<'_>) -> Result<(bool, T), Reply>,
+    tree: impl FnMut(Tree<'p>) -> TreeEdit<'p, 'c, T>,
 ) -> Result<T, Reply> {
     let _g = engine.lock_key(key).await;
     edit_locked(engine, db, key, layout, packed, tree).await
 }
 
 /// [`edit`] for a caller holding the key's lock.
-pub async fn edit_locked<T>(
-    engine: &Engine,
+pub async fn edit_locked<'p, 'c, T>(
+    engine: &'p Engine,
     db: u8,
     key: &[u8],
     layout: &Layout,
     mut packed: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
-    mut tree: impl AsyncFnMut(&mut Tree<'_>) -> Result<(bool, T), Reply>,
+    mut tree: impl FnMut(Tree<'p>) -> TreeEdit<'p, 'c, T>,
 ) -> Result<T, Reply> {
     let pool = engine.dht.pool();
     for _ in 0..ATTEMPTS {
@@ -125,8 +138,8 @@ pub async fn edit_locked<T>(
         };
         let committed = match old.as_ref().and_then(|v| TreeRoot::parse(v)) {
             Some(root) => {
-                let mut t = Tree::open(pool, tag(db, key), root, layout.key_of);
-                let (changed, answer) = tree(&mut t).await?;
+                let t = Tree::open(pool, tag(db, key), root, layout.key_of);
+                let (t, changed, answer) = tree(t).await?;
                 if !changed {
                     return Ok(answer);
                 }
@@ -162,7 +175,9 @@ pub async fn edit_locked<T>(
                 match change {
                     Change::Keep => return Ok(answer),
                     Change::Write(v) if v.len() > TREE_AT => {
-                        convert(engine, db, key, layout, old.as_ref(), &v).await?.then_some(answer)
+                        convert(engine, db, key, layout, old.as_ref(), &v)
+                            .await?
+                            .then_some(answer)
                     }
                     change => commit(engine, db, key, layout.kind, old.as_ref(), change)
                         .await?
@@ -175,7 +190,9 @@ pub async fn edit_locked<T>(
             return Ok(answer);
         }
     }
-    Err(Reply::err("TRYAGAIN too much contention on this key, try again"))
+    Err(Reply::err(
+        "TRYAGAIN too much contention on this key, try again",
+    ))
 }
 
 /// Stores the packed value `v` (past the limit) as a chunk tree instead.
@@ -197,7 +214,16 @@ async fn convert(
         .await?;
     let mut head = Vec::new();
     written.root.encode(&mut head);
-    match commit(engine, db, key, layout.kind, old, Change::Write(head.into())).await {
+    match commit(
+        engine,
+        db,
+        key,
+        layout.kind,
+        old,
+        Change::Write(head.into()),
+    )
+    .await
+    {
         Ok(true) => Ok(true),
         other => {
             for b in written.written {
@@ -219,19 +245,19 @@ pub fn hashed_key(name: &[u8]) -> Bytes {
 
 /// Runs `read` on the stored collection, starting over (up to [`READ_ATTEMPTS`]) when
 /// a chunk it reaches was replaced meanwhile.
-pub async fn read<T>(
-    engine: &Engine,
+pub async fn read<'p, 'c, T>(
+    engine: &'p Engine,
     db: u8,
     key: &[u8],
     layout: &Layout,
     mut packed: impl FnMut(Option<Packed>) -> Result<T, Reply>,
-    mut tree: impl AsyncFnMut(&Tree<'_>) -> Result<T, TreeError>,
+    mut tree: impl FnMut(Tree<'p>) -> TreeRead<'p, 'c, T>,
 ) -> Result<T, Reply> {
     for _ in 0..READ_ATTEMPTS {
         match load(engine, db, key, layout.kind).await? {
             Some(Stored::Tree(root)) => {
                 let t = Tree::open(engine.dht.pool(), tag(db, key), root, layout.key_of);
-                match tree(&t).await {
+                match tree(t).await {
                     Err(TreeError::Stale) => continue,
                     other => return other.map_err(Reply::from),
                 }

@@ -10,13 +10,14 @@
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
+use futures::FutureExt;
 use indexmap::IndexMap;
 
 use crate::big;
 use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
-use crate::tree::{Tree, TreeError};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::HashCmd;
+use crate::tree::{Tree, TreeError};
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
 
 const KIND: ValueKind = ValueKind::Hash;
@@ -147,12 +148,12 @@ fn decode_or_new(cur: Option<Packed>) -> Result<HashValue, Reply> {
 
 /// Sets one field to what `f` makes of its current value (`None`: absent); `f`
 /// answers the new value (`None`: leave it) and the command's answer.
-async fn update_field<T>(
+async fn update_field<T: Send>(
     engine: &Engine,
     db: u8,
     key: &[u8],
     field: &Bytes,
-    f: impl Fn(Option<&Bytes>) -> Result<(Option<Bytes>, T), Reply>,
+    f: impl Fn(Option<&Bytes>) -> Result<(Option<Bytes>, T), Reply> + Sync,
 ) -> Result<T, Reply> {
     let f = &f;
     big::edit(
@@ -171,16 +172,23 @@ async fn update_field<T>(
                 None => Ok((Change::Keep, answer)),
             }
         },
-        async |t| {
-            let old = tree_find(t, field).await?;
-            let (new, answer) = f(old.as_ref())?;
-            match new {
-                Some(v) => {
-                    t.upsert(record(field, &v)).await?;
-                    Ok((true, answer))
+        |mut t| {
+            async move {
+                let out: Result<_, Reply> = async {
+                    let old = tree_find(&t, field).await?;
+                    let (new, answer) = f(old.as_ref())?;
+                    match new {
+                        Some(v) => {
+                            t.upsert(record(field, &v)).await?;
+                            Ok((true, answer))
+                        }
+                        None => Ok((false, answer)),
+                    }
                 }
-                None => Ok((false, answer)),
+                .await;
+                out.map(|(changed, answer)| (t, changed, answer))
             }
+            .boxed()
         },
     )
     .await
@@ -248,13 +256,20 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                         }
                         Ok((h.into_change(), added))
                     },
-                    async |t| {
-                        let mut added = 0;
-                        for pair in pairs.chunks_exact(2) {
-                            let r = record(&pair[0], &pair[1]);
-                            added += t.upsert(r).await?.is_none() as i64;
+                    |mut t| {
+                        async move {
+                            let out: Result<_, Reply> = async {
+                                let mut added = 0;
+                                for pair in pairs.chunks_exact(2) {
+                                    let r = record(&pair[0], &pair[1]);
+                                    added += t.upsert(r).await?.is_none() as i64;
+                                }
+                                Ok((true, added))
+                            }
+                            .await;
+                            out.map(|(changed, answer)| (t, changed, answer))
                         }
-                        Ok((true, added))
+                        .boxed()
                     },
                 )
                 .await
@@ -300,12 +315,20 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                         }
                         Ok((h.into_change(), removed))
                     },
-                    async |t| {
-                        let mut removed = 0;
-                        for f in fields {
-                            removed += t.remove_key(&big::hashed_key(f)).await?.is_some() as i64;
+                    |mut t| {
+                        async move {
+                            let out: Result<_, Reply> = async {
+                                let mut removed = 0;
+                                for f in fields {
+                                    removed +=
+                                        t.remove_key(&big::hashed_key(f)).await?.is_some() as i64;
+                                }
+                                Ok((removed > 0, removed))
+                            }
+                            .await;
+                            out.map(|(changed, answer)| (t, changed, answer))
                         }
-                        Ok((removed > 0, removed))
+                        .boxed()
                     },
                 )
                 .await
@@ -371,20 +394,24 @@ async fn lookup(
         key,
         &LAYOUT,
         |p| match p {
-            Some(p) => Ok(Some(
-                fields
-                    .iter()
-                    .map(|f| find(&p, f))
-                    .collect::<Result<Vec<_>, Corrupt>>()?,
-            )),
+            Some(p) => {
+                Ok(Some(fields.iter().map(|f| find(&p, f)).collect::<Result<
+                    Vec<_>,
+                    Corrupt,
+                >>(
+                )?))
+            }
             None => Ok(None),
         },
-        async |t| {
-            let mut out = Vec::with_capacity(fields.len());
-            for f in fields {
-                out.push(tree_find(t, f).await?);
+        |t| {
+            async move {
+                let mut out = Vec::with_capacity(fields.len());
+                for f in fields {
+                    out.push(tree_find(&t, f).await?);
+                }
+                Ok(Some(out))
             }
-            Ok(Some(out))
+            .boxed()
         },
     )
     .await
@@ -401,12 +428,15 @@ async fn all_pairs(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, By
             Some(p) => Ok(pairs(&p)?),
             None => Ok(Vec::new()),
         },
-        async |t| {
-            let records = t.range(0, u64::MAX).await?;
-            records
-                .iter()
-                .map(|r| split_record(r).ok_or(TreeError::Stale))
-                .collect()
+        |t| {
+            async move {
+                let records = t.range(0, u64::MAX).await?;
+                records
+                    .iter()
+                    .map(|r| split_record(r).ok_or(TreeError::Stale))
+                    .collect()
+            }
+            .boxed()
         },
     )
     .await
@@ -429,7 +459,12 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
         HashCmd::HMGet => {
             let found = tri!(lookup(engine, db, key, &args[2..]).await);
             let found = found.unwrap_or_else(|| vec![None; args.len() - 2]);
-            Reply::Array(found.into_iter().map(|v| v.map_or(Reply::Null, Reply::Bulk)).collect())
+            Reply::Array(
+                found
+                    .into_iter()
+                    .map(|v| v.map_or(Reply::Null, Reply::Bulk))
+                    .collect(),
+            )
         }
         HashCmd::HLen => Reply::Int(tri!(
             big::read(
@@ -438,7 +473,7 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
                 key,
                 &LAYOUT,
                 |p| Ok(p.map_or(0, |p| i64::from(p.count))),
-                async |t| Ok(t.len() as i64),
+                |t| async move { Ok(t.len() as i64) }.boxed(),
             )
             .await
         )),

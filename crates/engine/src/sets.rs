@@ -2,15 +2,18 @@
 //! (SINTER, SUNION, SDIFF, their STORE forms, SINTERCARD) and SSCAN, with Redis 7
 //! semantics, replies and error texts.
 //!
-//! A set is stored packed ([`crate::packed`]: members in insertion order). Reads walk
-//! or collect the packed value; writes decode it into a [`SetValue`], edit it and commit
-//! it whole through [`collection::change`].
+//! A small set is stored packed ([`crate::packed`]: members in insertion order), a
+//! large one as a chunk tree of members ordered by `xxh3(member) ‖ member`
+//! ([`crate::big`]). Writes of a packed set decode it into a [`SetValue`], edit it and
+//! encode it; a tree is changed along the path of each member.
 
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
+use futures::FutureExt;
 use indexmap::IndexSet;
 
+use crate::big;
 use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::SetCmd;
@@ -115,10 +118,147 @@ fn contains(p: &Packed, m: &[u8]) -> Result<bool, Corrupt> {
 
 /// The members of the set `key` (empty if missing); WRONGTYPE for another type.
 pub(crate) async fn members(engine: &Engine, db: u8, key: &[u8]) -> Result<IndexSet<Bytes>, Reply> {
-    match collection::load(engine, db, key, KIND).await? {
-        Some(p) => Ok(SetValue::decode(&p)?.members),
-        None => Ok(IndexSet::new()),
-    }
+    big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => Ok(SetValue::decode(&p)?.members),
+            None => Ok(IndexSet::new()),
+        },
+        |t| async move { Ok(t.range(0, u64::MAX).await?.into_iter().collect()) }.boxed(),
+    )
+    .await
+}
+
+/// How sets are stored: trees of members by `xxh3(member) ‖ member`.
+const LAYOUT: big::Layout = big::Layout {
+    kind: KIND,
+    key_of: Some(member_key),
+    records_of: packed_records,
+};
+
+fn member_key(m: &[u8]) -> Bytes {
+    big::hashed_key(m)
+}
+
+fn packed_records(p: &Packed) -> Result<Vec<Bytes>, Corrupt> {
+    p.collect(1)
+}
+
+/// Adds `members` to the set `key` (its lock held by the caller when `locked`).
+async fn add(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    members: &[Bytes],
+    locked: bool,
+) -> Result<i64, Reply> {
+    let packed = |cur: Option<Packed>| {
+        let mut set = decode_or_new(cur)?;
+        let added = members.iter().filter(|m| set.add((*m).clone())).count() as i64;
+        if added == 0 {
+            return Ok((Change::Keep, 0));
+        }
+        Ok((set.into_change(), added))
+    };
+    let _g = match locked {
+        true => None,
+        false => Some(engine.lock_key(key).await),
+    };
+    big::edit_locked(engine, db, key, &LAYOUT, packed, |mut t| {
+        async move {
+            let out: Result<_, Reply> = async {
+                let mut added = 0;
+                for m in members {
+                    added += t.upsert(m.clone()).await?.is_none() as i64;
+                }
+                Ok((added > 0, added))
+            }
+            .await;
+            out.map(|(changed, answer)| (t, changed, answer))
+        }
+        .boxed()
+    })
+    .await
+}
+
+/// Removes `members` from the set `key` (its lock held by the caller when `locked`).
+async fn remove(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    members: &[Bytes],
+    locked: bool,
+) -> Result<i64, Reply> {
+    let packed = |cur: Option<Packed>| {
+        let Some(p) = cur else {
+            return Ok((Change::Keep, 0));
+        };
+        let mut set = SetValue::decode(&p)?;
+        let removed = members
+            .iter()
+            .filter(|m| set.members.shift_remove(&m[..]))
+            .count() as i64;
+        if removed == 0 {
+            return Ok((Change::Keep, 0));
+        }
+        Ok((set.into_change(), removed))
+    };
+    let _g = match locked {
+        true => None,
+        false => Some(engine.lock_key(key).await),
+    };
+    big::edit_locked(engine, db, key, &LAYOUT, packed, |mut t| {
+        async move {
+            let out: Result<_, Reply> = async {
+                let mut removed = 0;
+                for m in members {
+                    removed += t.remove_key(&big::hashed_key(m)).await?.is_some() as i64;
+                }
+                Ok((removed > 0, removed))
+            }
+            .await;
+            out.map(|(changed, answer)| (t, changed, answer))
+        }
+        .boxed()
+    })
+    .await
+}
+
+/// Whether each of `want` is a member of `key`.
+async fn contains_each(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    want: &[Bytes],
+) -> Result<Vec<bool>, Reply> {
+    big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => want
+                .iter()
+                .map(|m| contains(&p, m).map_err(Reply::from))
+                .collect(),
+            None => Ok(vec![false; want.len()]),
+        },
+        |t| {
+            async move {
+                let mut out = Vec::with_capacity(want.len());
+                for m in want {
+                    let k = big::hashed_key(m);
+                    out.push(t.seek(&k).await?.1.is_some_and(|r| r == *m));
+                }
+                Ok(out)
+            }
+            .boxed()
+        },
+    )
+    .await
 }
 
 macro_rules! tri {
@@ -138,34 +278,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
     let db = engine.physical_db(s.db);
     let key = &args[1];
     match cmd {
-        SetCmd::SAdd => Reply::Int(tri!(
-            collection::change(engine, db, key, KIND, |cur| {
-                let mut set = decode_or_new(cur)?;
-                let added = args[2..].iter().filter(|m| set.add((*m).clone())).count() as i64;
-                if added == 0 {
-                    return Ok((Change::Keep, 0));
-                }
-                Ok((set.into_change(), added))
-            })
-            .await
-        )),
-        SetCmd::SRem => Reply::Int(tri!(
-            collection::change(engine, db, key, KIND, |cur| {
-                let Some(p) = cur else {
-                    return Ok((Change::Keep, 0));
-                };
-                let mut set = SetValue::decode(&p)?;
-                let removed = args[2..]
-                    .iter()
-                    .filter(|m| set.members.shift_remove(&m[..]))
-                    .count() as i64;
-                if removed == 0 {
-                    return Ok((Change::Keep, 0));
-                }
-                Ok((set.into_change(), removed))
-            })
-            .await
-        )),
+        SetCmd::SAdd => Reply::Int(tri!(add(engine, db, key, &args[2..], false).await)),
+        SetCmd::SRem => Reply::Int(tri!(remove(engine, db, key, &args[2..], false).await)),
         SetCmd::SPop => {
             let count = match args.get(2) {
                 None => None,
@@ -178,25 +292,51 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
             if args.len() > 3 {
                 return Reply::err(SYNTAX);
             }
+            let want = count.unwrap_or(1);
             let popped = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, Vec::new()));
-                    };
-                    let mut set = SetValue::decode(&p)?;
-                    let want = count.unwrap_or(1).min(set.members.len());
-                    let mut picks = collection::distinct_picks(set.members.len(), want);
-                    // Remove from the highest index down so the others stay valid.
-                    picks.sort_unstable_by(|a, b| b.cmp(a));
-                    let popped: Vec<Bytes> = picks
-                        .into_iter()
-                        .filter_map(|i| set.members.swap_remove_index(i))
-                        .collect();
-                    if popped.is_empty() {
-                        return Ok((Change::Keep, popped));
+                big::edit(
+                    engine,
+                    db,
+                    key,
+                    &LAYOUT,
+                    |cur| {
+                        let Some(p) = cur else {
+                            return Ok((Change::Keep, Vec::new()));
+                        };
+                        let mut set = SetValue::decode(&p)?;
+                        let mut picks = collection::distinct_picks(
+                            set.members.len(),
+                            want.min(set.members.len()),
+                        );
+                        // Remove from the highest index down so the others stay valid.
+                        picks.sort_unstable_by(|a, b| b.cmp(a));
+                        let popped: Vec<Bytes> = picks
+                            .into_iter()
+                            .filter_map(|i| set.members.swap_remove_index(i))
+                            .collect();
+                        if popped.is_empty() {
+                            return Ok((Change::Keep, popped));
+                        }
+                        Ok((set.into_change(), popped))
+                    },
+                    |mut t| {
+                        async move {
+                            let out: Result<_, Reply> = async {
+                                let n = want.min(t.len() as usize);
+                                let mut picks = collection::distinct_picks(t.len() as usize, n);
+                                picks.sort_unstable_by(|a, b| b.cmp(a));
+                                let mut popped = Vec::with_capacity(n);
+                                for i in picks {
+                                    popped.extend(t.remove_at(i as u64).await?);
+                                }
+                                Ok((!popped.is_empty(), popped))
+                            }
+                            .await;
+                            out.map(|(changed, answer)| (t, changed, answer))
+                        }
+                        .boxed()
                     }
-                    Ok((set.into_change(), popped))
-                })
+                )
                 .await
             );
             match count {
@@ -207,32 +347,15 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
         SetCmd::SMove => {
             let (src, dst, m) = (&args[1], &args[2], &args[3]);
             let _held = engine.lock_keys([&src[..], &dst[..]].into_iter()).await;
-            tri!(collection::load(engine, db, dst, KIND).await);
-            let moved = tri!(
-                collection::change_locked(engine, db, src, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, false));
-                    };
-                    let mut set = SetValue::decode(&p)?;
-                    if src == dst {
-                        return Ok((Change::Keep, set.members.contains(&m[..])));
-                    }
-                    if !set.members.shift_remove(&m[..]) {
-                        return Ok((Change::Keep, false));
-                    }
-                    Ok((set.into_change(), true))
-                })
-                .await
-            );
-            if moved && src != dst {
-                tri!(
-                    collection::change_locked(engine, db, dst, KIND, |cur| {
-                        let mut set = decode_or_new(cur)?;
-                        set.add(m.clone());
-                        Ok((set.into_change(), ()))
-                    })
-                    .await
-                );
+            // The destination's type is checked before anything is removed.
+            tri!(big::load(engine, db, dst, KIND).await);
+            if src == dst {
+                let member = tri!(contains_each(engine, db, src, &args[3..4]).await);
+                return Reply::Int(member.first().copied().unwrap_or(false) as i64);
+            }
+            let moved = tri!(remove(engine, db, src, &args[3..4], true).await) > 0;
+            if moved {
+                tri!(add(engine, db, dst, std::slice::from_ref(m), true).await);
             }
             Reply::Int(moved as i64)
         }
@@ -250,7 +373,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
             tri!(collection::store(engine, db, dst, KIND, value).await);
             Reply::Int(n)
         }
-        _ => read(engine, s, db, cmd, args).await,
+        _ => read(engine, db, cmd, args).await,
     }
 }
 
@@ -286,7 +409,7 @@ async fn algebra(
 }
 
 /// The read-only set commands.
-async fn read(engine: &Engine, s: &Session, db: u8, cmd: SetCmd, args: &[Bytes]) -> Reply {
+async fn read(engine: &Engine, db: u8, cmd: SetCmd, args: &[Bytes]) -> Reply {
     match cmd {
         SetCmd::SInter | SetCmd::SUnion | SetCmd::SDiff => {
             let op = match cmd {
@@ -299,34 +422,31 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: SetCmd, args: &[Bytes])
         SetCmd::SInterCard => return intercard(engine, db, args).await,
         _ => {}
     }
-    let p = tri!(collection::load(engine, db, &args[1], KIND).await);
+    let key = &args[1];
     match cmd {
-        SetCmd::SIsMember => Reply::Int(match &p {
-            Some(p) => tri!(contains(p, &args[2])) as i64,
-            None => 0,
-        }),
-        SetCmd::SMIsMember => {
-            let set = match &p {
-                Some(p) => tri!(SetValue::decode(p)).members,
-                None => IndexSet::new(),
-            };
-            Reply::Array(
-                args[2..]
-                    .iter()
-                    .map(|m| Reply::Int(set.contains(&m[..]) as i64))
-                    .collect(),
-            )
+        SetCmd::SIsMember | SetCmd::SMIsMember => {
+            let found = tri!(contains_each(engine, db, key, &args[2..]).await);
+            let ints = found.into_iter().map(|f| Reply::Int(f as i64));
+            if cmd == SetCmd::SIsMember {
+                ints.into_iter().next().unwrap_or(Reply::Int(0))
+            } else {
+                Reply::Array(ints.collect())
+            }
         }
-        SetCmd::SMembers => match &p {
-            Some(p) => set_reply(tri!(p.collect(1))),
-            None => Reply::Set(Vec::new()),
-        },
-        SetCmd::SCard => Reply::Int(p.map_or(0, |p| p.count as i64)),
+        SetCmd::SMembers => set_reply(tri!(members(engine, db, key).await)),
+        SetCmd::SCard => Reply::Int(tri!(
+            big::read(
+                engine,
+                db,
+                key,
+                &LAYOUT,
+                |p| Ok(p.map_or(0, |p| i64::from(p.count))),
+                |t| async move { Ok(t.len() as i64) }.boxed(),
+            )
+            .await
+        )),
         SetCmd::SRandMember => {
-            let all = match &p {
-                Some(p) => tri!(p.collect(1)),
-                None => Vec::new(),
-            };
+            let all: Vec<Bytes> = tri!(members(engine, db, key).await).into_iter().collect();
             let Some(c) = args.get(2) else {
                 let pick = collection::repeated_picks(all.len(), usize::from(!all.is_empty()));
                 return pick
@@ -355,16 +475,16 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: SetCmd, args: &[Bytes])
         }
         SetCmd::SScan => {
             let scan = tri!(collection::scan_args(args, false));
-            let all = match &p {
-                Some(p) if scan.cursor == 0 => tri!(p.collect(1)),
-                _ => Vec::new(),
+            let all = if scan.cursor == 0 {
+                tri!(members(engine, db, key).await)
+            } else {
+                IndexSet::new()
             };
             let items = all
                 .into_iter()
                 .filter(|m| collection::matches(&scan.pattern, m))
                 .map(Reply::Bulk)
                 .collect();
-            let _ = s;
             collection::scan_reply(0, items)
         }
         _ => Reply::err("ERR internal: a write reached the set read path"),

@@ -63,10 +63,15 @@ fn member(i: u8) -> Bytes {
     Bytes::from(format!("m{}", i % 12))
 }
 
-/// A hash field: one of 64, so that a hash of long values passes the packed size and
+/// A hash field: one of 128, so that a hash of long values passes the packed size and
 /// becomes a chunk tree.
 fn field(i: u8) -> Bytes {
-    Bytes::from(format!("f{}", i % 64))
+    Bytes::from(format!("f{}", i % 128))
+}
+
+/// A set member: one of 256, up to ~70 bytes, so that sets become chunk trees.
+fn set_member(i: u8) -> Bytes {
+    Bytes::from(format!("s{i:03}").repeat(1 + usize::from(i % 17)))
 }
 
 /// A list element: one of twelve, 3 to 60 bytes long, so that long pushes make lists
@@ -80,34 +85,72 @@ fn value(seed: u8, len: usize) -> Bytes {
     Bytes::from(vec![b'a' + seed % 26; len])
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    let k = 0..KEYS.len();
+fn keys() -> std::ops::Range<usize> {
+    0..KEYS.len()
+}
+
+fn hash_op() -> impl Strategy<Value = Op> {
+    let k = keys();
     prop_oneof![
-        3 => (k.clone(), proptest::collection::vec((any::<u8>(), 0usize..80), 1..24)).prop_map(|(k, p)| Op::HSet(k, p)),
+        3 => (k.clone(), proptest::collection::vec((any::<u8>(), 0usize..120), 1..24)).prop_map(|(k, p)| Op::HSet(k, p)),
         1 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..4)).prop_map(|(k, f)| Op::HDel(k, f)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, f)| Op::HGet(k, f)),
         1 => k.clone().prop_map(Op::HGetAll),
-        1 => (k.clone(), any::<u8>(), -5i64..5).prop_map(|(k, f, n)| Op::HIncrBy(k, f, n)),
+        1 => (k, any::<u8>(), -5i64..5).prop_map(|(k, f, n)| Op::HIncrBy(k, f, n)),
+    ]
+}
+
+fn list_op() -> impl Strategy<Value = Op> {
+    let k = keys();
+    prop_oneof![
         3 => (k.clone(), any::<bool>(), proptest::collection::vec(any::<u8>(), 1..120)).prop_map(|(k, l, v)| Op::Push(k, l, v)),
         2 => (k.clone(), any::<bool>(), proptest::option::of(0usize..40)).prop_map(|(k, l, c)| Op::Pop(k, l, c)),
         1 => (k.clone(), -300i64..300, -300i64..300).prop_map(|(k, a, b)| Op::LRange(k, a, b)),
         1 => (k.clone(), -200i64..200, any::<u8>()).prop_map(|(k, i, v)| Op::LSet(k, i, v)),
         1 => (k.clone(), -3i64..3, any::<u8>()).prop_map(|(k, c, v)| Op::LRem(k, c, v)),
-        1 => (k.clone(), -200i64..200, -200i64..200).prop_map(|(k, a, b)| Op::LTrim(k, a, b)),
-        3 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..8)).prop_map(|(k, m)| Op::SAdd(k, m)),
+        1 => (k, -200i64..200, -200i64..200).prop_map(|(k, a, b)| Op::LTrim(k, a, b)),
+    ]
+}
+
+fn set_op() -> impl Strategy<Value = Op> {
+    let k = keys();
+    prop_oneof![
+        3 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..40)).prop_map(|(k, m)| Op::SAdd(k, m)),
         1 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..4)).prop_map(|(k, m)| Op::SRem(k, m)),
         1 => k.clone().prop_map(Op::SMembers),
-        1 => (k.clone(), k.clone()).prop_map(|(a, b)| Op::SInter(a, b)),
+        1 => (k.clone(), k).prop_map(|(a, b)| Op::SInter(a, b)),
+    ]
+}
+
+fn zset_op() -> impl Strategy<Value = Op> {
+    let k = keys();
+    prop_oneof![
         3 => (k.clone(), proptest::collection::vec((-10i8..10, any::<u8>()), 1..6)).prop_map(|(k, p)| Op::ZAdd(k, p)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, m)| Op::ZRem(k, m)),
         1 => (k.clone(), -3i8..3, any::<u8>()).prop_map(|(k, n, m)| Op::ZIncrBy(k, n, m)),
         1 => (k.clone(), -6i64..6, -6i64..6).prop_map(|(k, a, b)| Op::ZRange(k, a, b)),
         1 => (k.clone(), -10i8..10, -10i8..10).prop_map(|(k, a, b)| Op::ZRangeByScore(k, a, b)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, m)| Op::ZRank(k, m)),
-        1 => (k.clone(), any::<bool>(), 1usize..4).prop_map(|(k, min, c)| Op::ZPop(k, min, c)),
-        1 => k.clone().prop_map(Op::Del),
-        1 => k.prop_map(Op::Type),
+        1 => (k, any::<bool>(), 1usize..4).prop_map(|(k, min, c)| Op::ZPop(k, min, c)),
     ]
+}
+
+/// Any command: the types share the keys (WRONGTYPE, DEL and type changes).
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => hash_op(),
+        5 => list_op(),
+        4 => set_op(),
+        6 => zset_op(),
+        1 => keys().prop_map(Op::Del),
+        1 => keys().prop_map(Op::Type),
+    ]
+}
+
+/// One type's commands with an occasional DEL: long runs that grow a collection
+/// past the packed limit into a chunk tree and shrink it again.
+fn focused(one: BoxedStrategy<Op>) -> impl Strategy<Value = Op> {
+    prop_oneof![20 => one, 1 => keys().prop_map(Op::Del)]
 }
 
 fn b(s: impl Into<String>) -> Bytes {
@@ -301,13 +344,13 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
         }
         Op::SAdd(k, ms) => {
             let mut s = take!(k, Set, BTreeSet::new());
-            let n = ms.iter().filter(|m| s.insert(member(**m))).count();
+            let n = ms.iter().filter(|m| s.insert(set_member(**m))).count();
             put!(k, Set, s);
             Reply::Int(n as i64)
         }
         Op::SRem(k, ms) => {
             let mut s = take!(k, Set, BTreeSet::new());
-            let n = ms.iter().filter(|m| s.remove(&member(**m))).count();
+            let n = ms.iter().filter(|m| s.remove(&set_member(**m))).count();
             put!(k, Set, s);
             Reply::Int(n as i64)
         }
@@ -433,7 +476,7 @@ fn cmd_of(op: &Op) -> Vec<Bytes> {
                 }),
                 key(k),
             ]);
-            a.extend(ms.iter().map(|m| member(*m)));
+            a.extend(ms.iter().map(|m| set_member(*m)));
         }
         Op::SMembers(k) => a.extend([b("SMEMBERS"), key(k)]),
         Op::SInter(x, y) => a.extend([b("SINTER"), key(x), key(y)]),
@@ -533,5 +576,20 @@ proptest! {
     #[test]
     fn shm_collections_match_the_model(ops in proptest::collection::vec(op(), 1..80)) {
         run(Backend::Shm, ops)?;
+    }
+
+    #[test]
+    fn hashes_grown_into_trees_match_the_model(ops in proptest::collection::vec(focused(hash_op().boxed()), 1..150)) {
+        run(Backend::Local, ops)?;
+    }
+
+    #[test]
+    fn lists_grown_into_trees_match_the_model(ops in proptest::collection::vec(focused(list_op().boxed()), 1..150)) {
+        run(Backend::Shm, ops)?;
+    }
+
+    #[test]
+    fn sets_grown_into_trees_match_the_model(ops in proptest::collection::vec(focused(set_op().boxed()), 1..150)) {
+        run(Backend::Local, ops)?;
     }
 }

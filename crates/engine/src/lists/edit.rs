@@ -10,8 +10,8 @@ use dmc_resp::Reply;
 use dmc_umo::chunk::TreeRoot;
 
 use super::{End, KIND, ListValue, range};
-use crate::packed::{BIG, Packed};
 use crate::big::tag;
+use crate::packed::{BIG, Packed};
 use crate::tree::Tree;
 use crate::{Engine, error_reply};
 
