@@ -259,6 +259,23 @@ impl<'p> Tree<'p> {
             .await
     }
 
+    /// Every chunk of the stored tree (read-only trees: nodes copied into memory by a
+    /// change are not chunks yet): for MEMORY USAGE and tests.
+    pub async fn blocks(&self) -> Result<Vec<Block>, TreeError> {
+        let mut out = Vec::new();
+        let mut todo = vec![(self.top, self.root.height)];
+        while let Some((link, level)) = todo.pop() {
+            let Link::Stored(r) = link else { continue };
+            out.extend(chunk::block_of(r));
+            if level > 1
+                && let Node::Inner(children) = self.load(r).await?
+            {
+                todo.extend(children.into_iter().map(|c| (c.link, level - 1)));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn len(&self) -> u64 {
         self.root.count
     }

@@ -157,6 +157,14 @@ pub fn parse(block: &[u8], tag: Option<u32>, max_gen: u64) -> Result<Chunk<'_>, 
     })
 }
 
+/// A verified chunk's owner tag and generation.
+pub fn owner(block: &[u8]) -> (u32, u64) {
+    if block.len() < CHUNK_HEADER {
+        return (0, 0);
+    }
+    (le32(block, 12), le64(block, 16))
+}
+
 /// One child of an inner chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InnerEntry<'a> {

@@ -94,13 +94,21 @@ impl Dht {
                             match self.commit(tx).await {
                                 TxOutcome::Committed => {
                                     moved += 1;
-                                    self.pool.free_object(obj).await;
+                                    if fresh.chained && o.kind != dmc_umo::ValueKind::String {
+                                        // The new head owns the same chunk tree.
+                                        self.pool.free_head(obj);
+                                    } else {
+                                        self.pool.free_object(obj).await;
+                                    }
                                 }
                                 TxOutcome::StaleEpoch { .. } => {
                                     return Err(DhtError::NotOwner(slot));
                                 }
                                 // Changed meanwhile (the next read sees it) or in doubt.
                                 TxOutcome::Failed(_) => {}
+                                _ if fresh.chained && o.kind != dmc_umo::ValueKind::String => {
+                                    self.pool.free_head(fresh)
+                                }
                                 _ => self.pool.free_object(fresh).await,
                             }
                             continue;
@@ -161,8 +169,118 @@ impl Dht {
             }
         }
         let size = self.pool.config().region_size;
+        self.relocate_trees(GlobalAddr::new(region, 0), size)
+            .await?;
         self.clear_range(GlobalAddr::new(region, 0), size, true)
             .await
+    }
+
+    /// Copies the chunks that collections of this agent's keys keep inside
+    /// `[start, start + len)` out of it (copy on write: the paths above them too) and
+    /// commits each key's new root; returns how many trees moved. Their heads, if in
+    /// the range, are moved after by `clear_range`.
+    async fn relocate_trees(&self, start: GlobalAddr, len: u64) -> Result<usize, DhtError> {
+        let inside = move |a: GlobalAddr| {
+            a.region() == start.region()
+                && (start.offset()..start.offset() + len).contains(&a.offset())
+        };
+        let mut moved = 0;
+        for slot in self.owned_partitions() {
+            let Some(dir) = self.load_dir(slot).await? else {
+                continue;
+            };
+            let mut subtables = dir.subtables.clone();
+            subtables.sort_unstable();
+            subtables.dedup();
+            for st in subtables {
+                for b in 0..self.buckets {
+                    let bucket = st.offset_by(b * layout::BUCKET);
+                    // A key changed meanwhile is looked at again (its new tree may
+                    // still have chunks in the range).
+                    for _ in 0..MAX_RETRIES {
+                        let mut again = false;
+                        let mut bytes = [0u8; layout::BUCKET as usize];
+                        self.pool.read(bucket, &mut bytes).await?;
+                        let header = le64(&bytes, 0);
+                        if header & layout::MOVED != 0 || layout::header_slot(header) != slot {
+                            break;
+                        }
+                        let probe = Probe {
+                            buckets: [(bucket, bytes), (bucket, bytes)],
+                        };
+                        for i in 0..SLOTS_PER_BUCKET {
+                            let (addr, word, _) = probe.slot(0, i);
+                            let Some(obj) = word.object().filter(|o| o.chained) else {
+                                continue;
+                            };
+                            let Some(o) = self.pool.read_any(obj).await? else {
+                                continue;
+                            };
+                            let root = match o.kind {
+                                dmc_umo::ValueKind::String => None,
+                                _ => dmc_umo::chunk::TreeRoot::parse(&o.value),
+                            };
+                            let Some(root) = root else { continue };
+                            let Some(tree) = self.pool.relocate_tree(root, &inside).await? else {
+                                continue;
+                            };
+                            let mut value = Vec::with_capacity(o.value.len());
+                            tree.root.encode(&mut value);
+                            value.extend_from_slice(&o.value[dmc_umo::chunk::ROOT_LEN..]);
+                            let fresh =
+                                match self.pool.write_object(o.db, &o.key, o.kind, &value).await {
+                                    Ok(f) => f,
+                                    Err(e) => {
+                                        tree.new.iter().for_each(|b| self.pool.free(*b));
+                                        return Err(e.into());
+                                    }
+                                };
+                            let lease = self.lease(slot)?;
+                            let tx = Tx {
+                                shard: lease.shard,
+                                epoch: lease.epoch,
+                                writes: vec![
+                                    TxWrite {
+                                        addr: bucket,
+                                        expect: Some(header),
+                                        new: header,
+                                        in_word_lock: false,
+                                    },
+                                    TxWrite {
+                                        addr,
+                                        expect: Some(word.0),
+                                        new: SlotWord::new(word.fp(), fresh).0,
+                                        in_word_lock: true,
+                                    },
+                                ],
+                            };
+                            match self.commit(tx).await {
+                                TxOutcome::Committed => {
+                                    moved += 1;
+                                    self.pool.free_head(obj);
+                                    tree.old.iter().for_each(|b| self.pool.free(*b));
+                                }
+                                TxOutcome::StaleEpoch { .. } => {
+                                    return Err(DhtError::NotOwner(slot));
+                                }
+                                // In doubt: the new root may be reachable; leak rather than free.
+                                TxOutcome::Failed(_) => {}
+                                // Changed meanwhile: look at the bucket again.
+                                _ => {
+                                    self.pool.free_head(fresh);
+                                    tree.new.iter().for_each(|b| self.pool.free(*b));
+                                    again = true;
+                                }
+                            }
+                        }
+                        if !again {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(moved)
     }
 
     /// Rewrites `slot`'s directory into a new block (its old one is in a region being

@@ -71,6 +71,7 @@ mod verbs;
 
 pub use load::{LatencySample, LoadReport};
 pub use object_read::StoredObject;
+pub use object_write::RelocatedTree;
 pub use placement::{DirtyChunks, FILL_CHUNK, Placement};
 pub use slot_commit::SlotWrite;
 pub use slot_recovery::SlotRecovery;

@@ -156,3 +156,105 @@ impl Pool {
         }
     }
 }
+
+/// A tree whose chunks in a range were copied out of it.
+pub struct RelocatedTree {
+    /// The tree's new root (its chunks outside the range are shared with the old one).
+    pub root: crate::chunk::TreeRoot,
+    /// The copied chunks' old blocks: free them once the new root is committed.
+    pub old: Vec<Block>,
+    /// The new blocks: free them if the commit fails.
+    pub new: Vec<Block>,
+}
+
+impl Pool {
+    /// Copies the chunks of `root`'s tree that lie where `inside` says (and, copy on
+    /// write, their ancestors) to fresh blocks; `None` when no chunk is there. The
+    /// copies keep their owner tag and generation, so readers of the tree accept them.
+    pub async fn relocate_tree(
+        &self,
+        root: crate::chunk::TreeRoot,
+        inside: &(dyn Fn(crate::GlobalAddr) -> bool + Sync),
+    ) -> Result<Option<RelocatedTree>, UmoError> {
+        let mut moved = RelocatedTree {
+            root,
+            old: Vec::new(),
+            new: Vec::new(),
+        };
+        let result = self
+            .relocate_chunk(root.root, root.height, inside, &mut moved)
+            .await;
+        match result {
+            Ok(Some(r)) => {
+                moved.root.root = r;
+                Ok(Some(moved))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                for b in moved.new {
+                    self.free(b);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Relocates the subtree at `r` (of `level`, 1 = a leaf): its new ref if it or a
+    /// descendant moved. Depth is the tree's height, at most `chunk::MAX_HEIGHT`.
+    fn relocate_chunk<'a>(
+        &'a self,
+        r: ChunkRef,
+        level: u8,
+        inside: &'a (dyn Fn(crate::GlobalAddr) -> bool + Sync),
+        moved: &'a mut RelocatedTree,
+    ) -> futures::future::BoxFuture<'a, Result<Option<ChunkRef>, UmoError>> {
+        Box::pin(async move {
+            let Some(block) = crate::chunk::block_of(r) else {
+                return Ok(None);
+            };
+            if level <= 1 && !inside(r.addr) {
+                return Ok(None);
+            }
+            let mut buf = vec![0u8; block.size() as usize];
+            self.read(block.addr, &mut buf).await?;
+            let Ok(c) = crate::chunk::parse(&buf, None, u64::MAX) else {
+                return Ok(None);
+            };
+            let (tag, generation) = crate::chunk::owner(&buf);
+            let (kind, n) = (c.kind, c.n);
+            let mut body = c.body.to_vec();
+            let mut changed = inside(r.addr);
+            if kind == crate::chunk::INNER && level > 1 {
+                let children: Vec<(u64, ChunkRef, Vec<u8>)> = crate::chunk::inner_entries(&c)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|e| (e.count, e.child, e.key.to_vec()))
+                    .collect();
+                let mut rebuilt = Vec::with_capacity(body.len());
+                for (count, child, key) in children {
+                    let child = match self.relocate_chunk(child, level - 1, inside, moved).await? {
+                        Some(new) => {
+                            changed = true;
+                            new
+                        }
+                        None => child,
+                    };
+                    crate::chunk::put_inner(&mut rebuilt, count, child, &key);
+                }
+                body = rebuilt;
+            }
+            if !changed {
+                return Ok(None);
+            }
+            let bytes = crate::chunk::encode(kind, n, tag, generation, &body);
+            let fresh = self.alloc(bytes.len() as u64, false).await?;
+            moved.new.push(fresh);
+            self.write_all(&[(fresh.addr, &bytes)]).await?;
+            moved.old.push(block);
+            Ok(Some(ChunkRef {
+                addr: fresh.addr,
+                class: fresh.class,
+            }))
+        })
+    }
+}

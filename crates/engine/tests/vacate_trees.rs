@@ -1,0 +1,114 @@
+//! Returning a region moves the chunks of collection trees out of it: a list, a hash
+//! and a set grown into chunk trees read back whole after every region they used is
+//! vacated, with their keys' heads and chunks copied elsewhere.
+
+#[path = "../../dht/tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Backend;
+use dmc_dht::{DhtConfig, SystemClock};
+use dmc_engine::{Engine, EngineConfig};
+use dmc_resp::Reply;
+
+fn cmd(words: &[&str]) -> Vec<Bytes> {
+    words
+        .iter()
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect()
+}
+
+#[tokio::test]
+async fn vacated_regions_keep_every_tree_whole() {
+    let h = common::open(
+        Backend::Local,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Duration::from_millis(5),
+    )
+    .await;
+    let engine = Engine::new(
+        h.dht.clone(),
+        Arc::new(SystemClock),
+        EngineConfig::default(),
+    );
+    let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
+    let items: Vec<String> = (0..3000)
+        .map(|i| format!("element-{i:05}-{}", "x".repeat(i % 40)))
+        .collect();
+    for chunk in items.chunks(100) {
+        let mut push = vec!["RPUSH", "list"];
+        push.extend(chunk.iter().map(|s| s.as_str()));
+        engine.execute(&mut s, cmd(&push)).await;
+        let mut sadd = vec!["SADD", "set"];
+        sadd.extend(chunk.iter().map(|s| s.as_str()));
+        engine.execute(&mut s, cmd(&sadd)).await;
+        let mut hset = vec!["HSET", "hash"];
+        for i in chunk {
+            hset.extend([i.as_str(), "v"]);
+        }
+        engine.execute(&mut s, cmd(&hset)).await;
+    }
+    let encoding = |e: &str| cmd(&["OBJECT", "ENCODING", e]);
+    assert_eq!(
+        engine.execute(&mut s, encoding("list")).await.0,
+        Reply::bulk("quicklist")
+    );
+    let regions: Vec<_> = engine
+        .dht
+        .used_by_region()
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        regions.len() > 1,
+        "the data spans several regions: {regions:?}"
+    );
+    let vacated = &regions[..regions.len() - 1];
+    for r in vacated {
+        engine.dht.vacate_region(*r).await.expect("vacate");
+    }
+    // No chunk of any tree is left in them (the pool returns them next).
+    for key in ["list", "set", "hash"] {
+        let Some(e) = engine.dht.get(0, key.as_bytes()).await.expect("a read") else {
+            panic!("{key} is gone");
+        };
+        let root = dmc_umo::chunk::TreeRoot::parse(&e.value).expect("a tree");
+        let tag = dmc_engine::big::tag(0, key.as_bytes());
+        let tree = dmc_engine::tree::Tree::open(engine.dht.pool(), tag, root, None);
+        let blocks = tree.blocks().await.expect("the chunks");
+        assert!(blocks.len() > 10, "{key} has {} chunks", blocks.len());
+        let stray: Vec<_> = blocks
+            .iter()
+            .filter(|b| vacated.contains(&b.addr.region()))
+            .collect();
+        assert!(
+            stray.is_empty(),
+            "{key}: {} chunks left in vacated regions",
+            stray.len()
+        );
+    }
+    let (list, _) = engine
+        .execute(&mut s, cmd(&["LRANGE", "list", "0", "-1"]))
+        .await;
+    assert_eq!(
+        list,
+        Reply::Array(items.iter().map(|i| Reply::bulk(i.clone())).collect())
+    );
+    let (card, _) = engine.execute(&mut s, cmd(&["SCARD", "set"])).await;
+    assert_eq!(card, Reply::Int(3000));
+    let (members, _) = engine.execute(&mut s, cmd(&["SMEMBERS", "set"])).await;
+    let Reply::Set(m) = members else {
+        panic!("{members:?}")
+    };
+    assert_eq!(m.len(), 3000);
+    let (len, _) = engine.execute(&mut s, cmd(&["HLEN", "hash"])).await;
+    assert_eq!(len, Reply::Int(3000));
+    let (v, _) = engine
+        .execute(&mut s, cmd(&["HGET", "hash", &items[1234]]))
+        .await;
+    assert_eq!(v, Reply::bulk("v"));
+}
