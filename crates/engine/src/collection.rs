@@ -158,10 +158,17 @@ pub(crate) fn numkeys(args: &[Bytes], at: usize) -> Result<&[Bytes], Reply> {
 /// OBJECT ENCODING's answer for a value of type `kind`: the name Redis reports for the
 /// same shape.
 pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt> {
+    if kind != ValueKind::String && dmc_umo::chunk::TreeRoot::parse(value).is_some() {
+        // A tree is the big form of every type.
+        return Ok(match kind {
+            ValueKind::List => "quicklist",
+            ValueKind::ZSet => "skiplist",
+            _ => "hashtable",
+        });
+    }
     Ok(match kind {
         ValueKind::String => crate::introspect::string_encoding(value),
         ValueKind::Hash => crate::hashes::encoding(&Packed::parse(value)?),
-        ValueKind::List if dmc_umo::chunk::TreeRoot::parse(value).is_some() => "quicklist",
         ValueKind::List => crate::lists::encoding(&Packed::parse(value)?),
         ValueKind::Set => crate::sets::encoding(&Packed::parse(value)?)?,
         ValueKind::ZSet => crate::zsets::encoding(&Packed::parse(value)?),

@@ -88,6 +88,24 @@ pub async fn object(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     }
 }
 
+/// The bytes of the chunks of `entry`'s tree (0 for a value that is not a tree).
+async fn tree_bytes(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    entry: &dmc_dht::Entry,
+) -> Result<u64, Reply> {
+    if entry.kind == dmc_dht::ValueKind::String {
+        return Ok(0);
+    }
+    let Some(root) = dmc_umo::chunk::TreeRoot::parse(&entry.value) else {
+        return Ok(0);
+    };
+    let tree = crate::tree::Tree::open(engine.dht.pool(), crate::big::tag(db, key), root, None);
+    let blocks = tree.blocks().await.map_err(Reply::from)?;
+    Ok(blocks.iter().map(|b| u64::from(b.size())).sum())
+}
+
 /// `MEMORY USAGE key [SAMPLES n]`, `MEMORY STATS`, `MEMORY DOCTOR`, `MEMORY HELP`.
 pub async fn memory(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     let sub = upper(&args[1]);
@@ -103,8 +121,12 @@ pub async fn memory(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
             }
             let db = engine.physical_db(s.db);
             match engine.dht.peek(db, &args[2]).await {
-                // One copy's pool bytes: the slot and the object's blocks.
-                Ok(Some((_, bytes))) => Reply::Int(bytes as i64),
+                // One copy's pool bytes: the slot and the object's blocks, and the
+                // chunks of a collection stored as a tree.
+                Ok(Some((entry, bytes))) => match tree_bytes(engine, db, &args[2], &entry).await {
+                    Ok(chunks) => Reply::Int((bytes + chunks) as i64),
+                    Err(r) => r,
+                },
                 Ok(None) => Reply::Null,
                 Err(e) => error_reply(e),
             }

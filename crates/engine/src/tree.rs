@@ -338,14 +338,16 @@ impl<'p> Tree<'p> {
         }
     }
 
-    /// Which child of `children` a descent takes, and the records before it.
-    fn pick(&self, children: &[Child], nav: &Nav<'_>) -> (usize, u64) {
+    /// Which child of `children` a descent takes, and the records before it in this
+    /// node; `base` is the records before the node.
+    fn pick(&self, children: &[Child], nav: &Nav<'_>, base: u64) -> (usize, u64) {
         match nav {
             Nav::Index(i) => {
+                let i = i.saturating_sub(base);
                 let mut before = 0;
                 for (pos, c) in children.iter().enumerate() {
                     // An index equal to the total goes to the last child (an append).
-                    if *i < before + c.count || pos + 1 == children.len() {
+                    if i < before + c.count || pos + 1 == children.len() {
                         return (pos, before);
                     }
                     before += c.count;
@@ -370,7 +372,7 @@ impl<'p> Tree<'p> {
     /// Where `nav` leads in a leaf's records: the offset.
     fn offset(&self, items: &[Bytes], nav: &Nav<'_>, before: u64) -> usize {
         match nav {
-            Nav::Index(i) => (i - before).min(items.len() as u64) as usize,
+            Nav::Index(i) => i.saturating_sub(before).min(items.len() as u64) as usize,
             Nav::Key(k) => match self.key_of {
                 Some(key_of) => items.partition_point(|r| &key_of(r)[..] < *k),
                 None => items.len(),
@@ -393,7 +395,7 @@ impl<'p> Tree<'p> {
                     if children.is_empty() {
                         return Err(TreeError::Stale);
                     }
-                    let (pos, b) = self.pick(children, nav);
+                    let (pos, b) = self.pick(children, nav, before);
                     before += b;
                     link = children[pos].link;
                 }
@@ -467,7 +469,7 @@ impl<'p> Tree<'p> {
                 }
                 Node::Inner(children) if children.is_empty() => return Err(TreeError::Stale),
                 Node::Inner(children) => {
-                    let (pos, b) = self.pick(children, nav);
+                    let (pos, b) = self.pick(children, nav, before);
                     (pos, b, children[pos].link)
                 }
             };
