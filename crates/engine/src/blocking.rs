@@ -23,10 +23,10 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::clients::Unblock;
-use crate::lists::{self, End, MPop};
+use crate::lists::{self, End};
 use crate::table::{ListCmd, ZSetCmd};
 use crate::zsets::{self, Extreme};
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, SYNTAX, Session};
 
 /// The longest timeout a blocking command may ask for (Redis refuses past this too).
 const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -255,7 +255,7 @@ pub async fn run_list(engine: &Engine, s: &Session, db: u8, cmd: ListCmd, args: 
                 Ok(t) => t,
                 Err(r) => return r,
             };
-            let m = match MPop::parse(args, 2) {
+            let m = match lists::parse_mpop(args, 2) {
                 Ok(m) => m,
                 Err(r) => return r,
             };
@@ -280,7 +280,7 @@ pub async fn run_zset(engine: &Engine, s: &Session, db: u8, cmd: ZSetCmd, args: 
             Ok(t) => t,
             Err(r) => return r,
         };
-        let m = match zsets::MPop::parse(args, 2) {
+        let m = match zsets::parse_mpop(args, 2) {
             Ok(m) => m,
             Err(r) => return r,
         };
@@ -319,15 +319,6 @@ pub async fn run_zset(engine: &Engine, s: &Session, db: u8, cmd: ZSetCmd, args: 
         Ok(None)
     })
     .await
-}
-
-/// Parses a count that must be positive (ZMPOP, BZMPOP's `COUNT`).
-pub(crate) fn positive_count(arg: &[u8]) -> Result<usize, Reply> {
-    match parse_i64(arg) {
-        Some(n) if n > 0 => Ok(n as usize),
-        Some(_) => Err(Reply::err("ERR count should be greater than 0")),
-        None => Err(Reply::err(NOT_INTEGER)),
-    }
 }
 
 #[cfg(test)]

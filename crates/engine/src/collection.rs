@@ -138,6 +138,44 @@ pub(crate) fn numkeys_with_limit(
     Ok((keys, limit))
 }
 
+/// LMPOP's, BLMPOP's, ZMPOP's and BZMPOP's arguments: keys, end and count.
+pub(crate) struct MPop<E> {
+    pub keys: Vec<Bytes>,
+    pub end: E,
+    pub count: usize,
+}
+
+/// Parses `numkeys key... END [COUNT n]` from `args[at]`, the end by `end_of`, with
+/// Redis's texts (a count past the arguments is a syntax error).
+pub(crate) fn parse_mpop<E>(
+    args: &[Bytes],
+    at: usize,
+    end_of: fn(&[u8]) -> Option<E>,
+) -> Result<MPop<E>, Reply> {
+    let n = parse_i64(&args[at])
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Reply::err("ERR numkeys should be greater than 0"))?;
+    let first = at + 1;
+    let end_at = first
+        .checked_add(n as usize)
+        .filter(|&e| e < args.len())
+        .ok_or_else(|| Reply::err(SYNTAX))?;
+    let end = end_of(&args[end_at]).ok_or_else(|| Reply::err(SYNTAX))?;
+    let count = match &args[end_at + 1..] {
+        [] => 1,
+        [opt, c] if opt.eq_ignore_ascii_case(b"COUNT") => match parse_i64(c) {
+            Some(c) if c > 0 => c as usize,
+            _ => return Err(Reply::err("ERR count should be greater than 0")),
+        },
+        _ => return Err(Reply::err(SYNTAX)),
+    };
+    Ok(MPop {
+        keys: args[first..end_at].to_vec(),
+        end,
+        count,
+    })
+}
+
 /// The keys a `numkeys` count at `args[at]` announces.
 pub(crate) fn numkeys(args: &[Bytes], at: usize) -> Result<&[Bytes], Reply> {
     let n = args

@@ -47,6 +47,8 @@ enum Op {
     SAdd(usize, Vec<u8>),
     SRem(usize, Vec<u8>),
     SMembers(usize),
+    /// SPOP key count: random members, checked against the model and then removed.
+    SPop(usize, usize),
     SInter(usize, usize),
     ZAdd(usize, Vec<(i8, u8)>),
     ZRem(usize, u8),
@@ -118,6 +120,7 @@ fn set_op() -> impl Strategy<Value = Op> {
         3 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..40)).prop_map(|(k, m)| Op::SAdd(k, m)),
         1 => (k.clone(), proptest::collection::vec(any::<u8>(), 1..4)).prop_map(|(k, m)| Op::SRem(k, m)),
         1 => k.clone().prop_map(Op::SMembers),
+        1 => (k.clone(), 1usize..30).prop_map(|(k, c)| Op::SPop(k, c)),
         1 => (k.clone(), k).prop_map(|(a, b)| Op::SInter(a, b)),
     ]
 }
@@ -358,6 +361,11 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             let s = take!(k, Set, BTreeSet::new());
             Reply::Set(s.iter().map(bulk).collect())
         }
+        // Random: `run` checks the reply against the model and applies it.
+        Op::SPop(k, _) => {
+            let _ = take!(k, Set, BTreeSet::new());
+            Reply::Null
+        }
         Op::SInter(x, y) => {
             let s1 = take!(x, Set, BTreeSet::new());
             let s2 = take!(y, Set, BTreeSet::new());
@@ -479,6 +487,7 @@ fn cmd_of(op: &Op) -> Vec<Bytes> {
             a.extend(ms.iter().map(|m| set_member(*m)));
         }
         Op::SMembers(k) => a.extend([b("SMEMBERS"), key(k)]),
+        Op::SPop(k, c) => a.extend([b("SPOP"), key(k), b(c.to_string())]),
         Op::SInter(x, y) => a.extend([b("SINTER"), key(x), key(y)]),
         Op::ZAdd(k, pairs) => {
             a.extend([b("ZADD"), key(k)]);
@@ -547,6 +556,27 @@ fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
         for op in &ops {
             let (args, want) = step(&mut model, op);
             let (got, _) = engine.execute(&mut session, args.clone()).await;
+            if let (Op::SPop(k, count), Reply::Set(popped)) = (op, &got) {
+                let key = b(KEYS[*k]);
+                let Some(Value::Set(set)) = model.get_mut(&key) else {
+                    prop_assert!(
+                        popped.is_empty(),
+                        "{:?} popped {:?} from nothing",
+                        args,
+                        popped
+                    );
+                    continue;
+                };
+                prop_assert_eq!(popped.len(), (*count).min(set.len()), "{:?}", args);
+                for m in popped {
+                    let Reply::Bulk(m) = m else { panic!("{m:?}") };
+                    prop_assert!(set.remove(m), "{:?} popped {:?}, not a member", args, m);
+                }
+                if set.is_empty() {
+                    model.remove(&key);
+                }
+                continue;
+            }
             prop_assert_eq!(canonical(got), canonical(want), "{:?}", args);
         }
         // The pool holds what the model holds, read back whole.

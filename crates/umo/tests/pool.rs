@@ -1018,3 +1018,44 @@ async fn a_client_whose_lease_lapsed_writes_nothing() {
     assert_eq!(pool.faa(word, 1).await.unwrap(), 1);
     assert_eq!(pool.commit(&[tx]).await, vec![TxOutcome::Committed]);
 }
+
+/// Regression: the pool's usage counter was added to on every copy, one after the
+/// other, so a client killed between them left the copies different for good (the
+/// e2e `an_agent_killed_mid_commit…` check of identical copies failed at offset 48).
+/// Now the primary's value is written to the backups at every sync.
+#[tokio::test]
+async fn a_usage_counter_that_diverged_on_a_backup_converges() {
+    let nodes = start_nodes(2, 64 << 20).await;
+    let pool = Pool::open(small(2), connect(&nodes).await).await.unwrap();
+    pool.write_object(0, b"k", ValueKind::String, b"v")
+        .await
+        .unwrap();
+    pool.sync_usage().await;
+    let at = GlobalAddr::new(pool.config().super_region, dmc_umo::layout::SB_USED);
+    let word = |copy: usize| {
+        let pool = &pool;
+        async move {
+            let mut b = [0u8; 8];
+            pool.read_copy(at, copy, &mut b).await.unwrap();
+            u64::from_le_bytes(b)
+        }
+    };
+    // A client died after adding to one copy only: every copy adds 100 but the first.
+    for t in connect(&nodes).await.iter().skip(1) {
+        let mut verbs = [dmc_verbs::Verb::Faa {
+            region: at.region(),
+            offset: at.offset(),
+            add: 100,
+            old: 0,
+        }];
+        t.post(&mut verbs).await.unwrap();
+    }
+    let (primary, backup) = (word(0).await, word(1).await);
+    assert_ne!(primary, backup, "the copies were made to differ");
+    pool.sync_usage().await;
+    assert_eq!(
+        word(0).await,
+        word(1).await,
+        "the backup follows the primary"
+    );
+}

@@ -73,25 +73,8 @@ impl Dht {
                             && let Ok(fresh) =
                                 self.pool.write_object(o.db, &o.key, o.kind, &o.value).await
                         {
-                            let tx = Tx {
-                                shard: self.lease(slot)?.shard,
-                                epoch: self.lease(slot)?.epoch,
-                                writes: vec![
-                                    TxWrite {
-                                        addr: bucket,
-                                        expect: Some(header),
-                                        new: header,
-                                        in_word_lock: false,
-                                    },
-                                    TxWrite {
-                                        addr,
-                                        expect: Some(word.0),
-                                        new: SlotWord::new(word.fp(), fresh).0,
-                                        in_word_lock: true,
-                                    },
-                                ],
-                            };
-                            match self.commit(tx).await {
+                            let swap = self.swap_object(slot, (bucket, header), addr, word, fresh);
+                            match swap.await? {
                                 TxOutcome::Committed => {
                                     moved += 1;
                                     if fresh.chained && o.kind != dmc_umo::ValueKind::String {
@@ -175,6 +158,38 @@ impl Dht {
             .await
     }
 
+    /// Points the slot at `addr` (holding `word`, in the bucket whose header is
+    /// `header`) at the moved object `fresh`, if neither changed meanwhile.
+    async fn swap_object(
+        &self,
+        slot: u16,
+        (bucket, header): (GlobalAddr, u64),
+        addr: GlobalAddr,
+        word: SlotWord,
+        fresh: dmc_umo::ObjectRef,
+    ) -> Result<TxOutcome, DhtError> {
+        let lease = self.lease(slot)?;
+        let tx = Tx {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            writes: vec![
+                TxWrite {
+                    addr: bucket,
+                    expect: Some(header),
+                    new: header,
+                    in_word_lock: false,
+                },
+                TxWrite {
+                    addr,
+                    expect: Some(word.0),
+                    new: SlotWord::new(word.fp(), fresh).0,
+                    in_word_lock: true,
+                },
+            ],
+        };
+        Ok(self.commit(tx).await)
+    }
+
     /// Copies the chunks that collections of this agent's keys keep inside
     /// `[start, start + len)` out of it (copy on write: the paths above them too) and
     /// commits each key's new root; returns how many trees moved. Their heads, if in
@@ -235,26 +250,8 @@ impl Dht {
                                         return Err(e.into());
                                     }
                                 };
-                            let lease = self.lease(slot)?;
-                            let tx = Tx {
-                                shard: lease.shard,
-                                epoch: lease.epoch,
-                                writes: vec![
-                                    TxWrite {
-                                        addr: bucket,
-                                        expect: Some(header),
-                                        new: header,
-                                        in_word_lock: false,
-                                    },
-                                    TxWrite {
-                                        addr,
-                                        expect: Some(word.0),
-                                        new: SlotWord::new(word.fp(), fresh).0,
-                                        in_word_lock: true,
-                                    },
-                                ],
-                            };
-                            match self.commit(tx).await {
+                            let swap = self.swap_object(slot, (bucket, header), addr, word, fresh);
+                            match swap.await? {
                                 TxOutcome::Committed => {
                                     moved += 1;
                                     self.pool.free_head(obj);

@@ -314,7 +314,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             }
         }
         ListCmd::LMPop => {
-            let m = tri!(MPop::parse(args, 1));
+            let m = tri!(parse_mpop(args, 1));
             mpop_once(engine, db, &m).await.unwrap_or_else(|r| r)
         }
         ListCmd::BLPop
@@ -327,39 +327,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
 }
 
 /// LMPOP's and BLMPOP's arguments.
-pub(crate) struct MPop {
-    pub keys: Vec<Bytes>,
-    pub end: End,
-    pub count: usize,
-}
+pub(crate) type MPop = crate::collection::MPop<End>;
 
-impl MPop {
-    /// Parses `numkeys key... LEFT|RIGHT [COUNT n]` starting at `args[at]`.
-    pub fn parse(args: &[Bytes], at: usize) -> Result<MPop, Reply> {
-        let n = parse_i64(&args[at]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
-        if n <= 0 {
-            return Err(Reply::err("ERR numkeys should be greater than 0"));
-        }
-        let first = at + 1;
-        let end_at = first
-            .checked_add(n as usize)
-            .filter(|&e| e < args.len())
-            .ok_or_else(|| Reply::err(SYNTAX))?;
-        let end = End::parse(&args[end_at]).ok_or_else(|| Reply::err(SYNTAX))?;
-        let count = match &args[end_at + 1..] {
-            [] => 1,
-            [opt, c] if opt.eq_ignore_ascii_case(b"COUNT") => match parse_i64(c) {
-                Some(c) if c > 0 => c as usize,
-                _ => return Err(Reply::err("ERR count should be greater than 0")),
-            },
-            _ => return Err(Reply::err(SYNTAX)),
-        };
-        Ok(MPop {
-            keys: args[first..end_at].to_vec(),
-            end,
-            count,
-        })
-    }
+/// Parses `numkeys key... LEFT|RIGHT [COUNT n]` starting at `args[at]`.
+pub(crate) fn parse_mpop(args: &[Bytes], at: usize) -> Result<MPop, Reply> {
+    crate::collection::parse_mpop(args, at, End::parse)
 }
 
 /// One LMPOP attempt: the first non-empty list's popped elements as `[key, [items]]`,

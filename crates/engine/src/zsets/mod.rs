@@ -193,7 +193,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
             scored(items, count.is_some() && s.proto >= 3)
         }
         ZSetCmd::ZMPop => {
-            let m = tri!(MPop::parse(args, 1));
+            let m = tri!(parse_mpop(args, 1));
             mpop_once(engine, db, &m).await.unwrap_or_else(|r| r)
         }
         ZSetCmd::BZPopMin | ZSetCmd::BZPopMax | ZSetCmd::BZMPop => {
@@ -319,33 +319,23 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
 }
 
 /// ZMPOP's and BZMPOP's arguments.
-pub(crate) struct MPop {
-    pub keys: Vec<Bytes>,
-    pub end: Extreme,
-    pub count: usize,
+pub(crate) type MPop = collection::MPop<Extreme>;
+
+impl Extreme {
+    fn parse(arg: &[u8]) -> Option<Extreme> {
+        if arg.eq_ignore_ascii_case(b"MIN") {
+            Some(Extreme::Min)
+        } else if arg.eq_ignore_ascii_case(b"MAX") {
+            Some(Extreme::Max)
+        } else {
+            None
+        }
+    }
 }
 
-impl MPop {
-    /// Parses `numkeys key... MIN|MAX [COUNT n]` starting at `args[at]`.
-    pub fn parse(args: &[Bytes], at: usize) -> Result<MPop, Reply> {
-        let keys = collection::numkeys(args, at)?;
-        let end_at = at + 1 + keys.len();
-        let end = match args.get(end_at).map(|a| a.to_ascii_uppercase()) {
-            Some(a) if a == b"MIN" => Extreme::Min,
-            Some(a) if a == b"MAX" => Extreme::Max,
-            _ => return Err(Reply::err(SYNTAX)),
-        };
-        let count = match &args[end_at + 1..] {
-            [] => 1,
-            [opt, c] if opt.eq_ignore_ascii_case(b"COUNT") => crate::blocking::positive_count(c)?,
-            _ => return Err(Reply::err(SYNTAX)),
-        };
-        Ok(MPop {
-            keys: keys.to_vec(),
-            end,
-            count,
-        })
-    }
+/// Parses `numkeys key... MIN|MAX [COUNT n]` starting at `args[at]`.
+pub(crate) fn parse_mpop(args: &[Bytes], at: usize) -> Result<MPop, Reply> {
+    collection::parse_mpop(args, at, Extreme::parse)
 }
 
 /// One ZMPOP attempt: `[key, [[member, score], ...]]` from the first non-empty sorted

@@ -166,7 +166,7 @@ impl Pool {
     pub async fn sync_usage(&self) {
         let d = self.usage_delta.swap(0, Ordering::Relaxed);
         match self
-            .faa(
+            .faa_mirrored(
                 GlobalAddr::new(self.config.super_region, layout::SB_USED),
                 d as u64,
             )

@@ -390,4 +390,48 @@ impl Pool {
         }
         first
     }
+
+    /// A counter whose primary copy is authoritative: `add` is added at the primary
+    /// alone and the sum written to every backup (also when `add` is 0, so the backups
+    /// converge on the primary's value). An FAA on every copy, as [`faa`](Self::faa)
+    /// does, leaves the copies different for good when its client dies between them;
+    /// here a backup is at worst behind until the next call of any client. Returns the
+    /// primary's value before the addition.
+    pub async fn faa_mirrored(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
+        if self.lease_lapsed() {
+            return Err(UmoError::LeaseLapsed);
+        }
+        let region = addr.region();
+        let primary = self.discover(region).await?;
+        let _permit = self.gate.enter(region).await?;
+        let copies: Vec<usize> = {
+            let entry = self.entry(region)?;
+            if !entry.filling.is_empty() {
+                self.dirty.mark(region, addr.offset(), 8);
+            }
+            entry.copies().collect()
+        };
+        let mut verbs = [Verb::Faa {
+            region,
+            offset: addr.offset(),
+            add,
+            old: 0,
+        }];
+        self.post_on(primary, &mut verbs).await?;
+        let [Verb::Faa { old, .. }] = verbs else {
+            return Err(UmoError::UnknownRegion(region));
+        };
+        let now = old.wrapping_add(add).to_le_bytes();
+        for n in copies.into_iter().filter(|&n| n != primary) {
+            let mut write = [Verb::Write {
+                region,
+                offset: addr.offset(),
+                data: &now,
+            }];
+            if let Err(e) = self.post_on(n, &mut write).await {
+                tracing::debug!(region, error = %e, "a backup missed a counter's value");
+            }
+        }
+        Ok(old)
+    }
 }
