@@ -344,24 +344,24 @@ impl<'p> Tree<'p> {
         match nav {
             Nav::Index(i) => {
                 let i = i.saturating_sub(base);
-                let mut before = 0;
+                let mut before: u64 = 0;
                 for (pos, c) in children.iter().enumerate() {
                     // An index equal to the total goes to the last child (an append).
-                    if i < before + c.count || pos + 1 == children.len() {
+                    if i < before.saturating_add(c.count) || pos + 1 == children.len() {
                         return (pos, before);
                     }
-                    before += c.count;
+                    before = before.saturating_add(c.count);
                 }
                 (0, 0)
             }
             Nav::Key(k) => {
                 let mut pos = 0;
-                let mut before = 0;
+                let mut before: u64 = 0;
                 for (p, c) in children.iter().enumerate().skip(1) {
                     if &c.key[..] > *k {
                         break;
                     }
-                    before += children[p - 1].count;
+                    before = before.saturating_add(children[p - 1].count);
                     pos = p;
                 }
                 (pos, before)
@@ -590,7 +590,7 @@ impl<'p> Tree<'p> {
                 } else {
                     children[pos].key = key;
                     if let Some(right) = split {
-                        let left_count = children[pos].count - right.count;
+                        let left_count = children[pos].count.saturating_sub(right.count);
                         children[pos].count = left_count;
                         children.insert(pos + 1, right);
                     }
@@ -602,7 +602,7 @@ impl<'p> Tree<'p> {
         let (empty, split) = self.split_or_empty(child);
         if let Some(right) = split {
             let left = Child {
-                count: self.root.count - right.count,
+                count: self.root.count.saturating_sub(right.count),
                 link: Link::Mem(child),
                 key: self.first_key(child),
             };

@@ -1052,6 +1052,10 @@ async fn a_usage_counter_that_diverged_on_a_backup_converges() {
     }
     let (primary, backup) = (word(0).await, word(1).await);
     assert_ne!(primary, backup, "the copies were made to differ");
+    // The next change of usage by any client brings the backup back.
+    pool.write_object(0, b"k2", ValueKind::String, b"v")
+        .await
+        .unwrap();
     pool.sync_usage().await;
     assert_eq!(
         word(0).await,

@@ -33,8 +33,8 @@ impl Pool {
         }))
     }
 
-    /// Fetch-and-add on every copy right now, if every copy's backend completes verbs
-    /// inline; returns the primary's old value. See [`faa`](Self::faa).
+    /// [`faa`](Self::faa) right now, if every copy's backend completes verbs inline;
+    /// returns the primary's old value.
     pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
         if self.lease_lapsed() {
             return Some(Err(UmoError::LeaseLapsed));
@@ -55,32 +55,37 @@ impl Pool {
         if !entry.filling.is_empty() {
             self.dirty.mark(region, addr.offset(), 8);
         }
-        let mut first = None;
-        // Adding zero reads the counter: the primary alone answers it.
-        let copies = if add == 0 { 1 } else { usize::MAX };
-        for n in entry.copies().take(copies) {
-            let node = &self.nodes[n];
-            let mut verbs = [Verb::Faa {
-                region,
-                offset: addr.offset(),
-                add,
-                old: 0,
-            }];
-            let done = node
-                .post_now(&mut verbs)?
-                .map_err(UmoError::node(node.node()));
-            let old = match verbs {
-                [Verb::Faa { old, .. }] => old,
-                _ => unreachable!("the batch holds the FAA it was built with"),
-            };
-            if n == primary {
-                if let Err(e) = done {
-                    return Some(Err(e));
-                }
-                first = Some(old);
+        // The primary takes the addition; the backups get its result (see
+        // `faa_mirrored`: a client that dies in between leaves a backup behind, not
+        // different for good). Adding zero reads the primary alone.
+        let node = &self.nodes[primary];
+        let mut verbs = [Verb::Faa {
+            region,
+            offset: addr.offset(),
+            add,
+            old: 0,
+        }];
+        if let Err(e) = node
+            .post_now(&mut verbs)?
+            .map_err(UmoError::node(node.node()))
+        {
+            return Some(Err(e));
+        }
+        let [Verb::Faa { old, .. }] = verbs else {
+            return None;
+        };
+        if add != 0 {
+            let now = old.wrapping_add(add).to_le_bytes();
+            for n in entry.copies().filter(|&n| n != primary) {
+                let mut write = [Verb::Write {
+                    region,
+                    offset: addr.offset(),
+                    data: &now,
+                }];
+                let _ = self.nodes[n].post_now(&mut write)?;
             }
         }
-        first.map(Ok)
+        Some(Ok(old))
     }
 
     /// Reads from the primary copy; a primary that failed is waited out (its failover
@@ -350,53 +355,21 @@ impl Pool {
         results.into_iter().collect()
     }
 
-    /// Fetch-and-add on every copy (metadata counters: access statistics, the pool's
-    /// usage); returns the primary's old value. Additions commute, so the copies agree
-    /// once every addition has landed, and a promoted backup keeps its keys' statistics.
-    /// A backup that fails to answer only misses an advisory addition.
+    /// Fetch-and-add on a metadata counter (access statistics, the pool's usage): the
+    /// primary takes the addition and the backups its result, see
+    /// [`faa_mirrored`](Self::faa_mirrored). A per-copy addition agreed only while every
+    /// client lived through its additions; a client killed between copies left them
+    /// different for good (`faults.rs` caught it). Returns the primary's old value.
     pub async fn faa(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
-        if self.lease_lapsed() {
-            return Err(UmoError::LeaseLapsed);
-        }
-        let region = addr.region();
-        let primary = self.discover(region).await?;
-        let _permit = self.gate.enter(region).await?;
-        let copies: Vec<usize> = {
-            let entry = self.entry(region)?;
-            if !entry.filling.is_empty() {
-                self.dirty.mark(region, addr.offset(), 8);
-            }
-            // Adding zero reads the counter: the primary alone answers it.
-            let copies = if add == 0 { 1 } else { usize::MAX };
-            entry.copies().take(copies).collect()
-        };
-        let mut first = Err(UmoError::UnknownRegion(region));
-        for n in copies {
-            let mut verbs = [Verb::Faa {
-                region,
-                offset: addr.offset(),
-                add,
-                old: 0,
-            }];
-            let done = self.post_on(n, &mut verbs).await;
-            if n == primary {
-                first = done.map(|()| match verbs {
-                    [Verb::Faa { old, .. }] => old,
-                    _ => unreachable!("the batch holds the FAA it was built with"),
-                });
-            } else if let Err(e) = done {
-                tracing::debug!(region, error = %e, "a backup missed a counter addition");
-            }
-        }
-        first
+        self.faa_mirrored(addr, add).await
     }
 
     /// A counter whose primary copy is authoritative: `add` is added at the primary
-    /// alone and the sum written to every backup (also when `add` is 0, so the backups
-    /// converge on the primary's value). An FAA on every copy, as [`faa`](Self::faa)
-    /// does, leaves the copies different for good when its client dies between them;
-    /// here a backup is at worst behind until the next call of any client. Returns the
-    /// primary's value before the addition.
+    /// alone and the sum written to every backup. An FAA on every copy, as
+    /// [`faa`](Self::faa) does, leaves the copies different for good when its client
+    /// dies between them; here a backup is at worst behind until the next change by
+    /// any client. Adding 0 reads the primary alone (an idle client keeps no backup's
+    /// connection busy). Returns the primary's value before the addition.
     pub async fn faa_mirrored(&self, addr: GlobalAddr, add: u64) -> Result<u64, UmoError> {
         if self.lease_lapsed() {
             return Err(UmoError::LeaseLapsed);
@@ -422,7 +395,7 @@ impl Pool {
             return Err(UmoError::UnknownRegion(region));
         };
         let now = old.wrapping_add(add).to_le_bytes();
-        for n in copies.into_iter().filter(|&n| n != primary) {
+        for n in copies.into_iter().filter(|&n| n != primary && add != 0) {
             let mut write = [Verb::Write {
                 region,
                 offset: addr.offset(),
