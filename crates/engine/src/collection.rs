@@ -293,8 +293,11 @@ pub(crate) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
     idx
 }
 
-/// `n` indexes below `len`, repeats allowed (`len` > 0).
+/// `n` indexes below `len`, repeats allowed; none when `len` is 0.
 pub(crate) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
+    if len == 0 {
+        return Vec::new();
+    }
     (0..n)
         .map(|_| dmc_proto::rng::below(len as u64) as usize)
         .collect()
@@ -313,6 +316,8 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), 10);
         assert!(repeated_picks(3, 50).iter().all(|&i| i < 3));
+        // Regression: HRANDFIELD on a missing key picked from nothing and panicked.
+        assert!(repeated_picks(0, 1).is_empty());
         assert!(distinct_picks(0, 5).is_empty());
     }
 

@@ -1,24 +1,19 @@
-//! List changes on either representation: a packed value (decoded, edited, encoded;
-//! past [`TREE_AT`] bytes it becomes a chunk tree) or a chunk tree (edited on the
-//! copied path, written as new chunks). Each change reads the key, works, and commits
-//! only if the key still holds what it read (under the key's lock nothing else of this
-//! agent writes it; eviction or expiry may), else starts over.
+//! List changes on either representation, through [`crate::big::edit`]: a packed
+//! value (decoded, edited, encoded; past [`TREE_AT`] bytes it becomes a chunk tree) or a
+//! chunk tree (edited on the copied path, written as new chunks).
 
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
-use dmc_umo::chunk::TreeRoot;
+use futures::FutureExt;
 
 use super::{End, KIND, ListValue, range};
-use crate::big::tag;
-use crate::packed::{BIG, Packed};
+use crate::Engine;
+use crate::packed::Packed;
 use crate::tree::Tree;
-use crate::{Engine, error_reply};
 
 /// A packed list past this many bytes is stored as a chunk tree instead.
-pub const TREE_AT: usize = 4096;
-/// Times a change starts over because the key changed under it.
-const ATTEMPTS: usize = 8;
+pub const TREE_AT: usize = crate::big::TREE_AT;
 
 /// One list change.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +58,17 @@ pub(crate) enum Outcome {
     Done,
 }
 
+/// How lists are stored: trees ordered by position.
+const LAYOUT: crate::big::Layout = crate::big::Layout {
+    kind: KIND,
+    key_of: None,
+    records_of: packed_records,
+};
+
+fn packed_records(p: &Packed) -> Result<Vec<Bytes>, crate::packed::Corrupt> {
+    p.collect(1)
+}
+
 /// Applies `op` to `key` under its lock (taken here).
 pub(crate) async fn edit(
     engine: &Engine,
@@ -74,90 +80,38 @@ pub(crate) async fn edit(
     edit_locked(engine, db, key, op).await
 }
 
-/// [`edit`] for a caller holding the key's lock.
+/// [`edit`] for a caller holding the key's lock: the packed form edited in memory (and
+/// stored as a tree once it outgrows the limit), a tree along the paths it touches.
 pub(crate) async fn edit_locked(
     engine: &Engine,
     db: u8,
     key: &[u8],
     op: ListOp<'_>,
 ) -> Result<Outcome, Reply> {
-    for _ in 0..ATTEMPTS {
-        let cur = engine.dht.get(db, key).await.map_err(error_reply)?;
-        let old = match &cur {
-            Some(e) if e.kind != KIND => return Err(error_reply(dmc_dht::DhtError::WrongType)),
-            Some(e) => Some(e.value.clone()),
-            None => None,
-        };
-        let done = match old.as_ref().and_then(|v| TreeRoot::parse(v)) {
-            Some(root) => edit_tree(engine, db, key, op, old.as_ref(), root).await?,
-            None => edit_packed(engine, db, key, op, old.as_ref()).await?,
-        };
-        if let Some(outcome) = done {
-            engine.wrote_typed(db, key, KIND, None);
-            return Ok(outcome);
-        }
-    }
-    Err(Reply::err(
-        "TRYAGAIN too much contention on this key, try again",
-    ))
-}
-
-async fn commit(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    old: Option<&Bytes>,
-    change: Change,
-) -> Result<bool, Reply> {
-    crate::big::commit(engine, db, key, KIND, old, change).await
-}
-
-/// A packed (or absent) list: `None` if the key changed before the commit.
-async fn edit_packed(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    op: ListOp<'_>,
-    old: Option<&Bytes>,
-) -> Result<Option<Outcome>, Reply> {
-    let mut list = match old {
-        Some(v) => Some(ListValue::decode(&Packed::parse(v)?)?),
-        None => None,
-    };
-    let (changed, outcome) = apply_packed(&mut list, op)?;
-    if !changed {
-        return Ok(Some(outcome));
-    }
-    let list = list.unwrap_or_default();
-    if list.items.is_empty() {
-        return Ok(commit(engine, db, key, old, Change::Delete)
-            .await?
-            .then_some(outcome));
-    }
-    let packed = list.encode();
-    if packed.len() <= TREE_AT {
-        let change = Change::Write(packed.into());
-        return Ok(commit(engine, db, key, old, change)
-            .await?
-            .then_some(outcome));
-    }
-    // Too big to rewrite whole per change: a chunk tree from now on.
-    let pool = engine.dht.pool();
-    let records: Vec<Bytes> = list.items.into_iter().collect();
-    let written = Tree::build(pool, tag(db, key), BIG, records, None)
-        .write()
-        .await?;
-    let mut head = Vec::new();
-    written.root.encode(&mut head);
-    match commit(engine, db, key, old, Change::Write(head.into())).await {
-        Ok(true) => Ok(Some(outcome)),
-        other => {
-            for b in written.written {
-                pool.free(b);
+    crate::big::edit_locked(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |cur| {
+            let mut list = cur.map(|p| ListValue::decode(&p)).transpose()?;
+            let (changed, outcome) = apply_packed(&mut list, op)?;
+            let change = match list {
+                _ if !changed => Change::Keep,
+                Some(l) if !l.items.is_empty() => Change::Write(l.encode().into()),
+                _ => Change::Delete,
+            };
+            Ok((change, outcome))
+        },
+        |mut t| {
+            async move {
+                let done = apply_tree(&mut t, op).await;
+                done.map(|(changed, outcome)| (t, changed, outcome))
             }
-            other.map(|_| None)
-        }
-    }
+            .boxed()
+        },
+    )
+    .await
 }
 
 /// The change on a decoded list (`None`: the key does not exist): whether it changed
@@ -266,46 +220,6 @@ fn removals(all: &[Bytes], item: &[u8], count: i64) -> Vec<usize> {
     };
     out.sort_unstable();
     out
-}
-
-/// A chunk-tree list: `None` if the key changed before the commit.
-async fn edit_tree(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    op: ListOp<'_>,
-    old: Option<&Bytes>,
-    root: TreeRoot,
-) -> Result<Option<Outcome>, Reply> {
-    let pool = engine.dht.pool();
-    let mut tree = Tree::open(pool, tag(db, key), root, None);
-    let (changed, outcome) = apply_tree(&mut tree, op).await?;
-    if !changed {
-        return Ok(Some(outcome));
-    }
-    if tree.is_empty() {
-        // Deleting the key frees the old tree whole; nothing new was written.
-        return Ok(commit(engine, db, key, old, Change::Delete)
-            .await?
-            .then_some(outcome));
-    }
-    let written = tree.write().await?;
-    let mut head = Vec::new();
-    written.root.encode(&mut head);
-    match commit(engine, db, key, old, Change::WriteSharing(head.into())).await {
-        Ok(true) => {
-            for b in written.replaced {
-                pool.free(b);
-            }
-            Ok(Some(outcome))
-        }
-        other => {
-            for b in written.written {
-                pool.free(b);
-            }
-            other.map(|_| None)
-        }
-    }
 }
 
 async fn apply_tree(t: &mut Tree<'_>, op: ListOp<'_>) -> Result<(bool, Outcome), Reply> {
