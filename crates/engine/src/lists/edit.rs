@@ -1,5 +1,5 @@
 //! List changes on either representation, through [`crate::big::edit`]: a packed
-//! value (decoded, edited, encoded; past [`TREE_AT`] bytes it becomes a chunk tree) or a
+//! value (decoded, edited, encoded; past [`crate::big::TREE_AT`] bytes it becomes a chunk tree) or a
 //! chunk tree (edited on the copied path, written as new chunks).
 
 use bytes::Bytes;
@@ -11,9 +11,6 @@ use super::{End, KIND, ListValue, range};
 use crate::Engine;
 use crate::packed::Packed;
 use crate::tree::Tree;
-
-/// A packed list past this many bytes is stored as a chunk tree instead.
-pub const TREE_AT: usize = crate::big::TREE_AT;
 
 /// One list change.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 //!
 //! A small list is stored packed ([`crate::packed`]: elements head to tail), a large
 //! one as a chunk tree ordered by position ([`crate::tree`]); [`edit`] applies a change
-//! to either and converts a packed list that outgrows [`edit::TREE_AT`]. Reads walk the
+//! to either and converts a packed list that outgrows [`crate::big::TREE_AT`]. Reads walk the
 //! packed value or read the tree's chunks. Every push wakes the clients blocked on the
 //! key.
 
