@@ -33,6 +33,15 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Serialises the tests of one test binary that time failovers: each starts a cluster
+/// (manager, agents, memory nodes, a load client) and two side by side on 2 cores
+/// starve each other's heartbeats past a short lease ("lease lapsed" client errors in
+/// `migration.rs` and `node_failover.rs` under CI). Hold the guard for the test's life.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Starts a binary that prints `<name> ready listen=ADDR` on stdout and returns the
 /// child and the address, waiting at most 20 s.
 fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Child, String)> {

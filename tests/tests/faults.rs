@@ -6,21 +6,9 @@
 //! afterwards the key is not wedged, every other acknowledged write reads back, and the
 //! copies of every region are identical.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use dmc_e2e::{Agent, TestCluster, key_owned_by, port_of, redis_cli, wait_until};
-
-/// The fault tests run one at a time: each kills or stops processes at a fail point
-/// and times the failover, which two of them side by side on 2 cores would disturb.
-/// (A backup that differed from its primary in one slot's access metadata, 1 run in 3,
-/// was an FAA cut between copies by the kill: counters are now mirrored from the
-/// primary, `Pool::faa`.)
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+use dmc_e2e::{Agent, TestCluster, key_owned_by, one_at_a_time, port_of, redis_cli, wait_until};
 
 /// Starts a cluster with one launched agent holding `keys`, then a second agent by hand
 /// with `failpoints`; returns the cluster, the first agent's port, the second agent and

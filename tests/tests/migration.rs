@@ -8,6 +8,7 @@ use dmc_e2e::{PyClient, TestCluster, port_of, redis_cli, wait_until};
 
 #[test]
 fn regions_migrate_under_load_without_a_client_error() {
+    let _serial = dmc_e2e::one_at_a_time();
     let c = TestCluster::routed("proxy", 3, &["--shards", "16", "--lease-ms", "2000"]).unwrap();
     let report = c.scale(2).unwrap();
     let ports: Vec<String> = (0..2).map(|i| port_of(&report["started"][i])).collect();
@@ -74,6 +75,7 @@ fn regions_migrate_under_load_without_a_client_error() {
 /// redis-py client writes and reads without an error.
 #[test]
 fn a_drained_node_gives_up_every_copy_under_load_and_can_be_removed() {
+    let _serial = dmc_e2e::one_at_a_time();
     let c = TestCluster::routed("proxy", 3, &["--shards", "16", "--lease-ms", "2000"]).unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     let client = PyClient::start(&port, &[]);

@@ -25,6 +25,7 @@ fn holds(region: &serde_json::Value, node: u64) -> bool {
 
 #[test]
 fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
+    let _serial = dmc_e2e::one_at_a_time();
     let mut c = TestCluster::routed_tcp("proxy", 3, "1500").unwrap();
     let report = c.scale(2).unwrap();
     let ports: Vec<String> = (0..2).map(|i| port_of(&report["started"][i])).collect();
@@ -164,6 +165,7 @@ fn a_killed_memory_node_is_replaced_by_new_copies_while_clients_go_on() {
 /// no copy until the agents were restarted.
 #[test]
 fn a_memory_node_added_while_agents_run_takes_the_copies_of_a_failed_one() {
+    let _serial = dmc_e2e::one_at_a_time();
     let mut c = TestCluster::routed_tcp("proxy", 2, "1500").unwrap();
     let port = port_of(&c.scale(1).unwrap()["started"][0]);
     for i in 0..200 {
