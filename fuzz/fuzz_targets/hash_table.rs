@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
                         cond,
                         expiry: SetExpiry::Clear,
                         get: op[2] & 1 == 1,
+                        ..Default::default()
                     };
                     let out = dht.set(0, &k, &value, opts).await.unwrap();
                     let old = model.get(&k).cloned();
