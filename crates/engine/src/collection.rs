@@ -293,6 +293,27 @@ pub(crate) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
     idx
 }
 
+/// The positions a random-member command (HRANDFIELD, SRANDMEMBER, ZRANDMEMBER) with
+/// `count` picks from `len` elements: distinct ones for a positive count, repeats
+/// allowed for a negative one (Redis's rule).
+pub(crate) fn count_picks(len: usize, count: i64) -> Vec<usize> {
+    if count > 0 {
+        distinct_picks(len, count as usize)
+    } else {
+        repeated_picks(len, count.unsigned_abs() as usize)
+    }
+}
+
+/// Whether a random-member command's optional last argument `args[3]` is `flag`
+/// (`WITHVALUES`, `WITHSCORES`); anything else there is a syntax error.
+pub(crate) fn with_flag(args: &[Bytes], flag: &[u8]) -> Result<bool, Reply> {
+    match args.get(3) {
+        None => Ok(false),
+        Some(a) if a.eq_ignore_ascii_case(flag) && args.len() == 4 => Ok(true),
+        Some(_) => Err(Reply::err(SYNTAX)),
+    }
+}
+
 /// `n` indexes below `len`, repeats allowed; none when `len` is 0.
 pub(crate) fn repeated_picks(len: usize, n: usize) -> Vec<usize> {
     if len == 0 {

@@ -18,7 +18,7 @@ use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::HashCmd;
 use crate::tree::{Tree, TreeError};
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, Session, parse_i64};
 
 const KIND: ValueKind = ValueKind::Hash;
 
@@ -527,19 +527,11 @@ fn rand_field(s: &Session, all: Vec<(Bytes, Bytes)>, args: &[Bytes]) -> Reply {
         };
     }
     let count = tri!(collection::count_arg(&args[2]));
-    let with_values = match args.get(3) {
-        None => false,
-        Some(a) if a.eq_ignore_ascii_case(b"WITHVALUES") && args.len() == 4 => true,
-        Some(_) => return Reply::err(SYNTAX),
-    };
+    let with_values = tri!(collection::with_flag(args, b"WITHVALUES"));
     if all.is_empty() || count == 0 {
         return Reply::Array(Vec::new());
     }
-    let picks = if count > 0 {
-        collection::distinct_picks(all.len(), count as usize)
-    } else {
-        collection::repeated_picks(all.len(), count.unsigned_abs() as usize)
-    };
+    let picks = collection::count_picks(all.len(), count);
     let mut out = Vec::with_capacity(picks.len() * if with_values { 2 } else { 1 });
     for i in picks {
         let Some((f, v)) = all.get(i) else { continue };

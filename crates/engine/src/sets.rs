@@ -461,11 +461,7 @@ async fn read(engine: &Engine, db: u8, cmd: SetCmd, args: &[Bytes]) -> Reply {
             if all.is_empty() || count == 0 {
                 return Reply::Array(Vec::new());
             }
-            let picks = if count > 0 {
-                collection::distinct_picks(all.len(), count as usize)
-            } else {
-                collection::repeated_picks(all.len(), count.unsigned_abs() as usize)
-            };
+            let picks = collection::count_picks(all.len(), count);
             let out = picks.into_iter().filter_map(|i| all.get(i).cloned());
             if count > 0 {
                 set_reply(out)

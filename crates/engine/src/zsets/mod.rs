@@ -442,19 +442,11 @@ fn rand_member(s: &Session, all: &[(Bytes, f64)], args: &[Bytes]) -> Reply {
             .map_or(Reply::Null, |(m, _)| Reply::Bulk(m.clone()));
     };
     let count = tri!(collection::count_arg(c));
-    let with_scores = match args.get(3) {
-        None => false,
-        Some(a) if a.eq_ignore_ascii_case(b"WITHSCORES") && args.len() == 4 => true,
-        Some(_) => return Reply::err(SYNTAX),
-    };
+    let with_scores = tri!(collection::with_flag(args, b"WITHSCORES"));
     if all.is_empty() || count == 0 {
         return Reply::Array(Vec::new());
     }
-    let picks = if count > 0 {
-        collection::distinct_picks(all.len(), count as usize)
-    } else {
-        collection::repeated_picks(all.len(), count.unsigned_abs() as usize)
-    };
+    let picks = collection::count_picks(all.len(), count);
     let items: Vec<(Bytes, f64)> = picks
         .into_iter()
         .filter_map(|i| all.get(i).cloned())
