@@ -103,7 +103,7 @@ pub type TreeEdit<'p, 'c, T> = BoxFuture<'c, Result<(Tree<'p>, bool, T), Reply>>
 pub type TreeRead<'p, 'c, T> = BoxFuture<'c, Result<T, TreeError>>;
 
 /// Changes `key` under its lock (taken here): `packed` edits a packed (or absent)
-/// value as [`crate::collection::change`]'s closures do; `tree` edits a tree and says
+/// value (`None`: absent) and returns the change and the answer; `tree` edits a tree and says
 /// whether it changed it.
 pub async fn edit<'p, 'c, T>(
     engine: &'p Engine,
@@ -143,31 +143,10 @@ pub async fn edit_locked<'p, 'c, T>(
                 if !changed {
                     return Ok(answer);
                 }
-                if t.is_empty() {
-                    // Deleting the key frees the old tree whole.
-                    let gone = commit(engine, db, key, layout.kind, old.as_ref(), Change::Delete);
-                    gone.await?.then_some(answer)
-                } else {
-                    let written = t.write().await?;
-                    let mut head = Vec::new();
-                    written.root.encode(&mut head);
-                    let change = Change::WriteSharing(head.into());
-                    match commit(engine, db, key, layout.kind, old.as_ref(), change).await {
-                        Ok(true) => {
-                            for b in written.replaced {
-                                pool.free(b);
-                            }
-                            Some(answer)
-                        }
-                        other => {
-                            for b in written.written {
-                                pool.free(b);
-                            }
-                            other?;
-                            None
-                        }
-                    }
-                }
+                let kind = layout.kind;
+                commit_trees(engine, db, key, kind, old.as_ref(), vec![t], true)
+                    .await?
+                    .then_some(answer)
             }
             None => {
                 let p = old.as_ref().map(Packed::parse).transpose()?;
@@ -209,29 +188,94 @@ async fn convert(
     if let Some(key_of) = layout.key_of {
         records.sort_by_cached_key(|r| key_of(r));
     }
-    let written = Tree::build(pool, tag(db, key), BIG, records, layout.key_of)
-        .write()
-        .await?;
-    let mut head = Vec::new();
-    written.root.encode(&mut head);
-    match commit(
-        engine,
-        db,
-        key,
-        layout.kind,
-        old,
-        Change::Write(head.into()),
-    )
-    .await
-    {
-        Ok(true) => Ok(true),
-        other => {
-            for b in written.written {
-                pool.free(b);
+    let t = Tree::build(pool, tag(db, key), BIG, records, layout.key_of);
+    commit_trees(engine, db, key, layout.kind, old, vec![t], false).await
+}
+
+/// Writes `trees` (the value's trees, in order; the first root carries the flags) and
+/// commits their roots as `key`'s value if it still holds `old`; when every tree is
+/// empty, deletes the key instead. `shares_old`: the old value is a version of these
+/// trees (its chunks the new one no longer uses are freed here, the rest are shared);
+/// else the old value is freed whole. On no commit, frees what was written. Returns
+/// whether it committed.
+pub async fn commit_trees(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    old: Option<&Bytes>,
+    trees: Vec<Tree<'_>>,
+    shares_old: bool,
+) -> Result<bool, Reply> {
+    let pool = engine.dht.pool();
+    if trees.iter().all(Tree::is_empty) {
+        // Deleting the key frees the old trees whole.
+        return commit(engine, db, key, kind, old, Change::Delete).await;
+    }
+    let (mut head, mut replaced, mut written) = (Vec::new(), Vec::new(), Vec::new());
+    for t in trees {
+        match t.write().await {
+            Ok(w) => {
+                w.root.encode(&mut head);
+                replaced.extend(w.replaced);
+                written.extend(w.written);
             }
+            Err(e) => {
+                written.into_iter().for_each(|b| pool.free(b));
+                return Err(e.into());
+            }
+        }
+    }
+    let change = match shares_old {
+        true => Change::WriteSharing(head.into()),
+        false => Change::Write(head.into()),
+    };
+    match commit(engine, db, key, kind, old, change).await {
+        Ok(true) => {
+            replaced.into_iter().for_each(|b| pool.free(b));
+            Ok(true)
+        }
+        other => {
+            written.into_iter().for_each(|b| pool.free(b));
             other
         }
     }
+}
+
+/// Replaces `key` (of any type; the caller holds its lock) with a value of `kind`
+/// holding `trees` (built by [`Tree::build`], not written yet): the STORE forms of
+/// results too large to pack.
+pub async fn store_trees(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    trees: Vec<Tree<'_>>,
+) -> Result<(), Reply> {
+    let pool = engine.dht.pool();
+    let (mut head, mut written) = (Vec::new(), Vec::new());
+    for t in trees {
+        match t.write().await {
+            Ok(w) => {
+                w.root.encode(&mut head);
+                written.extend(w.written);
+            }
+            Err(e) => {
+                written.into_iter().for_each(|b| pool.free(b));
+                return Err(e.into());
+            }
+        }
+    }
+    let opts = dmc_dht::SetOptions {
+        kind,
+        ..Default::default()
+    };
+    if let Err(e) = engine.dht.set(db, key, &head, opts).await {
+        written.into_iter().for_each(|b| pool.free(b));
+        return Err(error_reply(e));
+    }
+    engine.wrote_typed(db, key, kind, None);
+    Ok(())
 }
 
 /// `xxh3(name) ‖ name`: the key hash and set trees are ordered by, so that a scan's

@@ -1,15 +1,10 @@
-//! What the collection families share: reading a key of one type (a key of another
-//! type is `WRONGTYPE`), changing one under its write lock with the table's
-//! read-modify-write, Redis's listpack limits, and the argument parsing of counts and
-//! scan options.
-//!
-//! A change decodes the packed value ([`crate::packed`]), edits it in memory, encodes
-//! it whole and commits it as the key's new object (the single-key commit strings
-//! use); an emptied collection deletes its key, as Redis does. The local cache drops
-//! the key on each change and refills on the next read.
+//! What the collection families share: storing a STORE form's result, Redis's
+//! listpack limits, and the argument parsing of counts, keys and scan options.
+//! (Reading and changing a collection in either of its forms is [`crate::big`]'s and,
+//! for sorted sets, [`crate::zsets::stored`]'s.)
 
 use bytes::Bytes;
-use dmc_dht::{Change, ValueKind};
+use dmc_dht::ValueKind;
 use dmc_resp::Reply;
 
 use crate::packed::{Corrupt, Packed};
@@ -29,63 +24,6 @@ impl From<Corrupt> for Reply {
         Reply::err(
             "ERR a collection's value in the pool is malformed (written by an incompatible agent?)",
         )
-    }
-}
-
-/// The packed value of `key` if it holds a `kind`; `None` if it does not exist.
-pub(crate) async fn load(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    kind: ValueKind,
-) -> Result<Option<Packed>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
-        Some((k, value)) if k == kind => Ok(Some(Packed::parse(&value)?)),
-        Some(_) => Err(error_reply(dmc_dht::DhtError::WrongType)),
-        None => Ok(None),
-    }
-}
-
-/// Changes `key` (a `kind`, or absent) with `f`, which sees the current packed value
-/// and returns the change and what the command answers. Runs under the key's write
-/// lock; `f` may run more than once if the commit must be retried.
-pub(crate) async fn change<T>(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    kind: ValueKind,
-    f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
-) -> Result<T, Reply> {
-    let _g = engine.lock_key(key).await;
-    change_locked(engine, db, key, kind, f).await
-}
-
-/// [`change`] for a caller that holds the key's write lock already (a command that
-/// changes several keys takes all their locks first).
-pub(crate) async fn change_locked<T>(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    kind: ValueKind,
-    mut f: impl FnMut(Option<Packed>) -> Result<(Change, T), Reply>,
-) -> Result<T, Reply> {
-    let mut answer = None;
-    let outcome = engine
-        .dht
-        .update_kind(db, key, kind, |cur| {
-            let packed = cur.map(Packed::parse).transpose()?;
-            let (change, t) = f(packed)?;
-            answer = Some(t);
-            Ok::<Change, Reply>(change)
-        })
-        .await;
-    match outcome {
-        Ok(Ok(())) => {
-            engine.wrote_typed(db, key, kind, None);
-            answer.ok_or_else(|| Reply::err("ERR internal: a collection change ran no step"))
-        }
-        Ok(Err(reply)) => Err(reply),
-        Err(e) => Err(error_reply(e)),
     }
 }
 

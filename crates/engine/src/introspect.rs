@@ -98,12 +98,13 @@ async fn tree_bytes(
     if entry.kind == dmc_dht::ValueKind::String {
         return Ok(0);
     }
-    let Some(root) = dmc_umo::chunk::TreeRoot::parse(&entry.value) else {
-        return Ok(0);
-    };
-    let tree = crate::tree::Tree::open(engine.dht.pool(), crate::big::tag(db, key), root, None);
-    let blocks = tree.blocks().await.map_err(Reply::from)?;
-    Ok(blocks.iter().map(|b| u64::from(b.size())).sum())
+    let mut bytes = 0;
+    for root in dmc_umo::chunk::TreeRoot::parse_all(&entry.value) {
+        let tree = crate::tree::Tree::open(engine.dht.pool(), crate::big::tag(db, key), root, None);
+        let blocks = tree.blocks().await.map_err(Reply::from)?;
+        bytes += blocks.iter().map(|b| u64::from(b.size())).sum::<u64>();
+    }
+    Ok(bytes)
 }
 
 /// `MEMORY USAGE key [SAMPLES n]`, `MEMORY STATS`, `MEMORY DOCTOR`, `MEMORY HELP`.

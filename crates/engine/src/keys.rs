@@ -233,7 +233,7 @@ async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     if cmd == Cmd::RenameNx && tri!(engine.dht.exists(db, dst).await) {
         return Reply::Int(0);
     }
-    tri!(write_entry(engine, db, dst, &e, (db, src), true).await);
+    tri!(write_entry(engine, db, dst, &e, true).await);
     tri!(engine.dht.delete(db, src).await);
     engine.wrote(db, src, None);
     if cmd == Cmd::RenameNx {
@@ -278,7 +278,7 @@ fn db_arg(engine: &Engine, arg: &[u8]) -> Result<u8, Reply> {
     }
 }
 
-/// Writes `e` (value, type and expiry), read from `from` (db, key), as `key` in `db`;
+/// Writes `e` (value, type and expiry) as `key` in `db`;
 /// `replace` overwrites an existing key. A collection stored as a chunk tree is
 /// copied chunk by chunk (chunks belong to one key). Returns whether it was written.
 async fn write_entry(
@@ -286,41 +286,41 @@ async fn write_entry(
     db: u8,
     key: &[u8],
     e: &dmc_dht::Entry,
-    from: (u8, &[u8]),
     replace: bool,
 ) -> Result<bool, dmc_dht::DhtError> {
-    if e.kind != dmc_dht::ValueKind::String
-        && let Some(root) = dmc_umo::chunk::TreeRoot::parse(&e.value)
-    {
-        let pool = engine.dht.pool();
-        let source = crate::tree::Tree::open(pool, tree_tag(from.0, from.1), root, None);
-        let copy = match source.copy_for(tree_tag(db, key)).await {
-            Ok(w) => w,
-            Err(crate::tree::TreeError::Pool(p)) => return Err(p.into()),
-            Err(crate::tree::TreeError::Stale) => {
-                return Err(dmc_dht::DhtError::Contention(dmc_dht::hash::key_slot(key)));
+    let roots = match e.kind {
+        dmc_dht::ValueKind::String => Vec::new(),
+        _ => dmc_umo::chunk::TreeRoot::parse_all(&e.value),
+    };
+    if roots.is_empty() {
+        return write_value(engine, db, key, e, replace).await;
+    }
+    // Copied chunk by chunk, shape and keys as they are, under the new key's tag.
+    let pool = engine.dht.pool();
+    let mut head = Vec::new();
+    let mut written = Vec::new();
+    for root in roots {
+        match pool.copy_tree(root, crate::big::tag(db, key)).await {
+            Ok((copy, blocks)) => {
+                copy.encode(&mut head);
+                written.extend(blocks);
             }
-        };
-        let mut head = Vec::new();
-        copy.root.encode(&mut head);
-        let entry = dmc_dht::Entry {
-            value: head.into(),
-            ..e.clone()
-        };
-        let written = write_value(engine, db, key, &entry, replace).await;
-        if !matches!(written, Ok(true)) {
-            for b in copy.written {
-                pool.free(b);
+            Err(err) => {
+                written.into_iter().for_each(|b| pool.free(b));
+                return Err(err.into());
             }
         }
-        return written;
     }
-    write_value(engine, db, key, e, replace).await
-}
-
-/// The owner tag of `key`'s chunks.
-fn tree_tag(db: u8, key: &[u8]) -> u32 {
-    dmc_dht::hash::key_hash(db, key) as u32
+    head.extend_from_slice(e.value.get(head.len()..).unwrap_or_default());
+    let entry = dmc_dht::Entry {
+        value: head.into(),
+        ..e.clone()
+    };
+    let outcome = write_value(engine, db, key, &entry, replace).await;
+    if !matches!(outcome, Ok(true)) {
+        written.into_iter().for_each(|b| pool.free(b));
+    }
+    outcome
 }
 
 async fn write_value(
@@ -380,7 +380,7 @@ async fn copy(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     let Some(e) = tri!(engine.dht.get(src_db, src).await) else {
         return Reply::Int(0);
     };
-    Reply::Int(tri!(write_entry(engine, dst_db, dst, &e, (src_db, src), replace).await) as i64)
+    Reply::Int(tri!(write_entry(engine, dst_db, dst, &e, replace).await) as i64)
 }
 
 /// `MOVE key db`: moves the key (value and expiry) unless the target has it already.
@@ -398,7 +398,7 @@ async fn move_key(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     let Some(e) = tri!(engine.dht.get(src_db, key).await) else {
         return Reply::Int(0);
     };
-    if !tri!(write_entry(engine, dst_db, key, &e, (src_db, key), false).await) {
+    if !tri!(write_entry(engine, dst_db, key, &e, false).await) {
         return Reply::Int(0);
     }
     tri!(engine.dht.delete(src_db, key).await);

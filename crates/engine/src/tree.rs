@@ -117,12 +117,15 @@ fn inner_bytes(children: &[Child]) -> usize {
 }
 
 /// Where a descent goes.
-#[derive(Debug, Clone)]
+#[derive(Clone, Copy)]
 enum Nav<'k> {
     /// The record at this position (or the end, for an append).
     Index(u64),
     /// The first record whose key is not below this one.
     Key(&'k [u8]),
+    /// The first record whose key the predicate says is not below the target (keys
+    /// must be partitioned by it: those below first).
+    Below(&'k (dyn Fn(&[u8]) -> bool + Sync)),
 }
 
 /// A tree being read or changed.
@@ -250,15 +253,6 @@ impl<'p> Tree<'p> {
         }
     }
 
-    /// A copy of this tree for another key (whose chunks carry `tag`): every record
-    /// read and written anew, O(size), as COPY and RENAME need.
-    pub async fn copy_for(&self, tag: u32) -> Result<Written, TreeError> {
-        let records = self.range(0, u64::MAX).await?;
-        Tree::build(self.pool, tag, self.root.flags, records, self.key_of)
-            .write()
-            .await
-    }
-
     /// Every chunk of the stored tree (read-only trees: nodes copied into memory by a
     /// change are not chunks yet): for MEMORY USAGE and tests.
     pub async fn blocks(&self) -> Result<Vec<Block>, TreeError> {
@@ -354,11 +348,18 @@ impl<'p> Tree<'p> {
                 }
                 (0, 0)
             }
-            Nav::Key(k) => {
+            Nav::Key(_) | Nav::Below(_) => {
+                // The last child whose first key is below the target (or equal to it,
+                // for a key).
                 let mut pos = 0;
                 let mut before: u64 = 0;
                 for (p, c) in children.iter().enumerate().skip(1) {
-                    if &c.key[..] > *k {
+                    let go = match nav {
+                        Nav::Key(k) => &c.key[..] <= *k,
+                        Nav::Below(below) => below(&c.key),
+                        Nav::Index(_) => false,
+                    };
+                    if !go {
                         break;
                     }
                     before = before.saturating_add(children[p - 1].count);
@@ -375,6 +376,10 @@ impl<'p> Tree<'p> {
             Nav::Index(i) => i.saturating_sub(before).min(items.len() as u64) as usize,
             Nav::Key(k) => match self.key_of {
                 Some(key_of) => items.partition_point(|r| &key_of(r)[..] < *k),
+                None => items.len(),
+            },
+            Nav::Below(below) => match self.key_of {
+                Some(key_of) => items.partition_point(|r| below(&key_of(r))),
                 None => items.len(),
             },
         }
@@ -448,6 +453,20 @@ impl<'p> Tree<'p> {
                 Ok((rank, self.get(rank).await?))
             }
         }
+    }
+
+    /// In a key-ordered tree: the rank of the first record whose key `below` says is
+    /// not below the target; the keys must be partitioned by `below` (every key it
+    /// holds below comes first).
+    pub async fn partition(
+        &self,
+        below: &(dyn Fn(&[u8]) -> bool + Sync),
+    ) -> Result<u64, TreeError> {
+        if self.is_empty() {
+            return Ok(0);
+        }
+        let (_, off, before) = self.find(&Nav::Below(below)).await?;
+        Ok(before + off as u64)
     }
 
     /// Copies the path to `nav` into memory: the inner nodes with the child taken,

@@ -3,8 +3,9 @@
 //! memory nodes over `shm`) and against a plain in-memory model of Redis's semantics;
 //! every reply must match. Keys are shared across types, so WRONGTYPE and type changes
 //! (DEL, then another type) are exercised, and long pushes and long values cross the
-//! listpack limits (the one-way conversion to the big encodings) and, for lists, the
-//! packed size past which a list is a chunk tree (splits, merges, shrinking).
+//! listpack limits (the one-way conversion to the big encodings) and the packed size
+//! past which a collection is a chunk tree (splits, merges, shrinking; a sorted set's
+//! two trees).
 
 #[path = "../../dht/tests/common/mod.rs"]
 mod common;
@@ -57,12 +58,19 @@ enum Op {
     ZRangeByScore(usize, i8, i8),
     ZRank(usize, u8),
     ZPop(usize, bool, usize),
+    ZScore(usize, u8),
+    /// ZCOUNT key (lo hi: the lower end exclusive.
+    ZCount(usize, i8, i8),
+    ZRevRange(usize, i64, i64),
+    ZRemRangeByRank(usize, i64, i64),
     Del(usize),
     Type(usize),
 }
 
+/// A sorted set member: one of 256, up to ~60 bytes, so that sorted sets pass the
+/// packed size and become chunk trees.
 fn member(i: u8) -> Bytes {
-    Bytes::from(format!("m{}", i % 12))
+    Bytes::from(format!("m{i:03}").repeat(1 + usize::from(i % 15)))
 }
 
 /// A hash field: one of 128, so that a hash of long values passes the packed size and
@@ -128,13 +136,17 @@ fn set_op() -> impl Strategy<Value = Op> {
 fn zset_op() -> impl Strategy<Value = Op> {
     let k = keys();
     prop_oneof![
-        3 => (k.clone(), proptest::collection::vec((-10i8..10, any::<u8>()), 1..6)).prop_map(|(k, p)| Op::ZAdd(k, p)),
+        3 => (k.clone(), proptest::collection::vec((-10i8..10, any::<u8>()), 1..40)).prop_map(|(k, p)| Op::ZAdd(k, p)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, m)| Op::ZRem(k, m)),
         1 => (k.clone(), -3i8..3, any::<u8>()).prop_map(|(k, n, m)| Op::ZIncrBy(k, n, m)),
         1 => (k.clone(), -6i64..6, -6i64..6).prop_map(|(k, a, b)| Op::ZRange(k, a, b)),
         1 => (k.clone(), -10i8..10, -10i8..10).prop_map(|(k, a, b)| Op::ZRangeByScore(k, a, b)),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, m)| Op::ZRank(k, m)),
-        1 => (k, any::<bool>(), 1usize..4).prop_map(|(k, min, c)| Op::ZPop(k, min, c)),
+        1 => (k.clone(), any::<bool>(), 1usize..4).prop_map(|(k, min, c)| Op::ZPop(k, min, c)),
+        1 => (k.clone(), any::<u8>()).prop_map(|(k, m)| Op::ZScore(k, m)),
+        1 => (k.clone(), -10i8..10, -10i8..10).prop_map(|(k, a, b)| Op::ZCount(k, a, b)),
+        1 => (k.clone(), -300i64..300, -300i64..300).prop_map(|(k, a, b)| Op::ZRevRange(k, a, b)),
+        1 => (k, -300i64..300, -300i64..300).prop_map(|(k, a, b)| Op::ZRemRangeByRank(k, a, b)),
     ]
 }
 
@@ -433,6 +445,38 @@ fn step(model: &mut HashMap<Bytes, Value>, op: &Op) -> (Vec<Bytes>, Reply) {
             put!(k, ZSet, z);
             Reply::Array(out)
         }
+        Op::ZScore(k, m) => {
+            let z = take!(k, ZSet, BTreeMap::new());
+            z.get(&member(*m)).map_or(Reply::Null, |s| score(*s))
+        }
+        Op::ZCount(k, lo, hi) => {
+            let z = take!(k, ZSet, BTreeMap::new());
+            let (lo, hi) = (f64::from(*lo), f64::from(*hi));
+            Reply::Int(z.values().filter(|s| **s > lo && **s <= hi).count() as i64)
+        }
+        Op::ZRevRange(k, a, e) => {
+            let mut z = zsorted(&take!(k, ZSet, BTreeMap::new()));
+            z.reverse();
+            match span(*a, *e, z.len()) {
+                Some((f, t)) => Reply::Array(z[f..=t].iter().map(|(m, _)| bulk(m)).collect()),
+                None => Reply::Array(Vec::new()),
+            }
+        }
+        Op::ZRemRangeByRank(k, a, e) => {
+            let mut z = take!(k, ZSet, BTreeMap::new());
+            let sorted = zsorted(&z);
+            let n = match span(*a, *e, sorted.len()) {
+                Some((f, t)) => {
+                    for (m, _) in &sorted[f..=t] {
+                        z.remove(m);
+                    }
+                    t - f + 1
+                }
+                None => 0,
+            };
+            put!(k, ZSet, z);
+            Reply::Int(n as i64)
+        }
         Op::Del(k) => Reply::Int(model.remove(&key(k)).is_some() as i64),
         Op::Type(k) => Reply::Simple(match model.get(&key(k)) {
             None => "none",
@@ -510,6 +554,19 @@ fn cmd_of(op: &Op) -> Vec<Bytes> {
             b(if *min { "ZPOPMIN" } else { "ZPOPMAX" }),
             key(k),
             b(c.to_string()),
+        ]),
+        Op::ZScore(k, m) => a.extend([b("ZSCORE"), key(k), member(*m)]),
+        Op::ZCount(k, x, y) => {
+            a.extend([b("ZCOUNT"), key(k), b(format!("({x}")), b(y.to_string())])
+        }
+        Op::ZRevRange(k, x, y) => {
+            a.extend([b("ZREVRANGE"), key(k), b(x.to_string()), b(y.to_string())])
+        }
+        Op::ZRemRangeByRank(k, x, y) => a.extend([
+            b("ZREMRANGEBYRANK"),
+            key(k),
+            b(x.to_string()),
+            b(y.to_string()),
         ]),
         Op::Del(k) => a.extend([b("DEL"), key(k)]),
         Op::Type(k) => a.extend([b("TYPE"), key(k)]),
@@ -615,6 +672,11 @@ proptest! {
 
     #[test]
     fn lists_grown_into_trees_match_the_model(ops in proptest::collection::vec(focused(list_op().boxed()), 1..150)) {
+        run(Backend::Shm, ops)?;
+    }
+
+    #[test]
+    fn sorted_sets_grown_into_trees_match_the_model(ops in proptest::collection::vec(focused(zset_op().boxed()), 1..150)) {
         run(Backend::Shm, ops)?;
     }
 

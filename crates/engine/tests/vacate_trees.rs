@@ -1,6 +1,7 @@
-//! Returning a region moves the chunks of collection trees out of it: a list, a hash
-//! and a set grown into chunk trees read back whole after every region they used is
-//! vacated, with their keys' heads and chunks copied elsewhere.
+//! Returning a region moves the chunks of collection trees out of it: a list, a hash,
+//! a set and a sorted set (two trees) grown into chunk trees read back whole after
+//! every region they used is vacated, with their keys' heads and chunks copied
+//! elsewhere.
 
 #[path = "../../dht/tests/common/mod.rs"]
 mod common;
@@ -51,6 +52,11 @@ async fn vacated_regions_keep_every_tree_whole() {
             hset.extend([i.as_str(), "v"]);
         }
         engine.execute(&mut s, cmd(&hset)).await;
+        let mut zadd = vec!["ZADD", "zset"];
+        for i in chunk {
+            zadd.extend([&i[8..13], i.as_str()]);
+        }
+        engine.execute(&mut s, cmd(&zadd)).await;
     }
     let encoding = |e: &str| cmd(&["OBJECT", "ENCODING", e]);
     assert_eq!(
@@ -72,14 +78,18 @@ async fn vacated_regions_keep_every_tree_whole() {
         engine.dht.vacate_region(*r).await.expect("vacate");
     }
     // No chunk of any tree is left in them (the pool returns them next).
-    for key in ["list", "set", "hash"] {
+    for key in ["list", "set", "hash", "zset"] {
         let Some(e) = engine.dht.get(0, key.as_bytes()).await.expect("a read") else {
             panic!("{key} is gone");
         };
-        let root = dmc_umo::chunk::TreeRoot::parse(&e.value).expect("a tree");
+        let roots = dmc_umo::chunk::TreeRoot::parse_all(&e.value);
+        assert_eq!(roots.len(), if key == "zset" { 2 } else { 1 }, "{key}");
         let tag = dmc_engine::big::tag(0, key.as_bytes());
-        let tree = dmc_engine::tree::Tree::open(engine.dht.pool(), tag, root, None);
-        let blocks = tree.blocks().await.expect("the chunks");
+        let mut blocks = Vec::new();
+        for root in roots {
+            let tree = dmc_engine::tree::Tree::open(engine.dht.pool(), tag, root, None);
+            blocks.extend(tree.blocks().await.expect("the chunks"));
+        }
         assert!(blocks.len() > 10, "{key} has {} chunks", blocks.len());
         let stray: Vec<_> = blocks
             .iter()
@@ -111,4 +121,12 @@ async fn vacated_regions_keep_every_tree_whole() {
         .execute(&mut s, cmd(&["HGET", "hash", &items[1234]]))
         .await;
     assert_eq!(v, Reply::bulk("v"));
+    let (rank, _) = engine
+        .execute(&mut s, cmd(&["ZRANK", "zset", &items[1234]]))
+        .await;
+    assert_eq!(rank, Reply::Int(1234));
+    let (score, _) = engine
+        .execute(&mut s, cmd(&["ZSCORE", "zset", &items[2345]]))
+        .await;
+    assert_eq!(score, Reply::Double(2345.0));
 }

@@ -26,6 +26,8 @@
 //! | TREE | height | root:u64 | count:u64| generation:u64 |  (type-specific fields follow)
 //! +------+--------+----------+----------+---------+
 //! TREE = 2, optionally | 0x80 (the engine's "big" flag); height 1: the root is a leaf
+//! A value may hold up to MAX_ROOTS trees, their roots back to back (a sorted set: one
+//! by score, one by member); the object owns every one of them.
 //! ```
 
 use crate::addr::GlobalAddr;
@@ -44,6 +46,8 @@ pub const LEAF: u8 = 0;
 pub const INNER: u8 = 1;
 /// Bytes of a root before any type-specific field.
 pub const ROOT_LEN: usize = 26;
+/// Most trees one value holds.
+pub const MAX_ROOTS: usize = 2;
 /// Deepest tree a reader follows (a 255-way tree of height 12 holds any pool).
 pub const MAX_HEIGHT: u8 = 12;
 
@@ -84,6 +88,17 @@ impl TreeRoot {
             count: le64(value, 10),
             generation: le64(value, 18),
         })
+    }
+
+    /// Every root at the start of `value`, back to back (at most [`MAX_ROOTS`]).
+    pub fn parse_all(value: &[u8]) -> Vec<TreeRoot> {
+        let mut out = Vec::new();
+        while out.len() < MAX_ROOTS
+            && let Some(root) = value.get(out.len() * ROOT_LEN..).and_then(TreeRoot::parse)
+        {
+            out.push(root);
+        }
+        out
     }
 
     /// Appends the root's bytes to `out`.
@@ -248,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn roots_round_trip() {
+    fn roots_round_trip_one_or_two_to_a_value() {
         let r = TreeRoot {
             flags: 0x80,
             height: 3,
@@ -265,5 +280,16 @@ mod tests {
         assert!(is_tree_value(&v));
         assert_eq!(TreeRoot::parse(&v), Some(r));
         assert_eq!(TreeRoot::parse(b"\x01\x00\x00"), None);
+        assert_eq!(TreeRoot::parse_all(&v), vec![r]);
+        let second = TreeRoot {
+            flags: 0,
+            count: 7,
+            ..r
+        };
+        second.encode(&mut v);
+        assert_eq!(TreeRoot::parse_all(&v), vec![r, second]);
+        // A third root is not one this format has.
+        r.encode(&mut v);
+        assert_eq!(TreeRoot::parse_all(&v).len(), MAX_ROOTS);
     }
 }

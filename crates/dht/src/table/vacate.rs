@@ -231,17 +231,13 @@ impl Dht {
                             let Some(o) = self.pool.read_any(obj).await? else {
                                 continue;
                             };
-                            let root = match o.kind {
-                                dmc_umo::ValueKind::String => None,
-                                _ => dmc_umo::chunk::TreeRoot::parse(&o.value),
-                            };
-                            let Some(root) = root else { continue };
-                            let Some(tree) = self.pool.relocate_tree(root, &inside).await? else {
+                            if o.kind == dmc_umo::ValueKind::String {
+                                continue;
+                            }
+                            let relocated = self.pool.relocate_value_trees(&o.value, &inside);
+                            let Some((value, tree)) = relocated.await? else {
                                 continue;
                             };
-                            let mut value = Vec::with_capacity(o.value.len());
-                            tree.root.encode(&mut value);
-                            value.extend_from_slice(&o.value[dmc_umo::chunk::ROOT_LEN..]);
                             let fresh =
                                 match self.pool.write_object(o.db, &o.key, o.kind, &value).await {
                                     Ok(f) => f,

@@ -7,9 +7,8 @@ use dmc_dht::ValueKind;
 use dmc_resp::Reply;
 use indexmap::IndexMap;
 
-use super::value::pairs;
 use crate::table::ZSetCmd;
-use crate::{Engine, SYNTAX, Session, collection, error_reply, packed::Packed};
+use crate::{Engine, SYNTAX, Session, collection, error_reply};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -92,9 +91,9 @@ fn parse<'a>(
 async fn input(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Reply> {
     match engine.read_typed(db, key).await.map_err(error_reply)? {
         None => Ok(Vec::new()),
-        Some((ValueKind::ZSet, v)) => Ok(pairs(&Packed::parse(&v)?)?),
-        Some((ValueKind::Set, v)) => Ok(Packed::parse(&v)?
-            .collect(1)?
+        Some((ValueKind::ZSet, _)) => super::all(engine, db, key).await,
+        Some((ValueKind::Set, _)) => Ok(crate::sets::members(engine, db, key)
+            .await?
             .into_iter()
             .map(|m| (m, 1.0))
             .collect()),

@@ -3,26 +3,29 @@
 //! (ZUNION, ZINTER, ZDIFF, their STORE forms, ZINTERCARD) and ZSCAN, with Redis 7
 //! semantics, replies (RESP2 and RESP3 shapes) and error texts.
 //!
-//! A sorted set is stored packed ([`crate::packed`]: member, score pairs sorted by
-//! score then member). Reads decode the ordered pairs; writes decode a
-//! [`value::ZSetValue`], edit it and commit it whole through [`collection::change`].
+//! A sorted set is stored packed while small and as two chunk trees (by score, by
+//! member) past that ([`stored`]); every command here works through [`ZSet`], the
+//! same code for both forms. Changes run in a [`Writer`] (the key's lock, one commit);
+//! reads load the set and start over when they meet a chunk replaced meanwhile.
 
 mod algebra;
 pub mod range;
+pub mod stored;
 pub mod value;
 
 use bytes::Bytes;
-use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 
+use crate::big::READ_ATTEMPTS;
 use crate::collection;
 use crate::packed::Packed;
 use crate::table::ZSetCmd;
+use crate::tree::TreeError;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
 use range::{Form, RangeQuery};
-use value::{AddFlags, ZSetValue, pairs, parse_score};
+use stored::{Writer, ZSet};
+use value::{AddFlags, ZSetValue, parse_score};
 
-const KIND: ValueKind = ValueKind::ZSet;
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 
 macro_rules! tri {
@@ -39,19 +42,15 @@ pub fn encoding(p: &Packed) -> &'static str {
     if p.big { "skiplist" } else { "listpack" }
 }
 
-fn decode_or_new(cur: Option<Packed>) -> Result<ZSetValue, Reply> {
-    Ok(match cur {
-        Some(p) => ZSetValue::decode(&p)?,
-        None => ZSetValue::default(),
-    })
-}
-
-/// The ordered (member, score) pairs of `key` (empty if missing).
-async fn sorted(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Reply> {
-    match collection::load(engine, db, key, KIND).await? {
-        Some(p) => Ok(pairs(&p)?),
-        None => Ok(Vec::new()),
+/// Every member of `key` with its score, ascending (empty if missing).
+pub(crate) async fn all(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Reply> {
+    for _ in 0..READ_ATTEMPTS {
+        match stored::load(engine, db, key).await?.all().await {
+            Err(TreeError::Stale) => continue,
+            other => return other.map_err(Reply::from),
+        }
     }
+    Err(TreeError::Stale.into())
 }
 
 /// Which end a pop takes.
@@ -69,24 +68,29 @@ pub(crate) async fn pop(
     end: Extreme,
     count: usize,
 ) -> Result<Option<Vec<(Bytes, f64)>>, Reply> {
-    collection::change(engine, db, key, KIND, |cur| {
-        let Some(p) = cur else {
-            return Ok((Change::Keep, None));
-        };
-        let mut z = ZSetValue::decode(&p)?;
-        let mut out = Vec::with_capacity(count.min(z.len()));
-        while out.len() < count {
-            let first = match end {
-                Extreme::Min => z.sorted.pop_first(),
-                Extreme::Max => z.sorted.pop_last(),
-            };
-            let Some((s, m)) = first else { break };
-            z.scores.remove(&m);
-            out.push((m, s.0));
+    let mut w = Writer::lock(engine, db, key, false).await;
+    loop {
+        let mut z = w.load().await?;
+        let n = z.len();
+        if n == 0 {
+            return Ok(None);
         }
-        Ok((z.into_change(), Some(out)))
-    })
-    .await
+        let take = (count as u64).min(n);
+        if take == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let (first, last) = match end {
+            Extreme::Min => (0, take - 1),
+            Extreme::Max => (n - take, n - 1),
+        };
+        let mut items = z.remove_span(first, last).await?;
+        if end == Extreme::Max {
+            items.reverse();
+        }
+        if w.commit(z).await? {
+            return Ok(Some(items));
+        }
+    }
 }
 
 /// Flat `member, score, ...` (RESP2, and ZPOPMIN without a count in RESP3) or pairs.
@@ -107,6 +111,58 @@ fn scored(items: Vec<(Bytes, f64)>, pairs: bool) -> Reply {
     Reply::Array(out)
 }
 
+/// `ZINCRBY key increment member`: the new score.
+async fn incr_by(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    by: f64,
+    member: &Bytes,
+) -> Result<f64, Reply> {
+    let mut w = Writer::lock(engine, db, key, false).await;
+    loop {
+        let mut z = w.load().await?;
+        let next = z.score(member).await?.unwrap_or(0.0) + by;
+        if next.is_nan() {
+            return Err(Reply::err("ERR resulting score is not a number (NaN)"));
+        }
+        z.insert(member.clone(), next).await?;
+        if w.commit(z).await? {
+            return Ok(next);
+        }
+    }
+}
+
+/// `ZREM key member...`: how many were removed.
+async fn remove(engine: &Engine, db: u8, key: &[u8], members: &[Bytes]) -> Result<i64, Reply> {
+    let mut w = Writer::lock(engine, db, key, false).await;
+    loop {
+        let mut z = w.load().await?;
+        let mut n = 0;
+        for m in members {
+            n += i64::from(z.remove(m).await?);
+        }
+        if n == 0 || w.commit(z).await? {
+            return Ok(n);
+        }
+    }
+}
+
+/// ZREMRANGEBYRANK, -SCORE and -LEX: removes what `q` selects; how many.
+async fn remove_range(engine: &Engine, db: u8, key: &[u8], q: &RangeQuery) -> Result<i64, Reply> {
+    let mut w = Writer::lock(engine, db, key, false).await;
+    loop {
+        let mut z = w.load().await?;
+        let Some((first, last)) = z.positions(q).await? else {
+            return Ok(0);
+        };
+        let gone = z.remove_span(first, last).await?.len() as i64;
+        if w.commit(z).await? {
+            return Ok(gone);
+        }
+    }
+}
+
 pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes]) -> Reply {
     let db = engine.physical_db(s.db);
     let key = &args[1];
@@ -116,35 +172,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
             let Some(by) = parse_score(&args[2]) else {
                 return Reply::err(NOT_FLOAT);
             };
-            let next = tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let mut z = decode_or_new(cur)?;
-                    let next = z.scores.get(&args[3]).copied().unwrap_or(0.0) + by;
-                    if next.is_nan() {
-                        return Err(Reply::err("ERR resulting score is not a number (NaN)"));
-                    }
-                    z.insert(args[3].clone(), next);
-                    Ok((z.into_change(), next))
-                })
-                .await
-            );
+            let next = tri!(incr_by(engine, db, key, by, &args[3]).await);
             engine.blocking.wake(db, key);
             Reply::Double(next)
         }
-        ZSetCmd::ZRem => Reply::Int(tri!(
-            collection::change(engine, db, key, KIND, |cur| {
-                let Some(p) = cur else {
-                    return Ok((Change::Keep, 0));
-                };
-                let mut z = ZSetValue::decode(&p)?;
-                let n = args[2..].iter().filter(|m| z.remove(m)).count() as i64;
-                if n == 0 {
-                    return Ok((Change::Keep, 0));
-                }
-                Ok((z.into_change(), n))
-            })
-            .await
-        )),
+        ZSetCmd::ZRem => Reply::Int(tri!(remove(engine, db, key, &args[2..]).await)),
         ZSetCmd::ZRemRangeByRank | ZSetCmd::ZRemRangeByScore | ZSetCmd::ZRemRangeByLex => {
             let form = match cmd {
                 ZSetCmd::ZRemRangeByRank => Form::Range,
@@ -152,24 +184,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
                 _ => Form::ByLex { rev: false },
             };
             let q = tri!(range::parse(form, &args[2..4]));
-            Reply::Int(tri!(
-                collection::change(engine, db, key, KIND, |cur| {
-                    let Some(p) = cur else {
-                        return Ok((Change::Keep, 0));
-                    };
-                    let mut z = ZSetValue::decode(&p)?;
-                    let all: Vec<(Bytes, f64)> = z.ordered().map(|(m, s)| (m.clone(), s)).collect();
-                    let gone = range::select(&all, &q);
-                    for (m, _) in &gone {
-                        z.remove(m);
-                    }
-                    if gone.is_empty() {
-                        return Ok((Change::Keep, 0));
-                    }
-                    Ok((z.into_change(), gone.len() as i64))
-                })
-                .await
-            ))
+            Reply::Int(tri!(remove_range(engine, db, key, &q).await))
         }
         ZSetCmd::ZPopMin | ZSetCmd::ZPopMax => {
             let end = if cmd == ZSetCmd::ZPopMin {
@@ -203,7 +218,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
             let q = tri!(range::parse(Form::Range, &args[3..]));
             let (dst, src) = (&args[1], &args[2]);
             let _held = engine.lock_keys([&dst[..], &src[..]].into_iter()).await;
-            let picked = range::select(&tri!(sorted(engine, db, src).await), &q);
+            let picked = tri!(selected(engine, db, src, &q).await);
             store(engine, db, dst, picked).await
         }
         ZSetCmd::ZUnionStore | ZSetCmd::ZInterStore | ZSetCmd::ZDiffStore => {
@@ -221,12 +236,27 @@ pub(crate) async fn store(engine: &Engine, db: u8, dst: &[u8], items: Vec<(Bytes
         z.insert(m, s);
     }
     let n = z.len() as i64;
-    let value = (n > 0).then(|| z.encode());
-    tri!(collection::store(engine, db, dst, KIND, value).await);
+    tri!(stored::store(engine, db, dst, z).await);
     if n > 0 {
         engine.blocking.wake(db, dst);
     }
     Reply::Int(n)
+}
+
+/// What `q` selects from `key`, in reply order.
+async fn selected(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    q: &RangeQuery,
+) -> Result<Vec<(Bytes, f64)>, Reply> {
+    for _ in 0..READ_ATTEMPTS {
+        match stored::load(engine, db, key).await?.select(q).await {
+            Err(TreeError::Stale) => continue,
+            other => return other.map_err(Reply::from),
+        }
+    }
+    Err(TreeError::Stale.into())
 }
 
 /// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
@@ -267,47 +297,7 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         pairs.push((score, p[1].clone()));
     }
     let key = &args[1];
-    let outcome = tri!(
-        collection::change(engine, db, key, KIND, |cur| {
-            let mut z = decode_or_new(cur)?;
-            let (mut added, mut changed) = (0i64, 0i64);
-            let mut incr_result = None;
-            for (score, m) in &pairs {
-                let old = z.scores.get(m).copied();
-                let new = match (f.incr, old) {
-                    (true, Some(o)) => o + score,
-                    _ => *score,
-                };
-                if new.is_nan() {
-                    return Err(Reply::err("ERR resulting score is not a number (NaN)"));
-                }
-                match old {
-                    None if f.xx => continue,
-                    None => {
-                        z.insert(m.clone(), new);
-                        added += 1;
-                        incr_result = Some(new);
-                    }
-                    Some(o) => {
-                        if !f.allows_update(o, new) {
-                            continue;
-                        }
-                        if o != new {
-                            z.insert(m.clone(), new);
-                            changed += 1;
-                        }
-                        incr_result = Some(new);
-                    }
-                }
-            }
-            let answer = (added, changed, incr_result);
-            if added == 0 && changed == 0 {
-                return Ok((Change::Keep, answer));
-            }
-            Ok((z.into_change(), answer))
-        })
-        .await
-    );
+    let outcome = tri!(add(engine, db, key, f, &pairs).await);
     let (added, changed, incr_result) = outcome;
     if added > 0 {
         engine.blocking.wake(db, key);
@@ -316,6 +306,54 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         return incr_result.map_or(Reply::Null, Reply::Double);
     }
     Reply::Int(if f.ch { added + changed } else { added })
+}
+
+/// ZADD's change: (added, changed, the INCR result).
+async fn add(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    f: AddFlags,
+    pairs: &[(f64, Bytes)],
+) -> Result<(i64, i64, Option<f64>), Reply> {
+    let mut w = Writer::lock(engine, db, key, false).await;
+    loop {
+        let mut z = w.load().await?;
+        let (mut added, mut changed) = (0i64, 0i64);
+        let mut incr_result = None;
+        for (score, m) in pairs {
+            let old = z.score(m).await?;
+            let new = match (f.incr, old) {
+                (true, Some(o)) => o + score,
+                _ => *score,
+            };
+            if new.is_nan() {
+                return Err(Reply::err("ERR resulting score is not a number (NaN)"));
+            }
+            match old {
+                None if f.xx => continue,
+                None => {
+                    z.insert(m.clone(), new).await?;
+                    added += 1;
+                    incr_result = Some(new);
+                }
+                Some(o) => {
+                    if !f.allows_update(o, new) {
+                        continue;
+                    }
+                    if o != new {
+                        z.insert(m.clone(), new).await?;
+                        changed += 1;
+                    }
+                    incr_result = Some(new);
+                }
+            }
+        }
+        let answer = (added, changed, incr_result);
+        if (added == 0 && changed == 0) || w.commit(z).await? {
+            return Ok(answer);
+        }
+    }
 }
 
 /// ZMPOP's and BZMPOP's arguments.
@@ -360,41 +398,48 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: ZSetCmd, args: &[Bytes]
         }
         _ => {}
     }
-    let p = tri!(collection::load(engine, db, &args[1], KIND).await);
-    if cmd == ZSetCmd::ZCard {
-        return Reply::Int(p.map_or(0, |p| p.count as i64));
+    for _ in 0..READ_ATTEMPTS {
+        let z = tri!(stored::load(engine, db, &args[1]).await);
+        match answer(&z, s, cmd, args).await {
+            Err(TreeError::Stale) => continue,
+            other => return other.unwrap_or_else(Reply::from),
+        }
     }
-    let all = match &p {
-        Some(p) => tri!(pairs(p)),
-        None => Vec::new(),
-    };
-    match cmd {
+    TreeError::Stale.into()
+}
+
+/// A read command's answer from the set `z`.
+async fn answer(
+    z: &ZSet<'_>,
+    s: &Session,
+    cmd: ZSetCmd,
+    args: &[Bytes],
+) -> Result<Reply, TreeError> {
+    let score = |sc: Option<f64>| sc.map_or(Reply::Null, Reply::Double);
+    Ok(match cmd {
+        ZSetCmd::ZCard => Reply::Int(z.len() as i64),
         ZSetCmd::ZCount | ZSetCmd::ZLexCount => {
             let form = if cmd == ZSetCmd::ZCount {
                 Form::ByScore { rev: false }
             } else {
                 Form::ByLex { rev: false }
             };
-            let q = tri!(range::parse(form, &args[2..4]));
-            Reply::Int(range::select(&all, &q).len() as i64)
+            match range::parse(form, &args[2..4]) {
+                Ok(q) => Reply::Int(z.count(&q.by).await? as i64),
+                Err(e) => e,
+            }
         }
-        ZSetCmd::ZScore => match all.iter().find(|(m, _)| *m == args[2]) {
-            Some((_, sc)) => Reply::Double(*sc),
-            None => Reply::Null,
-        },
-        ZSetCmd::ZMScore => Reply::Array(
-            args[2..]
-                .iter()
-                .map(|want| {
-                    all.iter()
-                        .find(|(m, _)| m == want)
-                        .map_or(Reply::Null, |(_, sc)| Reply::Double(*sc))
-                })
-                .collect(),
-        ),
-        ZSetCmd::ZRank | ZSetCmd::ZRevRank => match all.iter().position(|(m, _)| *m == args[2]) {
+        ZSetCmd::ZScore => score(z.score(&args[2]).await?),
+        ZSetCmd::ZMScore => {
+            let mut out = Vec::with_capacity(args.len() - 2);
+            for m in &args[2..] {
+                out.push(score(z.score(m).await?));
+            }
+            Reply::Array(out)
+        }
+        ZSetCmd::ZRank | ZSetCmd::ZRevRank => match z.rank(&args[2]).await? {
             Some(i) if cmd == ZSetCmd::ZRank => Reply::Int(i as i64),
-            Some(i) => Reply::Int((all.len() - 1 - i) as i64),
+            Some(i) => Reply::Int((z.len() - 1 - i) as i64),
             None => Reply::Null,
         },
         ZSetCmd::ZRange
@@ -411,45 +456,71 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: ZSetCmd, args: &[Bytes]
                 ZSetCmd::ZRangeByLex => Form::ByLex { rev: false },
                 _ => Form::ByLex { rev: true },
             };
-            let q: RangeQuery = tri!(range::parse(form, &args[2..]));
-            range::reply(range::select(&all, &q), q.with_scores, s.proto)
+            match range::parse(form, &args[2..]) {
+                Ok(q) => range::reply(z.select(&q).await?, q.with_scores, s.proto),
+                Err(e) => e,
+            }
         }
-        ZSetCmd::ZRandMember => rand_member(s, &all, args),
-        ZSetCmd::ZScan => {
-            let scan = tri!(collection::scan_args(args, false));
-            let mut items = Vec::new();
-            if scan.cursor == 0 {
-                for (m, sc) in all {
-                    if collection::matches(&scan.pattern, &m) {
-                        items.push(Reply::Bulk(m));
-                        items.push(Reply::bulk(dmc_resp::format_double(sc)));
+        ZSetCmd::ZRandMember => rand_member(z, s, args).await?,
+        ZSetCmd::ZScan => match collection::scan_args(args, false) {
+            Ok(scan) => {
+                let mut items = Vec::new();
+                if scan.cursor == 0 {
+                    for (m, sc) in z.all().await? {
+                        if collection::matches(&scan.pattern, &m) {
+                            items.push(Reply::Bulk(m));
+                            items.push(Reply::bulk(dmc_resp::format_double(sc)));
+                        }
                     }
                 }
+                collection::scan_reply(0, items)
             }
-            collection::scan_reply(0, items)
-        }
+            Err(e) => e,
+        },
         _ => Reply::err("ERR internal: a write reached the sorted set read path"),
-    }
+    })
 }
 
 /// `ZRANDMEMBER key [count [WITHSCORES]]`.
-fn rand_member(s: &Session, all: &[(Bytes, f64)], args: &[Bytes]) -> Reply {
+async fn rand_member(z: &ZSet<'_>, s: &Session, args: &[Bytes]) -> Result<Reply, TreeError> {
+    let n = z.len() as usize;
     let Some(c) = args.get(2) else {
-        let pick = collection::repeated_picks(all.len(), usize::from(!all.is_empty()));
-        return pick
-            .first()
-            .and_then(|&i| all.get(i))
-            .map_or(Reply::Null, |(m, _)| Reply::Bulk(m.clone()));
+        let pick = collection::repeated_picks(n, usize::from(n > 0));
+        return Ok(match pick.first() {
+            Some(&i) => z
+                .at(i as u64, i as u64)
+                .await?
+                .into_iter()
+                .next()
+                .map_or(Reply::Null, |(m, _)| Reply::Bulk(m)),
+            None => Reply::Null,
+        });
     };
-    let count = tri!(collection::count_arg(c));
-    let with_scores = tri!(collection::with_flag(args, b"WITHSCORES"));
-    if all.is_empty() || count == 0 {
-        return Reply::Array(Vec::new());
+    let count = match collection::count_arg(c) {
+        Ok(c) => c,
+        Err(e) => return Ok(e),
+    };
+    let with_scores = match collection::with_flag(args, b"WITHSCORES") {
+        Ok(w) => w,
+        Err(e) => return Ok(e),
+    };
+    if n == 0 || count == 0 {
+        return Ok(Reply::Array(Vec::new()));
     }
-    let picks = collection::count_picks(all.len(), count);
-    let items: Vec<(Bytes, f64)> = picks
-        .into_iter()
-        .filter_map(|i| all.get(i).cloned())
-        .collect();
-    range::reply(items, with_scores, s.proto)
+    let picks = collection::count_picks(n, count);
+    // Many picks: one read of everything; a few: one descent each.
+    let items: Vec<(Bytes, f64)> = if picks.len() >= n / 8 {
+        let all = z.all().await?;
+        picks
+            .into_iter()
+            .filter_map(|i| all.get(i).cloned())
+            .collect()
+    } else {
+        let mut items = Vec::with_capacity(picks.len());
+        for i in picks {
+            items.extend(z.at(i as u64, i as u64).await?);
+        }
+        items
+    };
+    Ok(range::reply(items, with_scores, s.proto))
 }

@@ -1,6 +1,6 @@
 //! ZRANGE and its kin: parsing `ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT
-//! offset count] [WITHSCORES]` and the older forms into one [`RangeQuery`], and
-//! selecting its members from a sorted set's ordered pairs.
+//! offset count] [WITHSCORES]` and the older forms into one [`RangeQuery`] (which
+//! [`super::stored::ZSet::select`] answers), and the reply's shape.
 
 use bytes::Bytes;
 use dmc_resp::Reply;
@@ -125,56 +125,6 @@ pub fn parse(form: Form, args: &[Bytes]) -> Result<RangeQuery, Reply> {
     })
 }
 
-/// The members `q` selects from `sorted` (ascending by score, member), in reply order.
-pub fn select(sorted: &[(Bytes, f64)], q: &RangeQuery) -> Vec<(Bytes, f64)> {
-    let picked: Vec<&(Bytes, f64)> = match &q.by {
-        By::Rank(start, stop) => {
-            let Some((first, last)) = crate::lists::range(*start, *stop, sorted.len()) else {
-                return Vec::new();
-            };
-            let n = sorted.len();
-            if q.rev {
-                (first..=last).map(|i| &sorted[n - 1 - i]).collect()
-            } else {
-                sorted[first..=last].iter().collect()
-            }
-        }
-        By::Score(r) => {
-            let it = sorted.iter().filter(|(_, s)| r.contains(*s));
-            if q.rev {
-                it.rev().collect()
-            } else {
-                it.collect()
-            }
-        }
-        By::Lex(r) => {
-            let it = sorted.iter().filter(|(m, _)| r.contains(m));
-            if q.rev {
-                it.rev().collect()
-            } else {
-                it.collect()
-            }
-        }
-    };
-    let picked = match q.limit {
-        Some((offset, _)) if offset < 0 => Vec::new(),
-        Some((offset, count)) => {
-            let take = if count < 0 {
-                usize::MAX
-            } else {
-                count as usize
-            };
-            picked
-                .into_iter()
-                .skip(offset as usize)
-                .take(take)
-                .collect()
-        }
-        None => picked,
-    };
-    picked.into_iter().cloned().collect()
-}
-
 /// A range's reply: members, with their scores when asked (RESP3: pairs).
 pub fn reply(items: Vec<(Bytes, f64)>, with_scores: bool, proto: u8) -> Reply {
     if !with_scores {
@@ -216,7 +166,13 @@ mod tests {
 
     fn members(q: &str, form: Form) -> Vec<String> {
         let q = parse(form, &args(q)).expect("a valid query");
-        select(&set(), &q)
+        let mut z = super::super::value::ZSetValue::default();
+        for (m, s) in set() {
+            z.insert(m, s);
+        }
+        let z = super::super::stored::ZSet::Packed(z);
+        let picked = futures::executor::block_on(z.select(&q)).expect("a packed set");
+        picked
             .into_iter()
             .map(|(m, _)| String::from_utf8_lossy(&m).into_owned())
             .collect()

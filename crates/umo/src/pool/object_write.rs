@@ -114,7 +114,7 @@ impl Pool {
                         }
                     }
                     Head::Inline { kind, value, .. } if kind != ValueKind::String => {
-                        if let Some(root) = crate::chunk::TreeRoot::parse(&head[value]) {
+                        for root in crate::chunk::TreeRoot::parse_all(&head[value]) {
                             self.free_tree(root).await;
                         }
                     }
@@ -182,7 +182,7 @@ impl Pool {
             new: Vec::new(),
         };
         let result = self
-            .relocate_chunk(root.root, root.height, inside, &mut moved)
+            .relocate_chunk(root.root, root.height, inside, None, &mut moved)
             .await;
         match result {
             Ok(Some(r)) => {
@@ -199,13 +199,100 @@ impl Pool {
         }
     }
 
+    /// Relocates (as [`Pool::relocate_tree`]) every tree a typed value holds: the
+    /// value with the new roots (its other bytes kept), or `None` when no chunk of
+    /// any of them is where `inside` says.
+    pub async fn relocate_value_trees(
+        &self,
+        value: &[u8],
+        inside: &(dyn Fn(crate::GlobalAddr) -> bool + Sync),
+    ) -> Result<Option<(Vec<u8>, RelocatedTree)>, UmoError> {
+        let roots = crate::chunk::TreeRoot::parse_all(value);
+        let mut all = RelocatedTree {
+            root: match roots.first() {
+                Some(r) => *r,
+                None => return Ok(None),
+            },
+            old: Vec::new(),
+            new: Vec::new(),
+        };
+        let mut out = Vec::with_capacity(value.len());
+        let mut moved = false;
+        for root in &roots {
+            match self.relocate_tree(*root, inside).await {
+                Ok(Some(t)) => {
+                    moved = true;
+                    t.root.encode(&mut out);
+                    all.old.extend(t.old);
+                    all.new.extend(t.new);
+                }
+                Ok(None) => root.encode(&mut out),
+                Err(e) => {
+                    all.new.iter().for_each(|b| self.free(*b));
+                    return Err(e);
+                }
+            }
+        }
+        if !moved {
+            return Ok(None);
+        }
+        out.extend_from_slice(
+            value
+                .get(roots.len() * crate::chunk::ROOT_LEN..)
+                .unwrap_or_default(),
+        );
+        Ok(Some((out, all)))
+    }
+
+    /// A copy of `root`'s whole tree whose chunks carry the owner tag `tag` (another
+    /// key's), chunk by chunk: the shape, counts and keys stay as they are. Returns the
+    /// copy's root and its blocks (free them if the copy is not committed); the
+    /// source is untouched.
+    pub async fn copy_tree(
+        &self,
+        root: crate::chunk::TreeRoot,
+        tag: u32,
+    ) -> Result<(crate::chunk::TreeRoot, Vec<Block>), UmoError> {
+        let mut copy = RelocatedTree {
+            root,
+            old: Vec::new(),
+            new: Vec::new(),
+        };
+        let everything = |_: crate::GlobalAddr| true;
+        let result = self
+            .relocate_chunk(root.root, root.height, &everything, Some(tag), &mut copy)
+            .await;
+        match result {
+            Ok(Some(r)) => {
+                copy.root.root = r;
+                Ok((copy.root, copy.new))
+            }
+            Ok(None) => {
+                for b in copy.new {
+                    self.free(b);
+                }
+                Err(UmoError::Layout(
+                    "a collection tree changed while it was copied".into(),
+                ))
+            }
+            Err(e) => {
+                for b in copy.new {
+                    self.free(b);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Relocates the subtree at `r` (of `level`, 1 = a leaf): its new ref if it or a
-    /// descendant moved. Depth is the tree's height, at most `chunk::MAX_HEIGHT`.
+    /// descendant moved. `retag` gives the copies another owner. Depth is the tree's
+    /// height, at most `chunk::MAX_HEIGHT`.
     fn relocate_chunk<'a>(
         &'a self,
         r: ChunkRef,
         level: u8,
         inside: &'a (dyn Fn(crate::GlobalAddr) -> bool + Sync),
+        retag: Option<u32>,
         moved: &'a mut RelocatedTree,
     ) -> futures::future::BoxFuture<'a, Result<Option<ChunkRef>, UmoError>> {
         Box::pin(async move {
@@ -218,9 +305,16 @@ impl Pool {
             let mut buf = vec![0u8; block.size() as usize];
             self.read(block.addr, &mut buf).await?;
             let Ok(c) = crate::chunk::parse(&buf, None, u64::MAX) else {
-                return Ok(None);
+                // A copy must not keep a link to the source's chunk.
+                return match retag {
+                    Some(_) => Err(UmoError::Layout(
+                        "a collection tree changed while it was copied".into(),
+                    )),
+                    None => Ok(None),
+                };
             };
-            let (tag, generation) = crate::chunk::owner(&buf);
+            let (own_tag, generation) = crate::chunk::owner(&buf);
+            let tag = retag.unwrap_or(own_tag);
             let (kind, n) = (c.kind, c.n);
             let mut body = c.body.to_vec();
             let mut changed = inside(r.addr);
@@ -232,7 +326,8 @@ impl Pool {
                     .collect();
                 let mut rebuilt = Vec::with_capacity(body.len());
                 for (count, child, key) in children {
-                    let child = match self.relocate_chunk(child, level - 1, inside, moved).await? {
+                    let relocated = self.relocate_chunk(child, level - 1, inside, retag, moved);
+                    let child = match relocated.await? {
                         Some(new) => {
                             changed = true;
                             new
