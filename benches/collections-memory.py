@@ -1,4 +1,5 @@
-"""Memory per element: N small hashes of 10 fields (8-byte values) loaded into
+"""Memory per element: N small hashes (user:<12 digits>, the key names redis-benchmark's
+__rand_int__ makes) of 10 fields (8-byte values) loaded into
 redis-server and into a standalone compute agent, side by side; prints used_memory
 before and after and the bytes per hash and per field, and writes
 benches/results/collections-memory.csv.
@@ -20,7 +21,7 @@ def used(r: redis.Redis) -> int:
 def load(r: redis.Redis, n: int) -> None:
     pipe = r.pipeline(transaction=False)
     for i in range(n):
-        pipe.hset(f"user:{i:08d}", mapping={f"f{j}": f"{i:08d}" for j in range(10)})
+        pipe.hset(f"user:{i:012d}", mapping={f"f{j}": f"{i:08d}" for j in range(10)})
         if i % 1000 == 999:
             pipe.execute()
             if i % 50000 == 49999:
@@ -38,7 +39,7 @@ def main() -> None:
         before = used(r)
         load(r, n)
         after = used(r)
-        assert r.dbsize() == n and r.hlen(f"user:{n - 1:08d}") == 10
+        assert r.dbsize() == n and r.hlen(f"user:{n - 1:012d}") == 10
         per_hash = (after - before) / n
         rows.append((name, n, before, after, round(per_hash, 1), round(per_hash / 10, 1)))
         print(f"{name:13} {n} hashes: {after - before} bytes, {per_hash:.1f} per hash, {per_hash / 10:.1f} per field")

@@ -39,6 +39,81 @@ enum Cmd {
     /// Draw per-second timelines (`run --timeline` CSVs) as one PNG: throughput and
     /// p99 latency, with marked events.
     Plot(PlotArgs),
+    /// Draw curves from a CSV as one PNG: column X against column Y, one line per
+    /// value of the --by columns (e.g. a benchmark's time per op against a size).
+    Curve(CurveArgs),
+}
+
+#[derive(Debug, Args)]
+struct CurveArgs {
+    /// The CSV (a header row, then one row per point).
+    csv: PathBuf,
+    /// The PNG to write.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "")]
+    title: String,
+    /// The x column.
+    #[arg(long)]
+    x: String,
+    /// The y column.
+    #[arg(long)]
+    y: String,
+    /// Columns whose values name a line (repeatable; none: one line).
+    #[arg(long)]
+    by: Vec<String>,
+    /// Keep only rows whose COLUMN=VALUE (repeatable).
+    #[arg(long = "where")]
+    filter: Vec<String>,
+    /// A logarithmic x axis.
+    #[arg(long)]
+    log_x: bool,
+}
+
+fn curve_cmd(a: CurveArgs) -> Result<()> {
+    let text =
+        std::fs::read_to_string(&a.csv).with_context(|| format!("reading {}", a.csv.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("an empty CSV")?.split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .with_context(|| format!("no column {name} in {}", a.csv.display()))
+    };
+    let (x, y) = (col(&a.x)?, col(&a.y)?);
+    let by = a.by.iter().map(|b| col(b)).collect::<Result<Vec<_>>>()?;
+    let mut filters = Vec::new();
+    for f in &a.filter {
+        let (c, v) = f
+            .split_once('=')
+            .with_context(|| format!("{f}: expected COLUMN=VALUE"))?;
+        filters.push((col(c)?, v.to_string()));
+    }
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        if filters.iter().any(|(c, v)| f.get(*c) != Some(&v.as_str())) {
+            continue;
+        }
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+        let (Some(px), Some(py)) = (num(x), num(y)) else {
+            continue;
+        };
+        let name: Vec<&str> = by
+            .iter()
+            .map(|&i| f.get(i).copied().unwrap_or(""))
+            .collect();
+        let name = name.join(" ");
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push((px, py)),
+            None => series.push((name, vec![(px, py)])),
+        }
+    }
+    if series.is_empty() {
+        bail!("no points in {}", a.csv.display());
+    }
+    dmc_benches::loadgen::plot::lines(&a.out, &a.title, &a.x, &a.y, &series, a.log_x)
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +305,7 @@ fn main() -> Result<()> {
         .build()?;
     match cli.cmd {
         Cmd::Plot(a) => plot_cmd(a),
+        Cmd::Curve(a) => curve_cmd(a),
         Cmd::Run(a) => rt.block_on(run_cmd(a)),
         Cmd::Trace(a) => rt.block_on(trace_cmd(a)),
         Cmd::Compare(a) => {

@@ -22,11 +22,15 @@ pub fn init() -> Result<()> {
     .map_err(|e| anyhow!(e))
 }
 
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(200, 60, 50),
     RGBColor(40, 110, 190),
     RGBColor(60, 160, 80),
     RGBColor(150, 90, 170),
+    RGBColor(240, 150, 40),
+    RGBColor(30, 170, 170),
+    RGBColor(130, 90, 50),
+    RGBColor(110, 110, 110),
 ];
 
 /// Grouped bars: one group per category, one bar per series.

@@ -111,6 +111,10 @@ pub mod agent {
         "dmc_agent_recovered_commits_total",
         "Slot words a stopped single-key commit left locked, rolled forward or undone.",
     );
+    pub const REPAIRED_META: Desc = c(
+        "dmc_agent_repaired_meta_total",
+        "Backup slot metadata words set to the primary's at a shard takeover.",
+    );
     pub const POOL_FROZEN_WAITS: Desc = c(
         "dmc_agent_pool_frozen_waits_total",
         "Pool writes that found their region frozen (its copies being moved) and waited.",
@@ -179,6 +183,7 @@ pub mod agent {
         TABLE_SPLITS,
         TABLE_RETRIES,
         RECOVERED_COMMITS,
+        REPAIRED_META,
         POOL_FROZEN_WAITS,
         POOL_FAILOVER_RETRIES,
         POOL_LEASE_REFUSALS,

@@ -156,6 +156,13 @@ pub struct SlotRef {
     pub(super) seen: std::time::Instant,
 }
 
+impl SlotRef {
+    /// The address of the key's metadata word (the slot's second word).
+    pub fn meta_addr(&self) -> GlobalAddr {
+        self.meta_addr
+    }
+}
+
 /// A key's time to live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ttl {
@@ -177,6 +184,9 @@ pub struct DhtStats {
     /// Slot words a stopped single-key commit left locked that this client resolved
     /// (rolled forward or unlocked).
     pub recovered_commits: u64,
+    /// Slot metadata words a backup held differently from the primary (a writer
+    /// stopped between the two), set to the primary's when a shard was taken over.
+    pub repaired_meta: u64,
     pub retries: u64,
     pub used_memory: u64,
     pub partitions: u64,

@@ -92,6 +92,8 @@ struct Counters {
     retries: AtomicU64,
     /// Slot words left locked by a stopped single-key commit, resolved.
     recovered: AtomicU64,
+    /// Backup metadata words set to the primary's at a takeover.
+    meta_repaired: AtomicU64,
 }
 
 /// A key's coordinates.
@@ -260,6 +262,7 @@ impl Dht {
             expired: self.counters.expired.load(Ordering::Relaxed),
             splits: self.counters.splits.load(Ordering::Relaxed),
             recovered_commits: self.counters.recovered.load(Ordering::Relaxed),
+            repaired_meta: self.counters.meta_repaired.load(Ordering::Relaxed),
             retries: self.counters.retries.load(Ordering::Relaxed),
             used_memory: self.used_memory(),
             partitions: self.partitions.read().len() as u64,

@@ -2,7 +2,8 @@
 //! writer that is gone (a previous owner that died or was cut off mid-write, or this
 //! client's own commit that lost a memory node), rolled forward or unlocked with
 //! [`dmc_umo::Pool::roll_forward_slot`] so that the key is writable again and its
-//! copies agree.
+//! copies agree; and slot metadata words a writer added to at the primary but did not
+//! copy to the backups (it stopped in between), set to the primary's value.
 //!
 //! Only the owner of a hash slot resolves its words, and only those no write of its
 //! own holds: when it gains the slot ([`Dht::recover_locked`], before its first
@@ -73,6 +74,15 @@ impl Dht {
                     resolved += 1;
                 }
             }
+            // A metadata word a writer added to at the primary but did not copy to a
+            // backup (it stopped in between) takes the primary's value there.
+            for (at, copy, word) in Self::diverged_meta(&tables) {
+                let addr = subtable.offset_by(at as u64);
+                self.pool
+                    .write_copy(addr, copy, &word.to_le_bytes())
+                    .await?;
+                self.counters.meta_repaired.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(resolved)
     }
@@ -97,6 +107,31 @@ impl Dht {
                 SlotWord(word).is_locked() || backups.iter().any(|t| le64(t, at) != word)
             })
             .collect()
+    }
+
+    /// Slot metadata words (offset, copy, the primary's value) a backup holds
+    /// differently from the primary (`tables`: the primary's copy first).
+    fn diverged_meta(tables: &[Vec<u8>]) -> Vec<(usize, usize, u64)> {
+        let Some((primary, backups)) = tables.split_first() else {
+            return Vec::new();
+        };
+        let buckets = primary.len() / layout::BUCKET as usize;
+        let mut out = Vec::new();
+        for b in 0..buckets {
+            for i in 0..SLOTS_PER_BUCKET {
+                let at = b * layout::BUCKET as usize
+                    + layout::BUCKET_HEADER as usize
+                    + i * layout::SLOT as usize
+                    + 8;
+                let want = le64(primary, at);
+                for (copy, t) in backups.iter().enumerate() {
+                    if t.len() >= at + 8 && le64(t, at) != want {
+                        out.push((at, copy + 1, want));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Repairs one slot (see [`dmc_umo::Pool::roll_forward_slot`]); whether it changed
