@@ -30,6 +30,7 @@ pub mod blocking;
 pub mod cache;
 pub mod clients;
 pub mod collection;
+pub(crate) mod combine;
 pub mod dispatch;
 pub mod docs;
 pub mod glob;
@@ -156,6 +157,10 @@ pub struct Engine {
     pub blocking: blocking::Blocking,
     /// Where cache updates of shards with backup agents go (cluster members).
     cache_feed: std::sync::OnceLock<Arc<dyn warm::CacheFeed>>,
+    /// This engine, for tasks it starts (same-key batch workers).
+    me: std::sync::Weak<Engine>,
+    /// Same-key batches of list changes.
+    pub(crate) list_batches: combine::Combiner<lists::ListOp>,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -177,7 +182,9 @@ impl Engine {
             config.maxclients,
             config.output_limits,
         );
-        Arc::new(Engine {
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
+            list_batches: combine::Combiner::default(),
             cache,
             dht,
             clock,

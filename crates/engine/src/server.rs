@@ -718,6 +718,8 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("dmc_map_version", n(&st.map_version)),
                 ("dmc_owned_slots", n(&st.owned_slots)),
                 ("dmc_forwarded_commands", n(&st.forwarded_commands)),
+                ("dmc_combined_changes", n(&st.combined_changes)),
+                ("dmc_combined_batches", n(&st.combined_batches)),
                 ("dmc_moved_replies", n(&st.moved_replies)),
                 ("dmc_pool_nodes", n(&st.pool_nodes)),
                 ("dmc_pool_connections", n(&st.pool_connections)),

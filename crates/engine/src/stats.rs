@@ -47,6 +47,10 @@ pub struct Stats {
     /// Warm keys a takeover found equal to the pool, and found changed or gone.
     pub warm_confirmed: AtomicU64,
     pub warm_stale: AtomicU64,
+    /// Collection changes committed by a same-key batch ([`crate::combine`]), and
+    /// the batches (their commits).
+    pub combined_changes: AtomicU64,
+    pub combined_batches: AtomicU64,
     samples: Mutex<VecDeque<Sample>>,
 }
 
@@ -67,6 +71,12 @@ pub struct Rates {
 }
 
 impl Stats {
+    /// Counts a same-key batch of `n` changes.
+    pub fn combined(&self, n: usize) {
+        self.combined_changes.fetch_add(n as u64, Ordering::Relaxed);
+        self.combined_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Takes one rate sample; the agent calls this every 100 ms.
     pub fn sample(&self, used_memory: u64) {
         self.note_memory(used_memory);

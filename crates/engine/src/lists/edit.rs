@@ -1,6 +1,8 @@
-//! List changes on either representation, through [`crate::big::edit`]: a packed
-//! value (decoded, edited, encoded; past [`crate::big::TREE_AT`] bytes it becomes a chunk tree) or a
-//! chunk tree (edited on the copied path, written as new chunks).
+//! List changes on either representation, through [`crate::big::edit_locked`]: a
+//! packed value (decoded, edited, encoded; past [`crate::big::TREE_AT`] bytes it becomes
+//! a chunk tree) or a chunk tree (edited on the copied path, written as new chunks).
+//! Changes of one key that arrive together are applied as one batch with one commit
+//! ([`crate::combine`]).
 
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
@@ -10,14 +12,14 @@ use futures::FutureExt;
 use super::{End, KIND, ListValue, range};
 use crate::Engine;
 use crate::packed::Packed;
-use crate::tree::Tree;
+use crate::tree::{Tree, TreeError};
 
-/// One list change.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ListOp<'a> {
+/// One list change (owning its elements, so that a same-key batch can run it).
+#[derive(Debug, Clone)]
+pub(crate) enum ListOp {
     Push {
         end: End,
-        items: &'a [Bytes],
+        items: Vec<Bytes>,
         only_existing: bool,
     },
     Pop {
@@ -26,7 +28,7 @@ pub(crate) enum ListOp<'a> {
     },
     Set {
         index: i64,
-        item: &'a Bytes,
+        item: Bytes,
     },
     Trim {
         start: i64,
@@ -34,12 +36,12 @@ pub(crate) enum ListOp<'a> {
     },
     Rem {
         count: i64,
-        item: &'a Bytes,
+        item: Bytes,
     },
     Insert {
         after: bool,
-        pivot: &'a Bytes,
-        item: &'a Bytes,
+        pivot: Bytes,
+        item: Bytes,
     },
 }
 
@@ -66,25 +68,40 @@ fn packed_records(p: &Packed) -> Result<Vec<Bytes>, crate::packed::Corrupt> {
     p.collect(1)
 }
 
-/// Applies `op` to `key` under its lock (taken here).
+/// Applies `op` to `key`: queued behind the key's other list changes, committed in
+/// one batch with them ([`crate::combine`]).
 pub(crate) async fn edit(
     engine: &Engine,
     db: u8,
     key: &[u8],
-    op: ListOp<'_>,
+    op: ListOp,
 ) -> Result<Outcome, Reply> {
-    let _g = engine.lock_key(key).await;
-    edit_locked(engine, db, key, op).await
+    engine.list_batches.submit(engine, db, key, op).await
 }
 
-/// [`edit`] for a caller holding the key's lock: the packed form edited in memory (and
-/// stored as a tree once it outgrows the limit), a tree along the paths it touches.
+/// [`edit`] for a caller holding the key's lock (a command changing two keys).
 pub(crate) async fn edit_locked(
     engine: &Engine,
     db: u8,
     key: &[u8],
-    op: ListOp<'_>,
+    op: ListOp,
 ) -> Result<Outcome, Reply> {
+    let mut answers = edit_all(engine, db, key, std::slice::from_ref(&op)).await?;
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(Reply::err("ERR internal: a list change lost its answer")))
+}
+
+/// Applies `ops` in order with one commit (the caller holds the key's lock): the
+/// packed form edited in memory (and stored as a tree once it outgrows the limit), a
+/// tree along the paths the changes touch. One answer per change; an error of one
+/// change (an index out of range) leaves the others be.
+async fn edit_all(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    ops: &[ListOp],
+) -> Result<Vec<Result<Outcome, Reply>>, Reply> {
     crate::big::edit_locked(
         engine,
         db,
@@ -92,18 +109,33 @@ pub(crate) async fn edit_locked(
         &LAYOUT,
         |cur| {
             let mut list = cur.map(|p| ListValue::decode(&p)).transpose()?;
-            let (changed, outcome) = apply_packed(&mut list, op)?;
+            let mut changed = false;
+            let mut answers = Vec::with_capacity(ops.len());
+            for op in ops {
+                answers.push(apply_packed(&mut list, op).map(|(c, outcome)| {
+                    changed |= c;
+                    outcome
+                }));
+            }
             let change = match list {
                 _ if !changed => Change::Keep,
                 Some(l) if !l.items.is_empty() => Change::Write(l.encode().into()),
                 _ => Change::Delete,
             };
-            Ok((change, outcome))
+            Ok((change, answers))
         },
         |mut t| {
             async move {
-                let done = apply_tree(&mut t, op).await;
-                done.map(|(changed, outcome)| (t, changed, outcome))
+                let mut changed = false;
+                let mut answers = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let answer = apply_tree(&mut t, op).await.map_err(Reply::from)?;
+                    answers.push(answer.map(|(c, outcome)| {
+                        changed |= c;
+                        outcome
+                    }));
+                }
+                Ok((t, changed, answers))
             }
             .boxed()
         },
@@ -111,21 +143,38 @@ pub(crate) async fn edit_locked(
     .await
 }
 
+impl crate::combine::Batch for ListOp {
+    type Out = Outcome;
+
+    fn combiner(engine: &Engine) -> &crate::combine::Combiner<ListOp> {
+        &engine.list_batches
+    }
+
+    fn run(
+        engine: std::sync::Arc<Engine>,
+        db: u8,
+        key: Bytes,
+        ops: Vec<ListOp>,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<Outcome, Reply>>, Reply>> {
+        async move { edit_all(&engine, db, &key, &ops).await }.boxed()
+    }
+}
+
 /// The change on a decoded list (`None`: the key does not exist): whether it changed
 /// the list, and the answer.
-fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, Outcome), Reply> {
+fn apply_packed(list: &mut Option<ListValue>, op: &ListOp) -> Result<(bool, Outcome), Reply> {
     match op {
         ListOp::Push {
             end,
             items,
             only_existing,
         } => {
-            if only_existing && list.is_none() {
+            if *only_existing && list.is_none() {
                 return Ok((false, Outcome::Len(0)));
             }
             let l = list.get_or_insert_with(ListValue::default);
             for i in items {
-                l.push(end, i.clone());
+                l.push(*end, i.clone());
             }
             Ok((true, Outcome::Len(l.items.len() as i64)))
         }
@@ -133,14 +182,14 @@ fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, O
             let Some(l) = list else {
                 return Ok((false, Outcome::Popped(None)));
             };
-            let popped: Vec<Bytes> = (0..count).map_while(|_| l.pop(end)).collect();
+            let popped: Vec<Bytes> = (0..*count).map_while(|_| l.pop(*end)).collect();
             Ok((!popped.is_empty(), Outcome::Popped(Some(popped))))
         }
         ListOp::Set { index, item } => {
             let Some(l) = list else {
                 return Err(Reply::err("ERR no such key"));
             };
-            let at = index_in(index, l.items.len() as u64)?;
+            let at = index_in(*index, l.items.len() as u64)?;
             l.big |= item.len() > crate::collection::MAX_LISTPACK_VALUE;
             l.items[at as usize] = item.clone();
             Ok((true, Outcome::Done))
@@ -149,7 +198,7 @@ fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, O
             let Some(l) = list else {
                 return Ok((false, Outcome::Done));
             };
-            match range(start, stop, l.items.len()) {
+            match range(*start, *stop, l.items.len()) {
                 Some((first, last)) => {
                     l.items.truncate(last + 1);
                     l.items.drain(..first);
@@ -163,7 +212,7 @@ fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, O
                 return Ok((false, Outcome::Removed(0)));
             };
             let all: Vec<Bytes> = l.items.iter().cloned().collect();
-            let gone = removals(&all, item, count);
+            let gone = removals(&all, item, *count);
             for &i in gone.iter().rev() {
                 l.items.remove(i);
             }
@@ -177,7 +226,7 @@ fn apply_packed(list: &mut Option<ListValue>, op: ListOp<'_>) -> Result<(bool, O
                 return Ok((false, Outcome::Len(-1)));
             };
             l.big |= item.len() > crate::collection::MAX_LISTPACK_VALUE;
-            l.items.insert(at + after as usize, item.clone());
+            l.items.insert(at + *after as usize, item.clone());
             l.big |= l.items.len() > crate::collection::MAX_LISTPACK_ENTRIES;
             Ok((true, Outcome::Len(l.items.len() as i64)))
         }
@@ -219,34 +268,43 @@ fn removals(all: &[Bytes], item: &[u8], count: i64) -> Vec<usize> {
     out
 }
 
-async fn apply_tree(t: &mut Tree<'_>, op: ListOp<'_>) -> Result<(bool, Outcome), Reply> {
-    match op {
+/// The change on a tree: a client error of the change (an index out of range) inside,
+/// a failure of the tree (a chunk unreadable) outside, which stops the batch: the tree
+/// may be half changed then.
+async fn apply_tree(
+    t: &mut Tree<'_>,
+    op: &ListOp,
+) -> Result<Result<(bool, Outcome), Reply>, TreeError> {
+    Ok(Ok(match op {
         ListOp::Push { end, items, .. } => {
             for i in items {
-                let at = if end == End::Left { 0 } else { t.len() };
+                let at = if *end == End::Left { 0 } else { t.len() };
                 t.insert_at(at, i.clone()).await?;
             }
-            Ok((true, Outcome::Len(t.len() as i64)))
+            (true, Outcome::Len(t.len() as i64))
         }
         ListOp::Pop { end, count } => {
-            let mut popped = Vec::with_capacity(count.min(t.len() as usize));
-            while popped.len() < count && !t.is_empty() {
-                let at = if end == End::Left { 0 } else { t.len() - 1 };
+            let mut popped = Vec::with_capacity((*count).min(t.len() as usize));
+            while popped.len() < *count && !t.is_empty() {
+                let at = if *end == End::Left { 0 } else { t.len() - 1 };
                 match t.remove_at(at).await? {
                     Some(i) => popped.push(i),
                     None => break,
                 }
             }
-            Ok((!popped.is_empty(), Outcome::Popped(Some(popped))))
+            (!popped.is_empty(), Outcome::Popped(Some(popped)))
         }
         ListOp::Set { index, item } => {
-            let at = index_in(index, t.len())?;
+            let at = match index_in(*index, t.len()) {
+                Ok(at) => at,
+                Err(e) => return Ok(Err(e)),
+            };
             t.replace_at(at, item.clone()).await?;
-            Ok((true, Outcome::Done))
+            (true, Outcome::Done)
         }
         ListOp::Trim { start, stop } => {
             let len = t.len();
-            let (first, last) = match range(start, stop, len as usize) {
+            let (first, last) = match range(*start, *stop, len as usize) {
                 Some((f, l)) => (f as u64, l as u64),
                 None => (len, len),
             };
@@ -264,25 +322,25 @@ async fn apply_tree(t: &mut Tree<'_>, op: ListOp<'_>) -> Result<(bool, Outcome),
                     changed |= t.remove_at(t.len() - 1).await?.is_some();
                 }
             }
-            Ok((changed, Outcome::Done))
+            (changed, Outcome::Done)
         }
         ListOp::Rem { count, item } => {
             let all = t.range(0, u64::MAX).await?;
-            let gone = removals(&all, item, count);
+            let gone = removals(&all, item, *count);
             for &i in gone.iter().rev() {
                 t.remove_at(i as u64).await?;
             }
-            Ok((!gone.is_empty(), Outcome::Removed(gone.len() as i64)))
+            (!gone.is_empty(), Outcome::Removed(gone.len() as i64))
         }
         ListOp::Insert { after, pivot, item } => {
             let all = t.range(0, u64::MAX).await?;
             let Some(at) = all.iter().position(|i| i == pivot) else {
-                return Ok((false, Outcome::Len(-1)));
+                return Ok(Ok((false, Outcome::Len(-1))));
             };
-            t.insert_at(at as u64 + after as u64, item.clone()).await?;
-            Ok((true, Outcome::Len(t.len() as i64)))
+            t.insert_at(at as u64 + *after as u64, item.clone()).await?;
+            (true, Outcome::Len(t.len() as i64))
         }
-    }
+    }))
 }
 
 pub(crate) use crate::big::Stored;

@@ -153,7 +153,7 @@ pub(crate) async fn push(
 ) -> Result<i64, Reply> {
     let op = ListOp::Push {
         end,
-        items,
+        items: items.to_vec(),
         only_existing,
     };
     let len = match edit::edit(engine, db, key, op).await? {
@@ -196,10 +196,9 @@ pub(crate) async fn move_one(
     let Some(item) = popped else {
         return Ok(None);
     };
-    let items = [item.clone()];
     let push = ListOp::Push {
         end: to,
-        items: &items,
+        items: vec![item.clone()],
         only_existing: false,
     };
     edit::edit_locked(engine, db, dst, push).await?;
@@ -256,7 +255,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             };
             let op = ListOp::Set {
                 index,
-                item: &args[3],
+                item: args[3].clone(),
             };
             tri!(edit::edit(engine, db, key, op).await);
             Reply::ok()
@@ -274,7 +273,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             };
             let op = ListOp::Rem {
                 count,
-                item: &args[3],
+                item: args[3].clone(),
             };
             match tri!(edit::edit(engine, db, key, op).await) {
                 Outcome::Removed(n) => Reply::Int(n),
@@ -291,8 +290,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
             };
             let op = ListOp::Insert {
                 after,
-                pivot: &args[3],
-                item: &args[4],
+                pivot: args[3].clone(),
+                item: args[4].clone(),
             };
             match tri!(edit::edit(engine, db, key, op).await) {
                 Outcome::Len(n) => Reply::Int(n),
