@@ -174,6 +174,94 @@ pub async fn edit_locked<'p, 'c, T>(
     ))
 }
 
+/// A change's outcome on a tree: a client error inside (the tree as it was), a
+/// failure of the tree outside.
+pub type TreeOutcome<O> = Result<Result<(bool, O), Reply>, TreeError>;
+
+/// A change of one collection as data, so that changes of one key can be applied in a
+/// batch ([`edit_all`], [`crate::combine`]): on the decoded packed form and on the tree.
+pub trait Edit: Send + Sync + Sized + 'static {
+    /// The packed form decoded for changes.
+    type Value: Send;
+    /// A change's answer.
+    type Out: Send + 'static;
+    fn layout() -> &'static Layout;
+    /// The packed value decoded (`None`: the key does not exist).
+    fn decode(p: Option<Packed>) -> Result<Option<Self::Value>, Reply>;
+    /// The change that stores `v` (`None` or empty: delete the key).
+    fn encode(v: Option<Self::Value>) -> Change;
+    /// The change on the decoded value: whether it changed it, and the answer. An
+    /// error leaves the value as it was.
+    fn apply_packed(&self, v: &mut Option<Self::Value>) -> Result<(bool, Self::Out), Reply>;
+    /// The change on the tree: a client error inside (the tree as it was), a failure
+    /// of the tree outside (which stops the batch: the tree may be half changed).
+    fn apply_tree<'a, 'p: 'a>(
+        &'a self,
+        t: &'a mut Tree<'p>,
+    ) -> BoxFuture<'a, TreeOutcome<Self::Out>>;
+}
+
+/// Applies `ops` in order to `key` with one commit (the caller holds the key's lock):
+/// one answer per change, an error of one change leaving the others be.
+pub async fn edit_all<E: Edit>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    ops: &[E],
+) -> Result<Vec<Result<E::Out, Reply>>, Reply> {
+    edit_locked(
+        engine,
+        db,
+        key,
+        E::layout(),
+        |cur| {
+            let mut value = E::decode(cur)?;
+            let mut changed = false;
+            let mut answers = Vec::with_capacity(ops.len());
+            for op in ops {
+                answers.push(op.apply_packed(&mut value).map(|(c, out)| {
+                    changed |= c;
+                    out
+                }));
+            }
+            let change = if changed {
+                E::encode(value)
+            } else {
+                Change::Keep
+            };
+            Ok((change, answers))
+        },
+        |mut t| {
+            Box::pin(async move {
+                let mut changed = false;
+                let mut answers = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let answer = op.apply_tree(&mut t).await.map_err(Reply::from)?;
+                    answers.push(answer.map(|(c, out)| {
+                        changed |= c;
+                        out
+                    }));
+                }
+                Ok((t, changed, answers))
+            })
+        },
+    )
+    .await
+}
+
+/// [`edit_all`] of one change.
+pub async fn edit_one<E: Edit>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: &E,
+) -> Result<E::Out, Reply> {
+    let mut answers = edit_all(engine, db, key, std::slice::from_ref(op)).await?;
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(Reply::err("ERR internal: a change lost its answer")))
+}
+
 /// Stores the packed value `v` (past the limit) as a chunk tree instead.
 async fn convert(
     engine: &Engine,

@@ -141,3 +141,30 @@ async fn worker<T: Batch>(engine: Arc<Engine>, db: u8, key: Bytes) {
         }
     }
 }
+
+/// Implements [`Batch`] for a [`crate::big::Edit`] type whose queue is the engine's
+/// field `$queue`: a batch is one [`crate::big::edit_all`].
+macro_rules! batched_edit {
+    ($op:ty, $queue:ident) => {
+        impl $crate::combine::Batch for $op {
+            type Out = <$op as $crate::big::Edit>::Out;
+
+            fn combiner(engine: &$crate::Engine) -> &$crate::combine::Combiner<Self> {
+                &engine.$queue
+            }
+
+            fn run(
+                engine: std::sync::Arc<$crate::Engine>,
+                db: u8,
+                key: bytes::Bytes,
+                ops: Vec<Self>,
+            ) -> futures::future::BoxFuture<
+                'static,
+                Result<Vec<$crate::combine::Answer<Self>>, dmc_resp::Reply>,
+            > {
+                Box::pin(async move { $crate::big::edit_all(&engine, db, &key, &ops).await })
+            }
+        }
+    };
+}
+pub(crate) use batched_edit;

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use indexmap::IndexMap;
 
 use crate::big;
@@ -83,6 +84,80 @@ const LAYOUT: big::Layout = big::Layout {
     key_of: Some(record_key),
     records_of: packed_records,
 };
+
+/// A change of a hash that can be batched with others of the key (HSET, HMSET:
+/// field, value pairs; HDEL: fields): fields added or removed.
+#[derive(Debug, Clone)]
+pub(crate) enum HashOp {
+    Set(Vec<Bytes>),
+    Del(Vec<Bytes>),
+}
+
+impl big::Edit for HashOp {
+    type Value = HashValue;
+    type Out = i64;
+
+    fn layout() -> &'static big::Layout {
+        &LAYOUT
+    }
+
+    fn decode(p: Option<Packed>) -> Result<Option<HashValue>, Reply> {
+        Ok(p.map(|p| HashValue::decode(&p)).transpose()?)
+    }
+
+    fn encode(v: Option<HashValue>) -> Change {
+        v.map_or(Change::Delete, HashValue::into_change)
+    }
+
+    fn apply_packed(&self, v: &mut Option<HashValue>) -> Result<(bool, i64), Reply> {
+        Ok(match self {
+            HashOp::Set(pairs) => {
+                let h = v.get_or_insert_with(HashValue::default);
+                let mut added = 0;
+                for pair in pairs.chunks_exact(2) {
+                    added += h.set(pair[0].clone(), pair[1].clone()) as i64;
+                }
+                (true, added)
+            }
+            HashOp::Del(fields) => {
+                let removed = match v {
+                    Some(h) => fields
+                        .iter()
+                        .filter(|f| h.fields.shift_remove(&f[..]).is_some())
+                        .count() as i64,
+                    None => 0,
+                };
+                (removed > 0, removed)
+            }
+        })
+    }
+
+    fn apply_tree<'a, 'p: 'a>(
+        &'a self,
+        t: &'a mut crate::tree::Tree<'p>,
+    ) -> BoxFuture<'a, crate::big::TreeOutcome<i64>> {
+        Box::pin(async move {
+            Ok(Ok(match self {
+                HashOp::Set(pairs) => {
+                    let mut added = 0;
+                    for pair in pairs.chunks_exact(2) {
+                        added += t.upsert(record(&pair[0], &pair[1])).await?.is_none() as i64;
+                    }
+                    (true, added)
+                }
+                HashOp::Del(fields) => {
+                    let mut removed = 0;
+                    for f in fields {
+                        removed += t.remove_key(&big::hashed_key(f)).await?.is_some() as i64;
+                    }
+                    (removed > 0, removed)
+                }
+            }))
+        })
+    }
+}
+
+crate::combine::batched_edit!(HashOp, hash_batches);
 
 /// A tree record: `len(field) ‖ field ‖ value` (the length a varint).
 fn record(field: &[u8], value: &[u8]) -> Bytes {
@@ -241,39 +316,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                     "ERR wrong number of arguments for '{name}' command"
                 ));
             }
-            let pairs = &args[2..];
-            let added = tri!(
-                big::edit(
-                    engine,
-                    db,
-                    key,
-                    &LAYOUT,
-                    |cur| {
-                        let mut h = decode_or_new(cur)?;
-                        let mut added = 0;
-                        for pair in pairs.chunks_exact(2) {
-                            added += h.set(pair[0].clone(), pair[1].clone()) as i64;
-                        }
-                        Ok((h.into_change(), added))
-                    },
-                    |mut t| {
-                        async move {
-                            let out: Result<_, Reply> = async {
-                                let mut added = 0;
-                                for pair in pairs.chunks_exact(2) {
-                                    let r = record(&pair[0], &pair[1]);
-                                    added += t.upsert(r).await?.is_none() as i64;
-                                }
-                                Ok((true, added))
-                            }
-                            .await;
-                            out.map(|(changed, answer)| (t, changed, answer))
-                        }
-                        .boxed()
-                    },
-                )
-                .await
-            );
+            let op = HashOp::Set(args[2..].to_vec());
+            let added = tri!(engine.hash_batches.submit(engine, db, key, op).await);
             if cmd == HashCmd::HSet {
                 Reply::Int(added)
             } else {
@@ -294,45 +338,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
             Reply::Int(set as i64)
         }
         HashCmd::HDel => {
-            let fields = &args[2..];
-            let removed = tri!(
-                big::edit(
-                    engine,
-                    db,
-                    key,
-                    &LAYOUT,
-                    |cur| {
-                        let Some(p) = cur else {
-                            return Ok((Change::Keep, 0));
-                        };
-                        let mut h = HashValue::decode(&p)?;
-                        let removed = fields
-                            .iter()
-                            .filter(|f| h.fields.shift_remove(&f[..]).is_some())
-                            .count() as i64;
-                        if removed == 0 {
-                            return Ok((Change::Keep, 0));
-                        }
-                        Ok((h.into_change(), removed))
-                    },
-                    |mut t| {
-                        async move {
-                            let out: Result<_, Reply> = async {
-                                let mut removed = 0;
-                                for f in fields {
-                                    removed +=
-                                        t.remove_key(&big::hashed_key(f)).await?.is_some() as i64;
-                                }
-                                Ok((removed > 0, removed))
-                            }
-                            .await;
-                            out.map(|(changed, answer)| (t, changed, answer))
-                        }
-                        .boxed()
-                    },
-                )
-                .await
-            );
+            let op = HashOp::Del(args[2..].to_vec());
+            let removed = tri!(engine.hash_batches.submit(engine, db, key, op).await);
             Reply::Int(removed)
         }
         HashCmd::HIncrBy => {

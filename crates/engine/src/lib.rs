@@ -161,6 +161,12 @@ pub struct Engine {
     me: std::sync::Weak<Engine>,
     /// Same-key batches of list changes.
     pub(crate) list_batches: combine::Combiner<lists::ListOp>,
+    /// Same-key batches of set changes (SADD, SREM).
+    pub(crate) set_batches: combine::Combiner<sets::SetOp>,
+    /// Same-key batches of hash changes (HSET, HDEL).
+    pub(crate) hash_batches: combine::Combiner<hashes::HashOp>,
+    /// Same-key batches of sorted set changes.
+    pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -185,6 +191,9 @@ impl Engine {
         Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             list_batches: combine::Combiner::default(),
+            set_batches: combine::Combiner::default(),
+            hash_batches: combine::Combiner::default(),
+            zset_batches: combine::Combiner::default(),
             cache,
             dht,
             clock,

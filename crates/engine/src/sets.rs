@@ -11,6 +11,7 @@ use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use indexmap::IndexSet;
 
 use crate::big;
@@ -100,13 +101,6 @@ pub fn encoding(p: &Packed) -> Result<&'static str, Corrupt> {
     Ok(if ints { "intset" } else { "listpack" })
 }
 
-fn decode_or_new(cur: Option<Packed>) -> Result<SetValue, Reply> {
-    Ok(match cur {
-        Some(p) => SetValue::decode(&p)?,
-        None => SetValue::default(),
-    })
-}
-
 fn contains(p: &Packed, m: &[u8]) -> Result<bool, Corrupt> {
     for e in p.elements() {
         if e? == m {
@@ -147,6 +141,87 @@ fn packed_records(p: &Packed) -> Result<Vec<Bytes>, Corrupt> {
     p.collect(1)
 }
 
+/// A change of a set (SADD, SREM): how many members it added or removed.
+#[derive(Debug, Clone)]
+pub(crate) enum SetOp {
+    Add(Vec<Bytes>),
+    Remove(Vec<Bytes>),
+}
+
+impl big::Edit for SetOp {
+    type Value = SetValue;
+    type Out = i64;
+
+    fn layout() -> &'static big::Layout {
+        &LAYOUT
+    }
+
+    fn decode(p: Option<Packed>) -> Result<Option<SetValue>, Reply> {
+        Ok(p.map(|p| SetValue::decode(&p)).transpose()?)
+    }
+
+    fn encode(v: Option<SetValue>) -> Change {
+        v.map_or(Change::Delete, SetValue::into_change)
+    }
+
+    fn apply_packed(&self, v: &mut Option<SetValue>) -> Result<(bool, i64), Reply> {
+        let n = match self {
+            SetOp::Add(members) => {
+                let set = v.get_or_insert_with(SetValue::default);
+                members.iter().filter(|m| set.add((*m).clone())).count()
+            }
+            SetOp::Remove(members) => match v {
+                Some(set) => members
+                    .iter()
+                    .filter(|m| set.members.shift_remove(&m[..]))
+                    .count(),
+                None => 0,
+            },
+        };
+        Ok((n > 0, n as i64))
+    }
+
+    fn apply_tree<'a, 'p: 'a>(
+        &'a self,
+        t: &'a mut crate::tree::Tree<'p>,
+    ) -> BoxFuture<'a, crate::big::TreeOutcome<i64>> {
+        Box::pin(async move {
+            let mut n = 0;
+            match self {
+                SetOp::Add(members) => {
+                    for m in members {
+                        n += t.upsert(m.clone()).await?.is_none() as i64;
+                    }
+                }
+                SetOp::Remove(members) => {
+                    for m in members {
+                        n += t.remove_key(&big::hashed_key(m)).await?.is_some() as i64;
+                    }
+                }
+            }
+            Ok(Ok((n > 0, n)))
+        })
+    }
+}
+
+crate::combine::batched_edit!(SetOp, set_batches);
+
+/// Applies `op` to `key`: with `locked` (the caller holds the key's lock) at once,
+/// else queued behind the key's other set changes and committed in one batch with
+/// them ([`crate::combine`]).
+async fn change(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: SetOp,
+    locked: bool,
+) -> Result<i64, Reply> {
+    match locked {
+        true => big::edit_one(engine, db, key, &op).await,
+        false => engine.set_batches.submit(engine, db, key, op).await,
+    }
+}
+
 /// Adds `members` to the set `key` (its lock held by the caller when `locked`).
 async fn add(
     engine: &Engine,
@@ -155,33 +230,7 @@ async fn add(
     members: &[Bytes],
     locked: bool,
 ) -> Result<i64, Reply> {
-    let packed = |cur: Option<Packed>| {
-        let mut set = decode_or_new(cur)?;
-        let added = members.iter().filter(|m| set.add((*m).clone())).count() as i64;
-        if added == 0 {
-            return Ok((Change::Keep, 0));
-        }
-        Ok((set.into_change(), added))
-    };
-    let _g = match locked {
-        true => None,
-        false => Some(engine.lock_key(key).await),
-    };
-    big::edit_locked(engine, db, key, &LAYOUT, packed, |mut t| {
-        async move {
-            let out: Result<_, Reply> = async {
-                let mut added = 0;
-                for m in members {
-                    added += t.upsert(m.clone()).await?.is_none() as i64;
-                }
-                Ok((added > 0, added))
-            }
-            .await;
-            out.map(|(changed, answer)| (t, changed, answer))
-        }
-        .boxed()
-    })
-    .await
+    change(engine, db, key, SetOp::Add(members.to_vec()), locked).await
 }
 
 /// Removes `members` from the set `key` (its lock held by the caller when `locked`).
@@ -192,39 +241,7 @@ async fn remove(
     members: &[Bytes],
     locked: bool,
 ) -> Result<i64, Reply> {
-    let packed = |cur: Option<Packed>| {
-        let Some(p) = cur else {
-            return Ok((Change::Keep, 0));
-        };
-        let mut set = SetValue::decode(&p)?;
-        let removed = members
-            .iter()
-            .filter(|m| set.members.shift_remove(&m[..]))
-            .count() as i64;
-        if removed == 0 {
-            return Ok((Change::Keep, 0));
-        }
-        Ok((set.into_change(), removed))
-    };
-    let _g = match locked {
-        true => None,
-        false => Some(engine.lock_key(key).await),
-    };
-    big::edit_locked(engine, db, key, &LAYOUT, packed, |mut t| {
-        async move {
-            let out: Result<_, Reply> = async {
-                let mut removed = 0;
-                for m in members {
-                    removed += t.remove_key(&big::hashed_key(m)).await?.is_some() as i64;
-                }
-                Ok((removed > 0, removed))
-            }
-            .await;
-            out.map(|(changed, answer)| (t, changed, answer))
-        }
-        .boxed()
-    })
-    .await
+    change(engine, db, key, SetOp::Remove(members.to_vec()), locked).await
 }
 
 /// Whether each of `want` is a member of `key`.

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
-use futures::FutureExt;
+use futures::future::BoxFuture;
 
 use super::{End, KIND, ListValue, range};
 use crate::Engine;
@@ -86,79 +86,41 @@ pub(crate) async fn edit_locked(
     key: &[u8],
     op: ListOp,
 ) -> Result<Outcome, Reply> {
-    let mut answers = edit_all(engine, db, key, std::slice::from_ref(&op)).await?;
-    answers
-        .pop()
-        .unwrap_or_else(|| Err(Reply::err("ERR internal: a list change lost its answer")))
+    crate::big::edit_one(engine, db, key, &op).await
 }
 
-/// Applies `ops` in order with one commit (the caller holds the key's lock): the
-/// packed form edited in memory (and stored as a tree once it outgrows the limit), a
-/// tree along the paths the changes touch. One answer per change; an error of one
-/// change (an index out of range) leaves the others be.
-async fn edit_all(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    ops: &[ListOp],
-) -> Result<Vec<Result<Outcome, Reply>>, Reply> {
-    crate::big::edit_locked(
-        engine,
-        db,
-        key,
-        &LAYOUT,
-        |cur| {
-            let mut list = cur.map(|p| ListValue::decode(&p)).transpose()?;
-            let mut changed = false;
-            let mut answers = Vec::with_capacity(ops.len());
-            for op in ops {
-                answers.push(apply_packed(&mut list, op).map(|(c, outcome)| {
-                    changed |= c;
-                    outcome
-                }));
-            }
-            let change = match list {
-                _ if !changed => Change::Keep,
-                Some(l) if !l.items.is_empty() => Change::Write(l.encode().into()),
-                _ => Change::Delete,
-            };
-            Ok((change, answers))
-        },
-        |mut t| {
-            async move {
-                let mut changed = false;
-                let mut answers = Vec::with_capacity(ops.len());
-                for op in ops {
-                    let answer = apply_tree(&mut t, op).await.map_err(Reply::from)?;
-                    answers.push(answer.map(|(c, outcome)| {
-                        changed |= c;
-                        outcome
-                    }));
-                }
-                Ok((t, changed, answers))
-            }
-            .boxed()
-        },
-    )
-    .await
-}
-
-impl crate::combine::Batch for ListOp {
+impl crate::big::Edit for ListOp {
+    type Value = ListValue;
     type Out = Outcome;
 
-    fn combiner(engine: &Engine) -> &crate::combine::Combiner<ListOp> {
-        &engine.list_batches
+    fn layout() -> &'static crate::big::Layout {
+        &LAYOUT
     }
 
-    fn run(
-        engine: std::sync::Arc<Engine>,
-        db: u8,
-        key: Bytes,
-        ops: Vec<ListOp>,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<Outcome, Reply>>, Reply>> {
-        async move { edit_all(&engine, db, &key, &ops).await }.boxed()
+    fn decode(p: Option<Packed>) -> Result<Option<ListValue>, Reply> {
+        Ok(p.map(|p| ListValue::decode(&p)).transpose()?)
+    }
+
+    fn encode(v: Option<ListValue>) -> Change {
+        match v {
+            Some(l) if !l.items.is_empty() => Change::Write(l.encode().into()),
+            _ => Change::Delete,
+        }
+    }
+
+    fn apply_packed(&self, v: &mut Option<ListValue>) -> Result<(bool, Outcome), Reply> {
+        apply_packed(v, self)
+    }
+
+    fn apply_tree<'a, 'p: 'a>(
+        &'a self,
+        t: &'a mut Tree<'p>,
+    ) -> BoxFuture<'a, crate::big::TreeOutcome<Outcome>> {
+        Box::pin(apply_tree(t, self))
     }
 }
+
+crate::combine::batched_edit!(ListOp, list_batches);
 
 /// The change on a decoded list (`None`: the key does not exist): whether it changed
 /// the list, and the answer.

@@ -5,10 +5,12 @@
 //!
 //! A sorted set is stored packed while small and as two chunk trees (by score, by
 //! member) past that ([`stored`]); every command here works through [`ZSet`], the
-//! same code for both forms. Changes run in a [`Writer`] (the key's lock, one commit);
-//! reads load the set and start over when they meet a chunk replaced meanwhile.
+//! same code for both forms. Changes are data ([`ops`]) applied in same-key batches
+//! with one commit each; reads load the set and start over when they meet a chunk
+//! replaced meanwhile.
 
 mod algebra;
+mod ops;
 pub mod range;
 pub mod stored;
 pub mod value;
@@ -22,8 +24,10 @@ use crate::packed::Packed;
 use crate::table::ZSetCmd;
 use crate::tree::TreeError;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+pub(crate) use ops::ZSetOp;
+use ops::ZSetOut;
 use range::{Form, RangeQuery};
-use stored::{Writer, ZSet};
+use stored::ZSet;
 use value::{AddFlags, ZSetValue, parse_score};
 
 const NOT_FLOAT: &str = "ERR value is not a valid float";
@@ -68,28 +72,9 @@ pub(crate) async fn pop(
     end: Extreme,
     count: usize,
 ) -> Result<Option<Vec<(Bytes, f64)>>, Reply> {
-    let mut w = Writer::lock(engine, db, key, false).await;
-    loop {
-        let mut z = w.load().await?;
-        let n = z.len();
-        if n == 0 {
-            return Ok(None);
-        }
-        let take = (count as u64).min(n);
-        if take == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        let (first, last) = match end {
-            Extreme::Min => (0, take - 1),
-            Extreme::Max => (n - take, n - 1),
-        };
-        let mut items = z.remove_span(first, last).await?;
-        if end == Extreme::Max {
-            items.reverse();
-        }
-        if w.commit(z).await? {
-            return Ok(Some(items));
-        }
+    match ops::apply(engine, db, key, ZSetOp::Pop { end, count }, false).await? {
+        ZSetOut::Popped(p) => Ok(p),
+        _ => Ok(None),
     }
 }
 
@@ -111,55 +96,11 @@ fn scored(items: Vec<(Bytes, f64)>, pairs: bool) -> Reply {
     Reply::Array(out)
 }
 
-/// `ZINCRBY key increment member`: the new score.
-async fn incr_by(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    by: f64,
-    member: &Bytes,
-) -> Result<f64, Reply> {
-    let mut w = Writer::lock(engine, db, key, false).await;
-    loop {
-        let mut z = w.load().await?;
-        let next = z.score(member).await?.unwrap_or(0.0) + by;
-        if next.is_nan() {
-            return Err(Reply::err("ERR resulting score is not a number (NaN)"));
-        }
-        z.insert(member.clone(), next).await?;
-        if w.commit(z).await? {
-            return Ok(next);
-        }
-    }
-}
-
-/// `ZREM key member...`: how many were removed.
-async fn remove(engine: &Engine, db: u8, key: &[u8], members: &[Bytes]) -> Result<i64, Reply> {
-    let mut w = Writer::lock(engine, db, key, false).await;
-    loop {
-        let mut z = w.load().await?;
-        let mut n = 0;
-        for m in members {
-            n += i64::from(z.remove(m).await?);
-        }
-        if n == 0 || w.commit(z).await? {
-            return Ok(n);
-        }
-    }
-}
-
-/// ZREMRANGEBYRANK, -SCORE and -LEX: removes what `q` selects; how many.
-async fn remove_range(engine: &Engine, db: u8, key: &[u8], q: &RangeQuery) -> Result<i64, Reply> {
-    let mut w = Writer::lock(engine, db, key, false).await;
-    loop {
-        let mut z = w.load().await?;
-        let Some((first, last)) = z.positions(q).await? else {
-            return Ok(0);
-        };
-        let gone = z.remove_span(first, last).await?.len() as i64;
-        if w.commit(z).await? {
-            return Ok(gone);
-        }
+/// Applies a change and takes the number it answers.
+async fn count(engine: &Engine, db: u8, key: &[u8], op: ZSetOp) -> Result<i64, Reply> {
+    match ops::apply(engine, db, key, op, false).await? {
+        ZSetOut::Removed(n) => Ok(n),
+        _ => Ok(0),
     }
 }
 
@@ -172,11 +113,21 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
             let Some(by) = parse_score(&args[2]) else {
                 return Reply::err(NOT_FLOAT);
             };
-            let next = tri!(incr_by(engine, db, key, by, &args[3]).await);
+            let op = ZSetOp::IncrBy {
+                by,
+                member: args[3].clone(),
+            };
+            let next = match tri!(ops::apply(engine, db, key, op, false).await) {
+                ZSetOut::Score(next) => next,
+                _ => return Reply::err("ERR internal: ZINCRBY answered no score"),
+            };
             engine.blocking.wake(db, key);
             Reply::Double(next)
         }
-        ZSetCmd::ZRem => Reply::Int(tri!(remove(engine, db, key, &args[2..]).await)),
+        ZSetCmd::ZRem => {
+            let op = ZSetOp::Remove(args[2..].to_vec());
+            Reply::Int(tri!(count(engine, db, key, op).await))
+        }
         ZSetCmd::ZRemRangeByRank | ZSetCmd::ZRemRangeByScore | ZSetCmd::ZRemRangeByLex => {
             let form = match cmd {
                 ZSetCmd::ZRemRangeByRank => Form::Range,
@@ -184,7 +135,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
                 _ => Form::ByLex { rev: false },
             };
             let q = tri!(range::parse(form, &args[2..4]));
-            Reply::Int(tri!(remove_range(engine, db, key, &q).await))
+            Reply::Int(tri!(count(engine, db, key, ZSetOp::RemoveRange(q)).await))
         }
         ZSetCmd::ZPopMin | ZSetCmd::ZPopMax => {
             let end = if cmd == ZSetCmd::ZPopMin {
@@ -297,8 +248,11 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         pairs.push((score, p[1].clone()));
     }
     let key = &args[1];
-    let outcome = tri!(add(engine, db, key, f, &pairs).await);
-    let (added, changed, incr_result) = outcome;
+    let op = ZSetOp::Add { flags: f, pairs };
+    let (added, changed, incr_result) = match tri!(ops::apply(engine, db, key, op, false).await) {
+        ZSetOut::Added(a, c, r) => (a, c, r),
+        _ => return Reply::err("ERR internal: ZADD answered no count"),
+    };
     if added > 0 {
         engine.blocking.wake(db, key);
     }
@@ -306,54 +260,6 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         return incr_result.map_or(Reply::Null, Reply::Double);
     }
     Reply::Int(if f.ch { added + changed } else { added })
-}
-
-/// ZADD's change: (added, changed, the INCR result).
-async fn add(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    f: AddFlags,
-    pairs: &[(f64, Bytes)],
-) -> Result<(i64, i64, Option<f64>), Reply> {
-    let mut w = Writer::lock(engine, db, key, false).await;
-    loop {
-        let mut z = w.load().await?;
-        let (mut added, mut changed) = (0i64, 0i64);
-        let mut incr_result = None;
-        for (score, m) in pairs {
-            let old = z.score(m).await?;
-            let new = match (f.incr, old) {
-                (true, Some(o)) => o + score,
-                _ => *score,
-            };
-            if new.is_nan() {
-                return Err(Reply::err("ERR resulting score is not a number (NaN)"));
-            }
-            match old {
-                None if f.xx => continue,
-                None => {
-                    z.insert(m.clone(), new).await?;
-                    added += 1;
-                    incr_result = Some(new);
-                }
-                Some(o) => {
-                    if !f.allows_update(o, new) {
-                        continue;
-                    }
-                    if o != new {
-                        z.insert(m.clone(), new).await?;
-                        changed += 1;
-                    }
-                    incr_result = Some(new);
-                }
-            }
-        }
-        let answer = (added, changed, incr_result);
-        if (added == 0 && changed == 0) || w.commit(z).await? {
-            return Ok(answer);
-        }
-    }
 }
 
 /// ZMPOP's and BZMPOP's arguments.

@@ -1,0 +1,115 @@
+//! Same-key write combining: many clients changing one list, set, hash and sorted set
+//! at once get the answers they would have got one at a time (each push its own
+//! length, each add its own count), every change lands, each client's changes land in
+//! the order it sent them, and the changes were committed in fewer batches than there
+//! were changes.
+
+#[path = "../../dht/tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Backend;
+use dmc_dht::{DhtConfig, SystemClock};
+use dmc_engine::{Engine, EngineConfig};
+use dmc_resp::Reply;
+
+const CLIENTS: usize = 40;
+const EACH: usize = 25;
+
+fn cmd(words: &[String]) -> Vec<Bytes> {
+    words.iter().map(|w| Bytes::from(w.clone())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
+    let h = common::open(
+        Backend::Local,
+        DhtConfig::default(),
+        Arc::new(SystemClock),
+        Duration::from_millis(5),
+    )
+    .await;
+    let engine = Engine::new(
+        h.dht.clone(),
+        Arc::new(SystemClock),
+        EngineConfig::default(),
+    );
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = engine.new_session(format!("t:{c}"), "t:0".into(), -1);
+            let mut lens = Vec::new();
+            for i in 0..EACH {
+                let item = format!("c{c:02}-{i:03}");
+                let (len, _) = engine
+                    .execute(&mut s, cmd(&["RPUSH".into(), "list".into(), item.clone()]))
+                    .await;
+                lens.push(len);
+                let (added, _) = engine
+                    .execute(&mut s, cmd(&["SADD".into(), "set".into(), item.clone()]))
+                    .await;
+                assert_eq!(added, Reply::Int(1));
+                let (added, _) = engine
+                    .execute(&mut s, cmd(&["HSET".into(), "hash".into(), item.clone(), "v".into()]))
+                    .await;
+                assert_eq!(added, Reply::Int(1));
+                let score = (c * EACH + i).to_string();
+                let (added, _) = engine
+                    .execute(&mut s, cmd(&["ZADD".into(), "zset".into(), score, item]))
+                    .await;
+                assert_eq!(added, Reply::Int(1));
+            }
+            lens
+        }));
+    }
+    let mut lens = Vec::new();
+    for t in tasks {
+        lens.extend(t.await.expect("a client"));
+    }
+    // Each push answered the length right after it: every length once.
+    let mut lens: Vec<i64> = lens
+        .into_iter()
+        .map(|r| match r {
+            Reply::Int(n) => n,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    lens.sort_unstable();
+    let n = (CLIENTS * EACH) as i64;
+    assert_eq!(lens, (1..=n).collect::<Vec<_>>());
+
+    let mut s = engine.new_session("t:check".into(), "t:0".into(), -1);
+    let (all, _) = engine
+        .execute(&mut s, cmd(&["LRANGE".into(), "list".into(), "0".into(), "-1".into()]))
+        .await;
+    let Reply::Array(items) = all else {
+        panic!("{all:?}")
+    };
+    assert_eq!(items.len() as i64, n);
+    // Each client's pushes are in the order it sent them.
+    for c in 0..CLIENTS {
+        let mine: Vec<String> = items
+            .iter()
+            .filter_map(|r| match r {
+                Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .filter(|i| i.starts_with(&format!("c{c:02}-")))
+            .collect();
+        let want: Vec<String> = (0..EACH).map(|i| format!("c{c:02}-{i:03}")).collect();
+        assert_eq!(mine, want);
+    }
+    for (card, key) in [("SCARD", "set"), ("HLEN", "hash"), ("ZCARD", "zset")] {
+        let (got, _) = engine.execute(&mut s, cmd(&[card.into(), key.into()])).await;
+        assert_eq!(got, Reply::Int(n), "{key}");
+    }
+    let changes = engine.stats.combined_changes.load(Ordering::Relaxed);
+    let batches = engine.stats.combined_batches.load(Ordering::Relaxed);
+    assert_eq!(changes as i64, 4 * n);
+    assert!(batches < changes, "{changes} changes in {batches} batches");
+}
