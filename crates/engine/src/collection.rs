@@ -167,6 +167,9 @@ pub(crate) fn count_arg(arg: &[u8]) -> Result<i64, Reply> {
 pub(crate) struct ScanArgs {
     pub cursor: u64,
     pub pattern: Option<Bytes>,
+    /// How many elements a call looks at (Redis's default 10); a packed collection
+    /// answers whole in one call, as Redis's listpacks do.
+    pub count: usize,
     /// `NOVALUES` (HSCAN only).
     pub no_values: bool,
 }
@@ -179,6 +182,7 @@ pub(crate) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs
     let mut out = ScanArgs {
         cursor,
         pattern: None,
+        count: 10,
         no_values: false,
     };
     let mut i = 3;
@@ -191,7 +195,7 @@ pub(crate) fn scan_args(args: &[Bytes], allow_novalues: bool) -> Result<ScanArgs
             }
             (b"COUNT", Some(c)) => {
                 match parse_i64(c) {
-                    Some(n) if n >= 1 => {}
+                    Some(n) if n >= 1 => out.count = n.min(1 << 20) as usize,
                     Some(_) => return Err(Reply::err(SYNTAX)),
                     None => return Err(Reply::err(NOT_INTEGER)),
                 }

@@ -449,6 +449,38 @@ async fn all_pairs(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, By
     .await
 }
 
+/// One HSCAN page: the next cursor and the pairs (a packed hash whole, cursor 0).
+async fn scan_pairs(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    cursor: u64,
+    count: usize,
+) -> Result<(u64, Vec<(Bytes, Bytes)>), Reply> {
+    big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => Ok((0, pairs(&p)?)),
+            None => Ok((0, Vec::new())),
+        },
+        |t| {
+            async move {
+                let (records, next) = t.scan_page(cursor, count).await?;
+                let page = records
+                    .iter()
+                    .map(|r| split_record(r).ok_or(TreeError::Stale))
+                    .collect::<Result<_, _>>()?;
+                Ok((next, page))
+            }
+            .boxed()
+        },
+    )
+    .await
+}
+
 /// The read-only hash commands.
 async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]) -> Reply {
     let key = &args[1];
@@ -503,13 +535,9 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
         HashCmd::HRandField => rand_field(s, tri!(all_pairs(engine, db, key).await), args),
         HashCmd::HScan => {
             let scan = tri!(collection::scan_args(args, true));
-            let all = if scan.cursor == 0 {
-                tri!(all_pairs(engine, db, key).await)
-            } else {
-                Vec::new()
-            };
+            let (next, page) = tri!(scan_pairs(engine, db, key, scan.cursor, scan.count).await);
             let mut items = Vec::new();
-            for (f, v) in all {
+            for (f, v) in page {
                 if collection::matches(&scan.pattern, &f) {
                     items.push(Reply::Bulk(f));
                     if !scan.no_values {
@@ -517,8 +545,7 @@ async fn read(engine: &Engine, s: &Session, db: u8, cmd: HashCmd, args: &[Bytes]
                     }
                 }
             }
-            // The whole hash in the first call (COUNT is a hint).
-            collection::scan_reply(0, items)
+            collection::scan_reply(next, items)
         }
         _ => Reply::err("ERR internal: a write reached the hash read path"),
     }

@@ -120,7 +120,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 if !own.owns_all() && own.lease(slot).is_none() {
                     continue;
                 }
-                for (kdb, k) in tri!(dht.scan_slot(slot).await) {
+                // Expired keys not reclaimed yet go too: DBSIZE counts them.
+                for (kdb, k) in tri!(dht.scan_slot_with_expired(slot).await) {
                     if cmd == Cmd::FlushAll || kdb == db {
                         let _g = engine.lock_key(&k).await;
                         tri!(dht.delete(kdb, &k).await);

@@ -488,17 +488,33 @@ async fn read(engine: &Engine, db: u8, cmd: SetCmd, args: &[Bytes]) -> Reply {
         }
         SetCmd::SScan => {
             let scan = tri!(collection::scan_args(args, false));
-            let all = if scan.cursor == 0 {
-                tri!(members(engine, db, key).await)
-            } else {
-                IndexSet::new()
-            };
-            let items = all
+            let (next, page) = tri!(
+                big::read(
+                    engine,
+                    db,
+                    key,
+                    &LAYOUT,
+                    |p| match p {
+                        Some(p) => Ok((0, p.collect(1)?)),
+                        None => Ok((0, Vec::new())),
+                    },
+                    |t| {
+                        let (cursor, count) = (scan.cursor, scan.count);
+                        async move {
+                            let (page, next) = t.scan_page(cursor, count).await?;
+                            Ok((next, page))
+                        }
+                        .boxed()
+                    },
+                )
+                .await
+            );
+            let items = page
                 .into_iter()
                 .filter(|m| collection::matches(&scan.pattern, m))
                 .map(Reply::Bulk)
                 .collect();
-            collection::scan_reply(0, items)
+            collection::scan_reply(next, items)
         }
         _ => Reply::err("ERR internal: a write reached the set read path"),
     }

@@ -274,6 +274,41 @@ impl<'p> Tree<'p> {
         self.root.count
     }
 
+    /// The key that orders `rec` in this tree (`None`: a position-ordered tree).
+    pub fn key_of(&self, rec: &[u8]) -> Option<Bytes> {
+        self.key_of.map(|k| k(rec))
+    }
+
+    /// One page of a scan of a tree ordered by `hash:8 ‖ ...` keys (hash and set
+    /// trees, a sorted set's by-member tree): `count` records (at least one) from the
+    /// first whose hash is not below `cursor`, and the cursor of the next page, the
+    /// hash of the record after them (0: the scan is done). A record present for the
+    /// whole scan is returned at least once however the tree changes between pages
+    /// (Redis's SCAN guarantee): a page starts at a hash, never at a position.
+    pub async fn scan_page(
+        &self,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(Vec<Bytes>, u64), TreeError> {
+        let (first, _) = self.seek(&cursor.to_be_bytes()).await?;
+        let last = first.saturating_add(count.max(1) as u64 - 1);
+        let page = self.range(first, last).await?;
+        let next = match self.get(first + page.len() as u64).await? {
+            Some(r) => {
+                let key = self.key_of(&r).ok_or(TreeError::Stale)?;
+                let hash: [u8; 8] = key
+                    .get(..8)
+                    .and_then(|h| h.try_into().ok())
+                    .ok_or(TreeError::Stale)?;
+                // A next hash of 0 (one in 2^64) restarts at 1: the rest of hash 0
+                // is skipped rather than the scan never ending.
+                u64::from_be_bytes(hash).max(1)
+            }
+            None => 0,
+        };
+        Ok((page, next))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.root.count == 0
     }

@@ -55,7 +55,10 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
                     .await;
                 assert_eq!(added, Reply::Int(1));
                 let (added, _) = engine
-                    .execute(&mut s, cmd(&["HSET".into(), "hash".into(), item.clone(), "v".into()]))
+                    .execute(
+                        &mut s,
+                        cmd(&["HSET".into(), "hash".into(), item.clone(), "v".into()]),
+                    )
                     .await;
                 assert_eq!(added, Reply::Int(1));
                 let score = (c * EACH + i).to_string();
@@ -85,7 +88,10 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
 
     let mut s = engine.new_session("t:check".into(), "t:0".into(), -1);
     let (all, _) = engine
-        .execute(&mut s, cmd(&["LRANGE".into(), "list".into(), "0".into(), "-1".into()]))
+        .execute(
+            &mut s,
+            cmd(&["LRANGE".into(), "list".into(), "0".into(), "-1".into()]),
+        )
         .await;
     let Reply::Array(items) = all else {
         panic!("{all:?}")
@@ -105,7 +111,9 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
         assert_eq!(mine, want);
     }
     for (card, key) in [("SCARD", "set"), ("HLEN", "hash"), ("ZCARD", "zset")] {
-        let (got, _) = engine.execute(&mut s, cmd(&[card.into(), key.into()])).await;
+        let (got, _) = engine
+            .execute(&mut s, cmd(&[card.into(), key.into()]))
+            .await;
         assert_eq!(got, Reply::Int(n), "{key}");
     }
     let changes = engine.stats.combined_changes.load(Ordering::Relaxed);

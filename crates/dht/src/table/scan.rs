@@ -43,10 +43,20 @@ impl Dht {
     /// The live keys of hash slot `slot`, as (db, key). Keys present for the whole call
     /// are all returned; keys written meanwhile may or may not be.
     pub async fn scan_slot(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
+        self.keys_in_slot(slot, false).await
+    }
+
+    /// Keys (of every db) in hash slot `slot`, expired ones not yet reclaimed
+    /// included: what FLUSHALL must remove (DBSIZE counts them, as Redis's does).
+    pub async fn scan_slot_with_expired(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
+        self.keys_in_slot(slot, true).await
+    }
+
+    async fn keys_in_slot(&self, slot: u16, expired: bool) -> Result<Vec<(u8, Bytes)>, DhtError> {
         let abs = self.clock.now_ms();
         let mut keys = Vec::new();
         for (w, m) in self.scan_words(slot).await? {
-            if self.is_expired(m, abs) {
+            if !expired && self.is_expired(m, abs) {
                 continue;
             }
             if let Some(obj) = w.object()

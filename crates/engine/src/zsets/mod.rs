@@ -370,16 +370,15 @@ async fn answer(
         ZSetCmd::ZRandMember => rand_member(z, s, args).await?,
         ZSetCmd::ZScan => match collection::scan_args(args, false) {
             Ok(scan) => {
+                let (page, next) = z.scan_page(scan.cursor, scan.count).await?;
                 let mut items = Vec::new();
-                if scan.cursor == 0 {
-                    for (m, sc) in z.all().await? {
-                        if collection::matches(&scan.pattern, &m) {
-                            items.push(Reply::Bulk(m));
-                            items.push(Reply::bulk(dmc_resp::format_double(sc)));
-                        }
+                for (m, sc) in page {
+                    if collection::matches(&scan.pattern, &m) {
+                        items.push(Reply::Bulk(m));
+                        items.push(Reply::bulk(dmc_resp::format_double(sc)));
                     }
                 }
-                collection::scan_reply(0, items)
+                collection::scan_reply(next, items)
             }
             Err(e) => e,
         },

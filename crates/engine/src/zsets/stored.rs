@@ -246,6 +246,27 @@ impl<'p> ZSet<'p> {
         }
     }
 
+    /// One ZSCAN page: members with scores and the next cursor (a packed set whole,
+    /// cursor 0; trees page through the by-member tree, see [`Tree::scan_page`]).
+    pub async fn scan_page(
+        &self,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(Vec<(Bytes, f64)>, u64), TreeError> {
+        match self {
+            ZSet::Packed(_) => Ok((self.all().await?, 0)),
+            ZSet::Trees { by_member, .. } => {
+                let (records, next) = by_member.scan_page(cursor, count).await?;
+                let mut page = Vec::with_capacity(records.len());
+                for r in records {
+                    let score = score_in_member_record(&r)?;
+                    page.push((r.slice(8..r.len() - 8), score));
+                }
+                Ok((page, next))
+            }
+        }
+    }
+
     /// Every member, ascending.
     pub async fn all(&self) -> Result<Vec<(Bytes, f64)>, TreeError> {
         self.at(0, u64::MAX).await
