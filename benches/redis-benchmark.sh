@@ -15,21 +15,11 @@ TESTS=${TESTS:-set,get}
 OUT=${OUT:-redis-benchmark}
 command -v redis-benchmark >/dev/null || { echo "needs redis-tools and redis-server"; exit 1; }
 cargo build --release -q -p compute-agent
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rport=$(free_port); aport=$(free_port)
-dir=$(mktemp -d)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
-rpid=$!
-./target/release/compute-agent --port "$aport" --log warn >/dev/null &
-apid=$!
-trap 'kill $rpid $apid 2>/dev/null; rm -rf "$dir"' EXIT
-for p in $rport $aport; do for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done; done
+source benches/servers.sh
 
 mkdir -p benches/results
 csv=benches/results/$OUT.csv
 echo "server,pipeline,test,rps,p50_ms,p99_ms,cpu_us_per_req" > "$csv"
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
 run() { # server port pid pipeline test
   local before after
   before=$(ticks "$3")

@@ -17,22 +17,12 @@ CLIENTS=10
 command -v redis-benchmark >/dev/null || { echo "needs redis-tools and redis-server"; exit 1; }
 cargo build --release -q -p compute-agent
 cargo build --release -q -p dmc-benches --bin dmc-bench
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rport=$(free_port); aport=$(free_port)
-dir=$(mktemp -d)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >/dev/null &
-rpid=$!
-./target/release/compute-agent --port "$aport" --log warn >/dev/null &
-apid=$!
-trap 'kill $rpid $apid 2>/dev/null; rm -rf "$dir"' EXIT
-for p in $rport $aport; do for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done; done
+source benches/servers.sh
 
 mkdir -p benches/results
 csv=benches/results/zset-scaling.csv
 echo "server,members,test,rps,us_per_req,cpu_us_per_req,bytes_per_member" > "$csv"
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
-hz=$(getconf CLK_TCK)
 declare -A base
 for p in $rport $aport; do redis-cli -p "$p" flushall >/dev/null; base[$p]=$(used "$p"); done
 

@@ -4,40 +4,19 @@
 //! the order it sent them, and the changes were committed in fewer batches than there
 //! were changes.
 
-#[path = "../../dht/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use bytes::Bytes;
-use common::Backend;
-use dmc_dht::{DhtConfig, SystemClock};
-use dmc_engine::{Engine, EngineConfig};
 use dmc_resp::Reply;
+use support::{Backend, cmd, engine};
 
 const CLIENTS: usize = 40;
 const EACH: usize = 25;
 
-fn cmd(words: &[String]) -> Vec<Bytes> {
-    words.iter().map(|w| Bytes::from(w.clone())).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
-    let h = common::open(
-        Backend::Local,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(5),
-    )
-    .await;
-    let engine = Engine::new(
-        h.dht.clone(),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
+    let (_h, engine) = engine(Backend::Local).await;
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let engine = engine.clone();
@@ -88,10 +67,7 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
 
     let mut s = engine.new_session("t:check".into(), "t:0".into(), -1);
     let (all, _) = engine
-        .execute(
-            &mut s,
-            cmd(&["LRANGE".into(), "list".into(), "0".into(), "-1".into()]),
-        )
+        .execute(&mut s, cmd(&["LRANGE", "list", "0", "-1"]))
         .await;
     let Reply::Array(items) = all else {
         panic!("{all:?}")
@@ -111,9 +87,7 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
         assert_eq!(mine, want);
     }
     for (card, key) in [("SCARD", "set"), ("HLEN", "hash"), ("ZCARD", "zset")] {
-        let (got, _) = engine
-            .execute(&mut s, cmd(&[card.into(), key.into()]))
-            .await;
+        let (got, _) = engine.execute(&mut s, cmd(&[card, key])).await;
         assert_eq!(got, Reply::Int(n), "{key}");
     }
     let changes = engine.stats.combined_changes.load(Ordering::Relaxed);

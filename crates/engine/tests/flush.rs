@@ -2,40 +2,16 @@
 //! counts those (as Redis's does), so leaving them made DBSIZE answer 1 after a
 //! FLUSHALL (seen in the redis-py proxy-mode check) until active expiry came by.
 
-#[path = "../../dht/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use common::Backend;
-use dmc_dht::{DhtConfig, SystemClock};
-use dmc_engine::{Engine, EngineConfig, Session};
 use dmc_resp::Reply;
-
-async fn run(engine: &Engine, s: &mut Session, words: &[&str]) -> Reply {
-    let args = words
-        .iter()
-        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-        .collect();
-    engine.execute(s, args).await.0
-}
+use support::{Backend, engine, run};
 
 #[tokio::test]
 async fn flushall_removes_expired_keys_not_yet_reclaimed() {
-    let h = common::open(
-        Backend::Local,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(5),
-    )
-    .await;
-    let engine = Engine::new(
-        h.dht.clone(),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     for flush in ["FLUSHALL", "FLUSHDB"] {
         assert_eq!(

@@ -3,23 +3,12 @@
 //! small replies, not one as large as HGETALL; and every element present for the whole
 //! scan is returned although the collection changes between the pages.
 
-#[path = "../../dht/tests/common/mod.rs"]
-mod common;
+mod support;
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use common::Backend;
-use dmc_dht::{DhtConfig, SystemClock};
-use dmc_engine::{Engine, EngineConfig, Session};
 use dmc_resp::Reply;
-
-async fn run(engine: &Engine, s: &mut Session, words: &[String]) -> Reply {
-    let args = words.iter().map(|w| Bytes::from(w.clone())).collect();
-    engine.execute(s, args).await.0
-}
+use support::{Backend, engine, run};
 
 fn w(words: &[&str]) -> Vec<String> {
     words.iter().map(|s| s.to_string()).collect()
@@ -27,18 +16,7 @@ fn w(words: &[&str]) -> Vec<String> {
 
 #[tokio::test]
 async fn scans_of_trees_page_and_return_every_lasting_element() {
-    let h = common::open(
-        Backend::Local,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(5),
-    )
-    .await;
-    let engine = Engine::new(
-        h.dht.clone(),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     let n = 3000;
     for c in 0..n / 500 {

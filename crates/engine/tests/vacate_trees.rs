@@ -3,39 +3,14 @@
 //! every region they used is vacated, with their keys' heads and chunks copied
 //! elsewhere.
 
-#[path = "../../dht/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use common::Backend;
-use dmc_dht::{DhtConfig, SystemClock};
-use dmc_engine::{Engine, EngineConfig};
 use dmc_resp::Reply;
-
-fn cmd(words: &[&str]) -> Vec<Bytes> {
-    words
-        .iter()
-        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-        .collect()
-}
+use support::{Backend, cmd, engine};
 
 #[tokio::test]
 async fn vacated_regions_keep_every_tree_whole() {
-    let h = common::open(
-        Backend::Local,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(5),
-    )
-    .await;
-    let engine = Engine::new(
-        h.dht.clone(),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     let items: Vec<String> = (0..3000)
         .map(|i| format!("element-{i:05}-{}", "x".repeat(i % 40)))

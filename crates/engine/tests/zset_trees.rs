@@ -3,52 +3,18 @@
 //! ranges work on one-score sets, and COPY gives a second key its own trees that stay
 //! readable after the source is deleted (for hashes too: their trees are key-ordered).
 
-#[path = "../../dht/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use common::Backend;
-use dmc_dht::{DhtConfig, SystemClock};
-use dmc_engine::{Engine, EngineConfig, Session};
 use dmc_resp::Reply;
-
-fn cmd(words: &[&str]) -> Vec<Bytes> {
-    words
-        .iter()
-        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-        .collect()
-}
-
-async fn run(engine: &Engine, s: &mut Session, words: &[&str]) -> Reply {
-    engine.execute(s, cmd(words)).await.0
-}
+use support::{Backend, engine, run};
 
 fn bulks(items: &[&String]) -> Reply {
     Reply::Array(items.iter().map(|m| Reply::bulk((*m).clone())).collect())
 }
 
-async fn engine() -> (common::Harness, Arc<Engine>) {
-    let h = common::open(
-        Backend::Local,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(5),
-    )
-    .await;
-    let engine = Engine::new(
-        h.dht.clone(),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
-    (h, engine)
-}
-
 #[tokio::test]
 async fn a_large_sorted_set_answers_every_query_from_its_trees() {
-    let (_h, engine) = engine().await;
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     // Member i scores i / 3 (three members per score: ties order by member).
     let n = 6000usize;
@@ -181,7 +147,7 @@ async fn a_large_sorted_set_answers_every_query_from_its_trees() {
 
 #[tokio::test]
 async fn lexicographic_ranges_seek_a_one_score_tree() {
-    let (_h, engine) = engine().await;
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     let words: Vec<String> = (0..4000).map(|i| format!("w{:05}", i * 7 % 4000)).collect();
     for chunk in words.chunks(400) {
@@ -228,7 +194,7 @@ async fn lexicographic_ranges_seek_a_one_score_tree() {
 
 #[tokio::test]
 async fn copies_of_trees_are_their_own_and_keep_their_order() {
-    let (_h, engine) = engine().await;
+    let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:2".into(), -1);
     for c in 0..10 {
         let mut zadd = vec!["ZADD".to_string(), "z".into()];
