@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 10],
+    by_family: [Histogram; 11],
 }
 
 impl CommandTimers {
@@ -33,6 +33,7 @@ impl CommandTimers {
                 h("lists"),
                 h("sets"),
                 h("zsets"),
+                h("transactions"),
             ],
         }
     }
@@ -50,6 +51,7 @@ impl CommandTimers {
             Family::Lists => 7,
             Family::Sets => 8,
             Family::ZSets => 9,
+            Family::Transactions => 10,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -69,6 +69,45 @@ fn redis_py_exercises_collections_across_a_two_agent_proxy_cluster() {
     assert!(out.contains("CROSS: ok"), "{out}");
 }
 
+/// Runs `tests/py/transactions_check.py` against `ports`.
+fn transactions_check(ports: &[String]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/transactions_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(ports)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "redis-py failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("RESP2: ok") && stdout.contains("RESP3: ok"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn redis_py_transactions_on_a_standalone_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    transactions_check(&[agent.port()]);
+}
+
+#[test]
+fn redis_py_transactions_across_a_two_agent_proxy_cluster() {
+    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
+    let report = c.scale(2).unwrap();
+    let ports: Vec<String> = report["started"]
+        .as_array()
+        .expect("the started agents")
+        .iter()
+        .map(dmc_e2e::port_of)
+        .collect();
+    assert_eq!(ports.len(), 2, "{report}");
+    // The client's agent forwards each transaction whole to the owner of its keys;
+    // a write through the other agent aborts a WATCH.
+    transactions_check(&ports);
+}
+
 #[test]
 fn a_reader_agent_never_sees_a_torn_collection_while_the_owner_rewrites_it() {
     let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();

@@ -33,12 +33,14 @@
 //! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
+//! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
 //! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
 mod apply;
 mod cluster_cmds;
 mod config_set;
 mod peers;
+mod transactions;
 mod warm;
 
 use std::collections::HashMap;
@@ -342,6 +344,9 @@ impl Router {
             );
         }
         if let Some(done) = self.config_set(session, &args).await {
+            return done;
+        }
+        if let Some(done) = self.transaction(session, spec, index, &args, peer).await {
             return done;
         }
         // Commands about the whole keyspace, which each agent answers for the slots

@@ -277,7 +277,13 @@ impl Router {
         max: usize,
         peer: bool,
     ) -> Option<(String, usize)> {
-        if commands.len() < 2 || peer || !session.authenticated || self.mode != RoutingMode::Proxy {
+        if commands.len() < 2
+            || peer
+            || !session.authenticated
+            || self.mode != RoutingMode::Proxy
+            || session.tx.in_multi()
+        {
+            // In MULTI commands are queued here, not run.
             return None;
         }
         // A blocking command is forwarded on its own: it may hold its connection long.

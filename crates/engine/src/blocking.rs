@@ -167,6 +167,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<Reply>, Reply>>,
 {
+    if crate::multi::in_exec() {
+        // Inside EXEC a blocking command does not block (Redis: as if it timed out).
+        return match attempt().await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => Reply::NullArray,
+            Err(e) => e,
+        };
+    }
     let reg = Registered {
         blocking: &engine.blocking,
         db,

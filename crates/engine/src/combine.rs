@@ -67,6 +67,16 @@ impl<T: Batch> Combiner<T> {
     /// Queues `op` for `key` and waits for its answer; starts the key's worker if none
     /// runs.
     pub(crate) async fn submit(&self, engine: &Engine, db: u8, key: &[u8], op: T) -> Answer<T> {
+        if crate::multi::in_exec() {
+            // An EXEC holds the key's lock: its change runs here, alone.
+            let Some(me) = engine.me.upgrade() else {
+                return Err(Reply::err("ERR the server is shutting down"));
+            };
+            let mut outs = T::run(me, db, Bytes::copy_from_slice(key), vec![op]).await?;
+            return outs
+                .pop()
+                .unwrap_or_else(|| Err(Reply::err("ERR internal: a change lost its answer")));
+        }
         let (tx, rx) = oneshot::channel();
         let id = (db, Bytes::copy_from_slice(key));
         let start = {

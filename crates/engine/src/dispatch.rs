@@ -15,7 +15,7 @@ use crate::table::{Cmd, Family, TABLE, lookup_index};
 use crate::{Engine, Flow, Session, hashes, introspect, keys, lists, server, sets, strings, zsets};
 
 /// Redis's text for an unknown command, quoting up to 20 of its arguments.
-fn unknown(args: &[Bytes]) -> Reply {
+pub(crate) fn unknown(args: &[Bytes]) -> Reply {
     let name = args
         .first()
         .map(|n| String::from_utf8_lossy(n))
@@ -63,6 +63,11 @@ pub async fn dispatch_at(
     index: Option<usize>,
     args: Vec<Bytes>,
 ) -> (Reply, Flow) {
+    if session.tx.in_multi()
+        && let Some(reply) = crate::multi::queue(session, index, &args)
+    {
+        return (reply, Flow::Continue);
+    }
     let Some((index, spec)) = index.and_then(|i| TABLE.get(i).map(|s| (i, s))) else {
         return (unknown(&args), Flow::Continue);
     };
@@ -111,6 +116,7 @@ pub async fn dispatch_at(
         Family::Introspect => introspect::memory(engine, session, &args).await,
         // A cluster member's router answers these before they reach the engine.
         Family::Cluster => Reply::err("ERR This instance has cluster support disabled"),
+        Family::Transactions => crate::multi::run(engine, session, spec.cmd, &args).await,
         // Only the agent's connection loop speaks to peers.
         Family::Internal => unknown(&args),
     };

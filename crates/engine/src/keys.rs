@@ -244,28 +244,9 @@ async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     }
 }
 
-/// Takes the write locks of two keys, in address order so two callers cannot deadlock.
-async fn lock_two<'a>(
-    engine: &'a Engine,
-    a: &[u8],
-    b: &[u8],
-) -> (
-    tokio::sync::MutexGuard<'a, ()>,
-    Option<tokio::sync::MutexGuard<'a, ()>>,
-) {
-    let (la, lb) = (engine.key_lock(a), engine.key_lock(b));
-    let (first, second) = if (la as *const _ as usize) <= (lb as *const _ as usize) {
-        (la, lb)
-    } else {
-        (lb, la)
-    };
-    let g1 = first.lock().await;
-    let g2 = if std::ptr::eq(first, second) {
-        None
-    } else {
-        Some(second.lock().await)
-    };
-    (g1, g2)
+/// Takes the write locks of two keys, in stripe order so two callers cannot deadlock.
+async fn lock_two<'a>(engine: &'a Engine, a: &[u8], b: &[u8]) -> Vec<crate::KeyGuard<'a>> {
+    engine.lock_keys([a, b].into_iter()).await
 }
 
 /// A DB index argument of COPY or MOVE: the stored database it names.

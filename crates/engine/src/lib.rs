@@ -39,6 +39,7 @@ pub mod introspect;
 pub mod keys;
 pub mod limits;
 pub mod lists;
+pub mod multi;
 pub mod packed;
 pub mod pipeline;
 pub mod read;
@@ -113,6 +114,8 @@ pub struct Session {
     pub reply_off: bool,
     /// Replies still to drop: `CLIENT REPLY SKIP` drops its own and the next one.
     pub skip_replies: u8,
+    /// MULTI's queue and WATCHed keys ([`multi`]).
+    pub tx: multi::TxState,
 }
 
 impl Session {
@@ -125,6 +128,13 @@ impl Session {
         }
         !self.reply_off
     }
+}
+
+/// A key's write lock, held until dropped (or held already by the EXEC this command
+/// runs in).
+pub enum KeyGuard<'a> {
+    Locked(tokio::sync::MutexGuard<'a, ()>),
+    Held,
 }
 
 /// What the connection does after a reply.
@@ -226,6 +236,7 @@ impl Engine {
             client: self.clients.register(id, addr, laddr, fd),
             reply_off: false,
             skip_replies: 0,
+            tx: multi::TxState::default(),
         }
     }
 
@@ -233,19 +244,24 @@ impl Engine {
         self.started.elapsed().as_secs()
     }
 
-    pub(crate) fn key_lock(&self, key: &[u8]) -> &tokio::sync::Mutex<()> {
-        let h = dmc_dht::hash::key_hash(0, key);
-        &self.key_locks[(h % KEY_LOCKS as u64) as usize]
+    /// The stripe of the key locks `key` belongs to.
+    fn key_stripe(key: &[u8]) -> usize {
+        (dmc_dht::hash::key_hash(0, key) % KEY_LOCKS as u64) as usize
     }
 
     /// Takes `key`'s write lock: at once when it is free (no future to build, poll
-    /// and drop: most writes find their stripe free), else in turn.
-    pub(crate) async fn lock_key(&self, key: &[u8]) -> tokio::sync::MutexGuard<'_, ()> {
-        let lock = self.key_lock(key);
-        match lock.try_lock() {
+    /// and drop: most writes find their stripe free), else in turn; inside an EXEC that
+    /// holds the stripe already ([`multi::held`]), nothing to take.
+    pub(crate) async fn lock_key(&self, key: &[u8]) -> KeyGuard<'_> {
+        let stripe = Self::key_stripe(key);
+        if multi::held(stripe) {
+            return KeyGuard::Held;
+        }
+        let lock = &self.key_locks[stripe];
+        KeyGuard::Locked(match lock.try_lock() {
             Ok(guard) => guard,
             Err(_) => lock.lock().await,
-        }
+        })
     }
 
     /// The stored database behind the logical one a client selected (see SWAPDB).
@@ -253,20 +269,28 @@ impl Engine {
         self.dht.physical_db(db)
     }
 
-    /// The write locks of many keys, taken in address order (so two multi-key writers
-    /// cannot deadlock), each stripe once.
-    pub async fn lock_keys<'a>(
-        &self,
-        keys: impl Iterator<Item = &'a [u8]>,
-    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
-        let mut stripes: Vec<&tokio::sync::Mutex<()>> = keys.map(|k| self.key_lock(k)).collect();
-        stripes.sort_by_key(|l| *l as *const _ as usize);
-        stripes.dedup_by_key(|l| *l as *const _ as usize);
+    /// The write locks of many keys, taken in stripe order (so two multi-key writers
+    /// cannot deadlock), each stripe once; stripes an EXEC holds already are skipped.
+    pub async fn lock_keys<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<KeyGuard<'_>> {
+        let mut stripes: Vec<usize> = keys.map(Self::key_stripe).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
         let mut held = Vec::with_capacity(stripes.len());
-        for l in stripes {
-            held.push(l.lock().await);
+        for i in stripes {
+            if multi::held(i) {
+                continue;
+            }
+            held.push(KeyGuard::Locked(self.key_locks[i].lock().await));
         }
         held
+    }
+
+    /// The stripes of `keys`, sorted and each once (what [`Engine::lock_keys`] takes).
+    pub(crate) fn stripes_of<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Vec<usize> {
+        let mut stripes: Vec<usize> = keys.map(Self::key_stripe).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
     }
 
     pub fn now_ms(&self) -> u64 {

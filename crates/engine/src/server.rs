@@ -167,6 +167,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             s.client.set_no_evict(false);
             s.reply_off = false;
             s.skip_replies = 0;
+            s.tx.clear();
             s.authenticated = engine.config.requirepass.is_none();
             Reply::Simple("RESET")
         }

@@ -67,6 +67,17 @@ impl Dht {
     }
 
     /// The live value of `key` in `db`, or `None`.
+    /// `key`'s version, for WATCH: its slot word (every write installs a new one) and
+    /// its expiry (EXPIRE and PERSIST change only that), 0 when absent or expired.
+    pub async fn version(&self, db: u8, key: &[u8]) -> Result<u64, DhtError> {
+        let loc = Self::loc(db, key);
+        let (_, found) = self.lookup(&loc, key, false).await?;
+        let now = self.clock.now_ms();
+        Ok(found
+            .filter(|f| !self.is_expired(f.meta, now))
+            .map_or(0, |f| f.word.0 ^ f.meta.expire().rotate_left(24)))
+    }
+
     pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
         let loc = Self::loc(db, key);
         let (abs, now) = self.now();

@@ -96,6 +96,31 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "3.0.0",
             O1,
         ),
+        Multi => ("Starts a transaction.", "transactions", "1.2.0", O1),
+        Exec => (
+            "Executes all commands in a transaction.",
+            "transactions",
+            "1.2.0",
+            "Depends on commands in the transaction",
+        ),
+        Discard => (
+            "Discards a transaction.",
+            "transactions",
+            "2.0.0",
+            "O(N), when N is the number of queued commands",
+        ),
+        Watch => (
+            "Monitors changes to keys to determine the execution of a transaction.",
+            "transactions",
+            "2.2.0",
+            "O(1) for every key.",
+        ),
+        Unwatch => (
+            "Forgets about watched keys of a transaction.",
+            "transactions",
+            "2.2.0",
+            O1,
+        ),
         DmcPeer => (
             "Marks a connection as another DMC agent forwarding writes (internal).",
             "connection",

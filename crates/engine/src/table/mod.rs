@@ -81,6 +81,11 @@ pub enum Cmd {
     ReadOnly,
     ReadWrite,
     Asking,
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
     /// `DMC.PEER`: the first command of another agent's forwarding connection.
     DmcPeer,
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
@@ -119,6 +124,8 @@ pub enum Family {
     /// Cluster commands: a cluster member's router answers them from its map; the
     /// engine alone (standalone) says cluster support is disabled, as Redis does.
     Cluster,
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH ([`crate::multi`]).
+    Transactions,
     /// Commands between DMC processes, handled by the agent's connection loop.
     Internal,
 }
@@ -150,6 +157,7 @@ impl Cmd {
             | FlushAll | Rename | RenameNx | Copy | Move | SwapDb => Family::Keys,
             Object | Memory => Family::Introspect,
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
+            Multi | Exec | Discard | Watch | Unwatch => Family::Transactions,
             DmcPeer | DmcWarm => Family::Internal,
             Hash(_) => Family::Hashes,
             List(_) => Family::Lists,
@@ -263,6 +271,7 @@ const W: &[&str] = &["write", "denyoom"];
 const WF: &[&str] = &["write", "fast"];
 const R: &[&str] = &["readonly", "fast"];
 const C: &[&str] = &["fast", "stale", "loading"];
+const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 
 macro_rules! spec {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $cmd:ident) => {
@@ -424,6 +433,19 @@ const CORE: &[Spec] = &[
         ReadWrite
     ),
     spec!("asking", 1, &["fast"], 0, 0, 0, Asking),
+    spec!("multi", 1, TX, 0, 0, 0, Multi),
+    spec!(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        0,
+        0,
+        0,
+        Exec
+    ),
+    spec!("discard", 1, TX, 0, 0, 0, Discard),
+    spec!("watch", -2, TX, 1, -1, 1, Watch),
+    spec!("unwatch", 1, TX, 0, 0, 0, Unwatch),
     spec!(
         "dmc.peer",
         2,

@@ -424,7 +424,7 @@ pub struct Writer<'p> {
     key: Bytes,
     old: Option<Bytes>,
     attempts: usize,
-    _lock: Option<tokio::sync::MutexGuard<'p, ()>>,
+    _lock: Option<crate::KeyGuard<'p>>,
 }
 
 impl<'p> Writer<'p> {

@@ -1,0 +1,180 @@
+//! MULTI, EXEC, DISCARD, WATCH and UNWATCH with Redis 7 semantics: after MULTI a
+//! client's commands are checked (a known command, its arity, authentication) and
+//! queued (`+QUEUED`); a command refused then makes EXEC answer EXECABORT. EXEC takes
+//! the write locks of every key its commands and WATCH name, checks that no WATCHed
+//! key changed since WATCH (else answers a null array and runs nothing), and runs the
+//! queue with the locks held: no other command of this agent — the only writer of its
+//! hash slots — runs between the transaction's commands, and an error of one command
+//! is that command's reply while the others run, as in Redis.
+//!
+//! A WATCHed key's version is its slot word: every write of a key installs a new word
+//! (a new object), so "unchanged" is "the same word"; a key that was live at WATCH
+//! and expired since counts as changed, as in Redis 7.
+//!
+//! Not built yet (docs/architecture.md, "Transactions"): the transaction's writes are
+//! committed command by command, so a reader on another agent may see part of a
+//! transaction while EXEC runs; the design commits them as one UMO transaction.
+
+use bytes::Bytes;
+use dmc_resp::Reply;
+
+use crate::table::{Cmd, TABLE};
+use crate::{Engine, Session, error_reply};
+
+/// A client's transaction state.
+#[derive(Debug, Clone, Default)]
+pub struct TxState {
+    /// After MULTI: the queued commands (their table row and arguments).
+    pub queue: Option<Vec<(usize, Vec<Bytes>)>>,
+    /// A command was refused while queuing: EXEC answers EXECABORT.
+    pub dirty: bool,
+    /// WATCHed keys: (stored db, key, version at WATCH).
+    pub watched: Vec<(u8, Bytes, u64)>,
+}
+
+impl TxState {
+    pub fn in_multi(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// Forgets the queue and the watched keys (EXEC, DISCARD, RESET).
+    pub fn clear(&mut self) {
+        *self = TxState::default();
+    }
+}
+
+tokio::task_local! {
+    /// The key-lock stripes the EXEC running on this task holds.
+    static HELD: Vec<usize>;
+}
+
+/// Whether the EXEC running on this task holds key-lock stripe `stripe` (its commands
+/// take no lock of their own for it).
+pub(crate) fn held(stripe: usize) -> bool {
+    HELD.try_with(|h| h.binary_search(&stripe).is_ok())
+        .unwrap_or(false)
+}
+
+/// Whether this task runs the commands of an EXEC (blocking commands do not block
+/// there, and same-key batches run on the task itself).
+pub(crate) fn in_exec() -> bool {
+    HELD.try_with(|_| ()).is_ok()
+}
+
+/// While `session` is in MULTI: queues the command at table row `index` (or answers
+/// why it cannot be queued) and returns the reply; `None` for the commands that run
+/// even then (EXEC, DISCARD, MULTI, WATCH, QUIT, RESET).
+pub(crate) fn queue(session: &mut Session, index: Option<usize>, args: &[Bytes]) -> Option<Reply> {
+    let tx = &mut session.tx;
+    let queue = tx.queue.as_mut()?;
+    let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
+        tx.dirty = true;
+        return Some(crate::dispatch::unknown(args));
+    };
+    if matches!(
+        spec.cmd,
+        Cmd::Exec | Cmd::Discard | Cmd::Multi | Cmd::Watch | Cmd::Quit | Cmd::Reset
+    ) {
+        return None;
+    }
+    if !spec.arity_ok(args.len()) {
+        tx.dirty = true;
+        return Some(Reply::Error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            spec.name
+        )));
+    }
+    if !session.authenticated && !spec.has_flag("no-auth") {
+        tx.dirty = true;
+        return Some(Reply::err("NOAUTH Authentication required."));
+    }
+    queue.push((index.unwrap_or(0), args.to_vec()));
+    Some(Reply::Simple("QUEUED"))
+}
+
+pub async fn run(engine: &Engine, session: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
+    match cmd {
+        Cmd::Multi => {
+            if session.tx.in_multi() {
+                return Reply::err("ERR MULTI calls can not be nested");
+            }
+            session.tx.queue = Some(Vec::new());
+            session.tx.dirty = false;
+            Reply::ok()
+        }
+        Cmd::Discard => {
+            if !session.tx.in_multi() {
+                return Reply::err("ERR DISCARD without MULTI");
+            }
+            session.tx.clear();
+            Reply::ok()
+        }
+        Cmd::Watch => {
+            if session.tx.in_multi() {
+                return Reply::err("ERR WATCH inside MULTI is not allowed");
+            }
+            let db = engine.physical_db(session.db);
+            for key in &args[1..] {
+                match engine.dht.version(db, key).await {
+                    Ok(v) => session.tx.watched.push((db, key.clone(), v)),
+                    Err(e) => return error_reply(e),
+                }
+            }
+            Reply::ok()
+        }
+        Cmd::Unwatch => {
+            session.tx.watched.clear();
+            Reply::ok()
+        }
+        Cmd::Exec => exec(engine, session).await,
+        _ => Reply::err("ERR internal: not a transaction command"),
+    }
+}
+
+/// EXEC: the queued commands under the locks of all their keys, or EXECABORT, or a
+/// null array when a WATCHed key changed.
+async fn exec(engine: &Engine, session: &mut Session) -> Reply {
+    let Some(queue) = session.tx.queue.take() else {
+        return Reply::err("ERR EXEC without MULTI");
+    };
+    let dirty = session.tx.dirty;
+    let watched = std::mem::take(&mut session.tx.watched);
+    session.tx.clear();
+    if dirty {
+        return Reply::err("EXECABORT Transaction discarded because of previous errors.");
+    }
+    let mut keys: Vec<Bytes> = watched.iter().map(|(_, k, _)| k.clone()).collect();
+    for (index, args) in &queue {
+        if let Some(spec) = TABLE.get(*index) {
+            keys.extend(
+                spec.key_positions(args)
+                    .into_iter()
+                    .filter_map(|i| args.get(i).cloned()),
+            );
+        }
+    }
+    let _locks = engine.lock_keys(keys.iter().map(|k| &k[..])).await;
+    for (db, key, seen) in &watched {
+        match engine.dht.version(*db, key).await {
+            Ok(now) if now == *seen => {}
+            Ok(_) => return Reply::NullArray,
+            Err(e) => return error_reply(e),
+        }
+    }
+    let stripes = Engine::stripes_of(keys.iter().map(|k| &k[..]));
+    HELD.scope(stripes, async {
+        let mut replies = Vec::with_capacity(queue.len());
+        for (index, args) in queue {
+            let (reply, _) = Box::pin(crate::dispatch::dispatch_at(
+                engine,
+                session,
+                Some(index),
+                args,
+            ))
+            .await;
+            replies.push(reply);
+        }
+        Reply::Array(replies)
+    })
+    .await
+}

@@ -1,0 +1,100 @@
+"""MULTI/EXEC/WATCH through redis-py, unmodified: Pipeline(transaction=True), the
+`transaction()` helper with WATCH and retries, WatchError when another client (another
+agent, with two ports) changes a watched key, EXECABORT, DISCARD.
+
+    python3 transactions_check.py PORT [OTHER_PORT]
+
+With two ports (two agents of one proxy-mode cluster) the watching client and the
+writer use different agents, and transactions of keys each agent owns run through both.
+Prints "RESP2: ok" and "RESP3: ok".
+"""
+import sys
+
+import redis
+
+
+def eq(got, want):
+    assert got == want, f"got {got!r}, want {want!r}"
+
+
+def check(port: int, other: int, proto: int) -> None:
+    r = redis.Redis(port=port, protocol=proto, decode_responses=True)
+    w = redis.Redis(port=other, protocol=proto, decode_responses=True)
+    r.flushall()
+
+    # Pipeline(transaction=True): MULTI ... EXEC, every reply in order; keys of every
+    # hash slot (so through two agents, transactions of keys each of them owns).
+    for i in range(20):
+        k = f"tx{i}"
+        p = r.pipeline(transaction=True)
+        p.set(k, 1).incr(k).rpush(f"{{{k}}}l", "a", "b").hset(f"{{{k}}}h", "f", "v").get(k)
+        eq(p.execute(), [True, 2, 2, 1, "2"])
+        eq(w.get(k), "2")
+
+    # A run-time error is one reply of EXEC; the rest ran.
+    p = r.pipeline(transaction=True)
+    p.set("s", "x").lpush("s", "y").set("{s}t", "z")
+    res = p.execute(raise_on_error=False)
+    eq(res[0], True)
+    assert isinstance(res[1], redis.ResponseError) and "WRONGTYPE" in str(res[1]), res
+    eq(res[2], True)
+
+    # A command refused while queued aborts the whole transaction.
+    p = r.pipeline(transaction=True)
+    p.set("abort", "1").execute_command("NOSUCHCOMMAND")
+    try:
+        p.execute()
+        raise AssertionError("EXEC after a refused command ran")
+    except redis.ResponseError as e:
+        assert "unknown command" in str(e) or "EXECABORT" in str(e), e
+    eq(r.exists("abort"), 0)
+
+    # WATCH: a write by another client (another agent) aborts EXEC.
+    r.set("watched", "0")
+    p = r.pipeline(transaction=True)
+    p.watch("watched")
+    eq(p.get("watched"), "0")
+    w.set("watched", "other")
+    p.multi()
+    p.set("watched", "mine")
+    try:
+        p.execute()
+        raise AssertionError("EXEC ran although a watched key changed")
+    except redis.WatchError:
+        pass
+    eq(r.get("watched"), "other")
+
+    # The transaction() helper: WATCH, read, MULTI, write, EXEC, retried on conflict.
+    r.set("counter", "10")
+    state = {"tries": 0}
+
+    def double(pipe):
+        state["tries"] += 1
+        v = int(pipe.get("counter"))
+        if state["tries"] == 1:
+            w.incr("counter")  # a concurrent change: the first EXEC must abort
+        pipe.multi()
+        pipe.set("counter", v * 2)
+
+    r.transaction(double, "counter")
+    eq(state["tries"], 2)
+    eq(r.get("counter"), "22")
+
+    # DISCARD, and MULTI inside MULTI.
+    p = r.pipeline(transaction=False)
+    p.execute_command("MULTI").set("discarded", "1").execute_command("DISCARD")
+    # (redis-py reads SET's +QUEUED as False, as it does against redis-server.)
+    eq(p.execute(), ["OK", False, "OK"])
+    eq(r.exists("discarded"), 0)
+    print(f"RESP{proto}: ok")
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    other = int(sys.argv[2]) if len(sys.argv) > 2 else port
+    for proto in (2, 3):
+        check(port, other, proto)
+
+
+if __name__ == "__main__":
+    main()
