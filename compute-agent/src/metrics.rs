@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 11],
+    by_family: [Histogram; 12],
 }
 
 impl CommandTimers {
@@ -34,6 +34,7 @@ impl CommandTimers {
                 h("sets"),
                 h("zsets"),
                 h("transactions"),
+                h("scripting"),
             ],
         }
     }
@@ -52,6 +53,7 @@ impl CommandTimers {
             Family::Sets => 8,
             Family::ZSets => 9,
             Family::Transactions => 10,
+            Family::Scripting => 11,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

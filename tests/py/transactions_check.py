@@ -1,6 +1,8 @@
-"""MULTI/EXEC/WATCH through redis-py, unmodified: Pipeline(transaction=True), the
-`transaction()` helper with WATCH and retries, WatchError when another client (another
-agent, with two ports) changes a watched key, EXECABORT, DISCARD.
+"""MULTI/EXEC/WATCH and Lua scripts through redis-py, unmodified: Pipeline(transaction=
+True), the `transaction()` helper with WATCH and retries, WatchError when another client
+(another agent, with two ports) changes a watched key, EXECABORT, DISCARD; Script objects
+(EVALSHA, loaded on demand), Lock (acquire, extend, release: Lua scripts), a script
+loaded through one agent and run through the other.
 
     python3 transactions_check.py PORT [OTHER_PORT]
 
@@ -86,6 +88,29 @@ def check(port: int, other: int, proto: int) -> None:
     # (redis-py reads SET's +QUEUED as False, as it does against redis-server.)
     eq(p.execute(), ["OK", False, "OK"])
     eq(r.exists("discarded"), 0)
+
+    # Script objects: EVALSHA, with SCRIPT LOAD when the script is missing.
+    r.script_flush()
+    add = r.register_script("return redis.call('incrby', KEYS[1], ARGV[1])")
+    eq(add(keys=["scripted"], args=[5]), 5)
+    eq(add(keys=["scripted"], args=[7]), 12)
+    sha = r.script_load("return ARGV[1] .. KEYS[1]")
+    eq(w.evalsha(sha, 1, "k", "v"), "vk")  # loaded through one agent, run through another
+    eq(w.script_exists(sha), [True])
+    try:
+        r.eval("return redis.call('lpush', KEYS[1], 'x')", 1, "scripted")
+        raise AssertionError("a script's WRONGTYPE was not an error")
+    except redis.ResponseError as e:
+        assert str(e).startswith("WRONGTYPE"), e
+
+    # Lock: SET NX PX to take it, Lua to extend and release it.
+    lock = r.lock("the-lock", timeout=5)
+    assert lock.acquire(blocking=False)
+    assert not w.lock("the-lock", timeout=5).acquire(blocking=False)
+    assert lock.extend(5)
+    assert lock.owned()
+    lock.release()
+    eq(r.exists("the-lock"), 0)
     print(f"RESP{proto}: ok")
 
 

@@ -197,7 +197,8 @@ impl Router {
 
     /// FLUSHALL, FLUSHDB and DBSIZE in proxy mode: this agent runs the command for the
     /// slots it owns and asks every other agent to run it for theirs; the first error
-    /// is the answer, integers (DBSIZE) are added up, else this agent's reply.
+    /// is the answer, integers (DBSIZE) are added up, else this agent's reply. SCRIPT
+    /// LOAD and FLUSH go everywhere too (each agent keeps the scripts).
     async fn everywhere(
         &self,
         session: &mut Session,
@@ -351,11 +352,13 @@ impl Router {
         }
         // Commands about the whole keyspace, which each agent answers for the slots
         // it owns: in proxy mode the client's agent asks every agent and adds up.
-        let everywhere = spec.is_some_and(|s| {
-            matches!(
-                s.cmd,
-                table::Cmd::FlushAll | table::Cmd::FlushDb | table::Cmd::Dbsize
-            )
+        let everywhere = spec.is_some_and(|s| match s.cmd {
+            table::Cmd::FlushAll | table::Cmd::FlushDb | table::Cmd::Dbsize => true,
+            // Every agent keeps the scripts, so EVALSHA works wherever it runs.
+            table::Cmd::Script => args.get(1).is_some_and(|sub| {
+                sub.eq_ignore_ascii_case(b"LOAD") || sub.eq_ignore_ascii_case(b"FLUSH")
+            }),
+            _ => false,
         });
         if everywhere
             && !peer

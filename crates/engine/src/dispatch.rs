@@ -117,6 +117,13 @@ pub async fn dispatch_at(
         // A cluster member's router answers these before they reach the engine.
         Family::Cluster => Reply::err("ERR This instance has cluster support disabled"),
         Family::Transactions => crate::multi::run(engine, session, spec.cmd, &args).await,
+        Family::Scripting => match spec.cmd {
+            Cmd::Script => crate::scripting::script(engine, &args),
+            Cmd::Eval => crate::scripting::eval(engine, session, &args, false, false).await,
+            Cmd::EvalSha => crate::scripting::eval(engine, session, &args, true, false).await,
+            Cmd::EvalRo => crate::scripting::eval(engine, session, &args, false, true).await,
+            _ => crate::scripting::eval(engine, session, &args, true, true).await,
+        },
         // Only the agent's connection loop speaks to peers.
         Family::Internal => unknown(&args),
     };

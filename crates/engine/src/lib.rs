@@ -43,6 +43,7 @@ pub mod multi;
 pub mod packed;
 pub mod pipeline;
 pub mod read;
+pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod stats;
@@ -169,6 +170,8 @@ pub struct Engine {
     cache_feed: std::sync::OnceLock<Arc<dyn warm::CacheFeed>>,
     /// This engine, for tasks it starts (same-key batch workers).
     me: std::sync::Weak<Engine>,
+    /// Lua scripts seen, by SHA-1.
+    pub(crate) scripts: scripting::Scripts,
     /// Same-key batches of list changes.
     pub(crate) list_batches: combine::Combiner<lists::ListOp>,
     /// Same-key batches of set changes (SADD, SREM).
@@ -201,6 +204,7 @@ impl Engine {
         Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             list_batches: combine::Combiner::default(),
+            scripts: scripting::Scripts::default(),
             set_batches: combine::Combiner::default(),
             hash_batches: combine::Combiner::default(),
             zset_batches: combine::Combiner::default(),

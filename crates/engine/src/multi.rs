@@ -153,16 +153,14 @@ async fn exec(engine: &Engine, session: &mut Session) -> Reply {
             );
         }
     }
-    let _locks = engine.lock_keys(keys.iter().map(|k| &k[..])).await;
-    for (db, key, seen) in &watched {
-        match engine.dht.version(*db, key).await {
-            Ok(now) if now == *seen => {}
-            Ok(_) => return Reply::NullArray,
-            Err(e) => return error_reply(e),
+    run_locked(engine, &keys, async {
+        for (db, key, seen) in &watched {
+            match engine.dht.version(*db, key).await {
+                Ok(now) if now == *seen => {}
+                Ok(_) => return Reply::NullArray,
+                Err(e) => return error_reply(e),
+            }
         }
-    }
-    let stripes = Engine::stripes_of(keys.iter().map(|k| &k[..]));
-    HELD.scope(stripes, async {
         let mut replies = Vec::with_capacity(queue.len());
         for (index, args) in queue {
             let (reply, _) = Box::pin(crate::dispatch::dispatch_at(
@@ -177,4 +175,23 @@ async fn exec(engine: &Engine, session: &mut Session) -> Reply {
         Reply::Array(replies)
     })
     .await
+}
+
+/// Runs `work` holding the write locks of `keys` (an EXEC, a script): the commands it
+/// runs take no lock of their own for them, same-key batches run on this task, and
+/// blocking commands do not block. Nested (a script run by an EXEC), the locks the
+/// outer one holds are not taken again.
+pub(crate) async fn run_locked<T>(
+    engine: &Engine,
+    keys: &[Bytes],
+    work: impl Future<Output = T>,
+) -> T {
+    let _locks = engine.lock_keys(keys.iter().map(|k| &k[..])).await;
+    let mut stripes = Engine::stripes_of(keys.iter().map(|k| &k[..]));
+    if let Ok(outer) = HELD.try_with(|h| h.clone()) {
+        stripes.extend(outer);
+        stripes.sort_unstable();
+        stripes.dedup();
+    }
+    HELD.scope(stripes, work).await
 }

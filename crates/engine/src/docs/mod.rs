@@ -121,6 +121,36 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "2.2.0",
             O1,
         ),
+        Eval => (
+            "Executes a server-side Lua script.",
+            "scripting",
+            "2.6.0",
+            "Depends on the script that is executed.",
+        ),
+        EvalSha => (
+            "Executes a server-side Lua script by SHA1 digest.",
+            "scripting",
+            "2.6.0",
+            "Depends on the script that is executed.",
+        ),
+        EvalRo => (
+            "Executes a read-only server-side Lua script.",
+            "scripting",
+            "7.0.0",
+            "Depends on the script that is executed.",
+        ),
+        EvalShaRo => (
+            "Executes a read-only server-side Lua script by SHA1 digest.",
+            "scripting",
+            "7.0.0",
+            "Depends on the script that is executed.",
+        ),
+        Script => (
+            "A container for Lua scripts management commands.",
+            "scripting",
+            "2.6.0",
+            "Depends on subcommand.",
+        ),
         DmcPeer => (
             "Marks a connection as another DMC agent forwarding writes (internal).",
             "connection",

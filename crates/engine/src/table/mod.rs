@@ -86,6 +86,11 @@ pub enum Cmd {
     Discard,
     Watch,
     Unwatch,
+    Eval,
+    EvalSha,
+    EvalRo,
+    EvalShaRo,
+    Script,
     /// `DMC.PEER`: the first command of another agent's forwarding connection.
     DmcPeer,
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
@@ -126,6 +131,8 @@ pub enum Family {
     Cluster,
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH ([`crate::multi`]).
     Transactions,
+    /// EVAL and its kin, SCRIPT ([`crate::scripting`]).
+    Scripting,
     /// Commands between DMC processes, handled by the agent's connection loop.
     Internal,
 }
@@ -158,6 +165,7 @@ impl Cmd {
             Object | Memory => Family::Introspect,
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
             Multi | Exec | Discard | Watch | Unwatch => Family::Transactions,
+            Eval | EvalSha | EvalRo | EvalShaRo | Script => Family::Scripting,
             DmcPeer | DmcWarm => Family::Internal,
             Hash(_) => Family::Hashes,
             List(_) => Family::Lists,
@@ -272,6 +280,28 @@ const WF: &[&str] = &["write", "fast"];
 const R: &[&str] = &["readonly", "fast"];
 const C: &[&str] = &["fast", "stale", "loading"];
 const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const EVAL: &[&str] = &["write", "noscript", "stale", "skip_monitor", "movablekeys"];
+const EVAL_RO: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "movablekeys",
+];
+
+/// A row of EVAL and its kin: `script numkeys key... arg...`, the key count at 2.
+const fn script_row(name: &'static str, flags: &'static [&'static str], cmd: Cmd) -> Spec {
+    Spec {
+        name,
+        arity: -3,
+        flags,
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        numkeys: 2,
+        cmd,
+    }
+}
 
 macro_rules! spec {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $cmd:ident) => {
@@ -446,6 +476,11 @@ const CORE: &[Spec] = &[
     spec!("discard", 1, TX, 0, 0, 0, Discard),
     spec!("watch", -2, TX, 1, -1, 1, Watch),
     spec!("unwatch", 1, TX, 0, 0, 0, Unwatch),
+    script_row("eval", EVAL, Cmd::Eval),
+    script_row("evalsha", EVAL, Cmd::EvalSha),
+    script_row("eval_ro", EVAL_RO, Cmd::EvalRo),
+    script_row("evalsha_ro", EVAL_RO, Cmd::EvalShaRo),
+    spec!("script", -2, &["noscript"], 0, 0, 0, Script),
     spec!(
         "dmc.peer",
         2,

@@ -1,0 +1,222 @@
+//! EVAL, EVALSHA, EVAL_RO and SCRIPT answer as redis-server 7.0 does (the expected
+//! replies and error texts below were taken from it): conversions both ways, redis.call
+//! and redis.pcall errors, the sandbox (no loadfile, read-only globals), read-only
+//! scripts refusing writes, and a script's writes and reads of every type.
+
+mod support;
+
+use dmc_resp::Reply;
+use support::{Backend, engine, run};
+
+fn script_err(text: &str, sha: &str) -> Reply {
+    Reply::Error(format!("{text} script: {sha}, on @user_script:1."))
+}
+
+#[tokio::test]
+async fn scripts_answer_as_redis_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let eval = |body: &'static str| ["EVAL", body, "0"];
+
+    assert_eq!(run(&engine, &mut s, &["SET", "s", "x"]).await, Reply::ok());
+    assert_eq!(
+        run(&engine, &mut s, &eval("return redis.call('lpush','s','x')")).await,
+        script_err(
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "1bae58f5987a5f51b4735899cd21a9fd9c5bd4db"
+        )
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &eval("return redis.pcall('lpush','s','x')")
+        )
+        .await,
+        Reply::err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return foo")).await,
+        script_err(
+            "ERR user_script:1: Script attempted to access nonexistent global variable 'foo'",
+            "47e30a5d10d5694f99208f9adc4fe3bf2450edbd"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("foo = 1")).await,
+        script_err(
+            "ERR user_script:1: Attempt to modify a readonly table",
+            "e1934c7d679df0a682fa283afb2bdeec6495d463"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return {1,2,{3,'a'},nil,5}")).await,
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(2),
+            Reply::Array(vec![Reply::Int(3), Reply::bulk("a")]),
+        ])
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return 3.99")).await,
+        Reply::Int(3)
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return {ok='FINE'}")).await,
+        Reply::Status("FINE".into())
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return {err='MYERR bad'}")).await,
+        Reply::err("MYERR bad")
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return redis.error_reply('X y')")).await,
+        Reply::err("X y")
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &["EVAL", "return redis.call('get', KEYS[1])", "1", "nokey"]
+        )
+        .await,
+        Reply::Null
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return (")).await,
+        Reply::err(
+            "ERR Error compiling script (new function): user_script:1: unexpected symbol near '<eof>'"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("error('boom')")).await,
+        script_err(
+            "ERR user_script:1: boom",
+            "82903a0434f1503e152f89c03c9acd881a0e8150"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return redis.call('nosuch')")).await,
+        script_err(
+            "ERR Unknown Redis command called from script",
+            "206396248e12c6e742fd7296250433c8d7343b74"
+        )
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &["EVAL_RO", "return redis.call('set','a','b')", "0"]
+        )
+        .await,
+        script_err(
+            "ERR Write commands are not allowed from read-only scripts.",
+            "ff967d0ae0e68b4f9e360fa91c54598bc25ad9b6"
+        )
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &["EVALSHA", "0000000000000000000000000000000000000000", "0"]
+        )
+        .await,
+        Reply::err("NOSCRIPT No matching script. Please use EVAL.")
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return redis.call('multi')")).await,
+        script_err(
+            "ERR This Redis command is not allowed from script",
+            "c329a1a294be6bf95b44144f7502610661ae925a"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return loadfile")).await,
+        script_err(
+            "ERR user_script:1: Script attempted to access nonexistent global variable 'loadfile'",
+            "a08fbe72c95f67027cc9b6349f5d335b598397b7"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return type(os)")).await,
+        script_err(
+            "ERR user_script:1: Script attempted to access nonexistent global variable 'os'",
+            "88bfcb2247db0b6fa4925f3cddc3fd0651459f99"
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return redis.sha1hex('')")).await,
+        Reply::bulk("da39a3ee5e6b4b0d3255bfef95601890afd80709")
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return true")).await,
+        Reply::Int(1)
+    );
+    assert_eq!(
+        run(&engine, &mut s, &eval("return false")).await,
+        Reply::Null
+    );
+
+    // SCRIPT LOAD / EXISTS / EVALSHA / FLUSH.
+    let body = "return {KEYS[1], ARGV[1], redis.call('incrby', KEYS[1], ARGV[1])}";
+    let Reply::Bulk(sha) = run(&engine, &mut s, &["SCRIPT", "LOAD", body]).await else {
+        panic!("SCRIPT LOAD")
+    };
+    let sha = String::from_utf8_lossy(&sha).into_owned();
+    assert_eq!(
+        run(&engine, &mut s, &["SCRIPT", "EXISTS", &sha, "ffff"]).await,
+        Reply::Array(vec![Reply::Int(1), Reply::Int(0)])
+    );
+    assert_eq!(
+        run(&engine, &mut s, &["EVALSHA", &sha, "1", "counter", "5"]).await,
+        Reply::Array(vec![
+            Reply::bulk("counter"),
+            Reply::bulk("5"),
+            Reply::Int(5)
+        ])
+    );
+    assert_eq!(
+        run(&engine, &mut s, &["SCRIPT", "FLUSH"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        run(&engine, &mut s, &["SCRIPT", "EXISTS", &sha]).await,
+        Reply::Array(vec![Reply::Int(0)])
+    );
+    assert_eq!(
+        run(&engine, &mut s, &["EVAL", "return 1", "2", "a"]).await,
+        Reply::err("ERR Number of keys can't be greater than number of args")
+    );
+
+    // Every type from a script (blocking commands are refused, as in Redis 7).
+    let body = "redis.call('rpush', KEYS[1], 'a', 'b'); redis.call('sadd', KEYS[2], 'm'); \
+                redis.call('hset', KEYS[3], 'f', 'v'); redis.call('zadd', KEYS[4], 2, 'z'); \
+                return {redis.call('lpop', KEYS[1]), redis.call('scard', KEYS[2]), \
+                redis.call('hget', KEYS[3], 'f'), redis.call('zscore', KEYS[4], 'z')}";
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &["EVAL", body, "4", "{t}l", "{t}s", "{t}h", "{t}z"]
+        )
+        .await,
+        Reply::Array(vec![
+            Reply::bulk("a"),
+            Reply::Int(1),
+            Reply::bulk("v"),
+            Reply::bulk("2"),
+        ])
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &eval("return redis.call('blpop','nothing',0)")
+        )
+        .await,
+        script_err(
+            "ERR This Redis command is not allowed from script",
+            "b109b1578bc7fbc96e1c2229f1f4da4a93d3ffc5"
+        )
+    );
+}
