@@ -11,6 +11,8 @@ writer use different agents, and transactions of keys each agent owns run throug
 Prints "RESP2: ok" and "RESP3: ok".
 """
 import sys
+import threading
+import time
 
 import redis
 
@@ -111,6 +113,31 @@ def check(port: int, other: int, proto: int) -> None:
     assert lock.owned()
     lock.release()
     eq(r.exists("the-lock"), 0)
+
+    # A script that never ends is stopped by SCRIPT KILL from another client.
+    looper = redis.Redis(port=port, protocol=proto, decode_responses=True)
+    box = {}
+
+    def loop():
+        try:
+            box["got"] = looper.eval("while true do end", 0)
+        except redis.ResponseError as e:
+            box["err"] = str(e)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    deadline = time.time() + 10
+    while True:
+        try:
+            r.script_kill()
+            break
+        except redis.ResponseError as e:
+            assert "NOTBUSY" in str(e) and time.time() < deadline, e
+            time.sleep(0.01)
+    thread.join(10)
+    assert not thread.is_alive(), "the script still runs after SCRIPT KILL"
+    assert box.get("err", "").startswith("Script killed by user with SCRIPT KILL"), box
+    eq(r.ping(), True)
     print(f"RESP{proto}: ok")
 
 

@@ -220,3 +220,46 @@ async fn scripts_answer_as_redis_does() {
         )
     );
 }
+
+/// A script that loops forever holds its thread until SCRIPT KILL, sent from another
+/// client, stops it; the agent serves meanwhile and afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_kill_stops_a_script_that_never_ends() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut other = engine.new_session("t:2".into(), "t:0".into(), -1);
+    assert_eq!(
+        run(&engine, &mut other, &["SCRIPT", "KILL"]).await,
+        Reply::err("NOTBUSY No scripts in execution right now.")
+    );
+    let looping = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+            run(&engine, &mut s, &["EVAL", "while true do end", "0"]).await
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match run(&engine, &mut other, &["SCRIPT", "KILL"]).await {
+            Reply::Simple("OK") => break,
+            Reply::Error(e) if e.starts_with("NOTBUSY") => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the script never started"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            other => panic!("SCRIPT KILL: {other:?}"),
+        }
+    }
+    assert_eq!(
+        looping.await.expect("the script's task"),
+        Reply::err(
+            "ERR Script killed by user with SCRIPT KILL... script: 694a5fe1ddb97a4c6a1bf299d9537c7d3d0f84e7, on @user_script:1."
+        )
+    );
+    assert_eq!(
+        run(&engine, &mut other, &["SET", "after", "1"]).await,
+        Reply::ok()
+    );
+}

@@ -11,26 +11,40 @@
 //! and blocking commands do not block. Scripts are cached per agent by SHA-1; in proxy
 //! mode `SCRIPT LOAD` and `SCRIPT FLUSH` run on every agent.
 //!
-//! Not yet: `busy-script-time` and SCRIPT KILL of a running script, FUNCTION/FCALL,
+//! A script that loops is stopped by SCRIPT KILL (an instruction hook checks the flag)
+//! unless it has written, as in Redis. Not yet: `busy-script-time`, FUNCTION/FCALL,
 //! the `cjson`, `cmsgpack`, `bit` and `struct` libraries, scripts kept in the pool.
 
 mod convert;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use dmc_resp::Reply;
-use mlua::{Lua, LuaOptions, MultiValue, StdLib, Value};
+use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
 
 use crate::table::TABLE;
 use crate::{Engine, Session, parse_i64};
 
-/// The scripts this agent has seen, by lowercase hex SHA-1.
+/// The scripts this agent has seen, by lowercase hex SHA-1, and the ones running.
 #[derive(Default)]
 pub struct Scripts {
     by_sha: parking_lot::Mutex<HashMap<String, Bytes>>,
+    /// Scripts running now, each with whether it has written yet.
+    running: parking_lot::Mutex<Vec<Arc<Running>>>,
 }
+
+/// A running script, as SCRIPT KILL sees it.
+#[derive(Default)]
+struct Running {
+    wrote: AtomicBool,
+    killed: AtomicBool,
+}
+
+/// How many Lua instructions run between two checks of the kill flag.
+const CHECK_EVERY: u32 = 10_000;
 
 impl Scripts {
     fn add(&self, body: &Bytes) -> String {
@@ -81,13 +95,40 @@ pub async fn eval(
     let Some(me) = engine.me.upgrade() else {
         return Reply::err("ERR the server is shutting down");
     };
-    crate::multi::run_locked(engine, keys, async {
+    let work = crate::multi::run_locked(engine, keys, async {
         match run(me, session, &body, &sha, keys, argv, read_only).await {
             Ok(reply) => reply,
             Err(reply) => reply,
         }
-    })
-    .await
+    });
+    // Lua runs on the thread that polls it and cannot yield mid-loop: on a
+    // multi-threaded runtime the script runs in place of a blocking section, so this
+    // worker's other tasks and the I/O driver move to another thread meanwhile (a
+    // script that loops stays killable by SCRIPT KILL from another client).
+    let handle = tokio::runtime::Handle::current();
+    match handle.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| handle.block_on(work))
+        }
+        _ => work.await,
+    }
+}
+
+/// Takes a running script off the list when it ends, however it ends.
+struct Leave {
+    engine: Arc<Engine>,
+    me: Arc<Running>,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        let me = &self.me;
+        self.engine
+            .scripts
+            .running
+            .lock()
+            .retain(|r| !Arc::ptr_eq(r, me));
+    }
 }
 
 /// What a script's caller sees of a Lua error: Redis's text with the script's SHA.
@@ -177,7 +218,29 @@ async fn run(
     inner.tx = crate::multi::TxState::default();
     inner.proto = 2;
     let state = Arc::new(tokio::sync::Mutex::new(inner));
-    setup(&lua, engine, state, keys, argv, read_only).map_err(fail)?;
+    let running = Arc::new(Running::default());
+    engine.scripts.running.lock().push(running.clone());
+    let _leave = Leave {
+        engine: engine.clone(),
+        me: running.clone(),
+    };
+    {
+        let running = running.clone();
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+            move |_, _| {
+                if running.killed.load(Ordering::Acquire) {
+                    return Err(mlua::Error::external(CommandError {
+                        text: "ERR Script killed by user with SCRIPT KILL...".into(),
+                        line: 1,
+                    }));
+                }
+                Ok(VmState::Continue)
+            },
+        )
+        .map_err(fail)?;
+    }
+    setup(&lua, engine, state, running, keys, argv, read_only).map_err(fail)?;
     let func = lua
         .load(&body[..])
         .set_name("@user_script")
@@ -201,6 +264,7 @@ fn setup(
     lua: &Lua,
     engine: Arc<Engine>,
     session: Arc<tokio::sync::Mutex<Session>>,
+    running: Arc<Running>,
     keys: &[Bytes],
     argv: &[Bytes],
     read_only: bool,
@@ -220,10 +284,16 @@ fn setup(
     g.raw_set("ARGV", list(argv)?)?;
     let redis = lua.create_table()?;
     for (name, protected) in [("call", false), ("pcall", true)] {
-        let (engine, session) = (engine.clone(), session.clone());
+        let (engine, session, running) = (engine.clone(), session.clone(), running.clone());
         let f = lua.create_async_function(move |lua, args: MultiValue| {
-            let (engine, session) = (engine.clone(), session.clone());
-            async move { command(&lua, &engine, &session, args, read_only, protected).await }
+            let (engine, session, running) = (engine.clone(), session.clone(), running.clone());
+            async move {
+                let done = command(&lua, &engine, &session, args, read_only, protected).await;
+                if let Ok((_, true)) = &done {
+                    running.wrote.store(true, Ordering::Release);
+                }
+                done.map(|(value, _)| value)
+            }
         })?;
         redis.raw_set(name, f)?;
     }
@@ -293,10 +363,10 @@ async fn command(
     args: MultiValue,
     read_only: bool,
     protected: bool,
-) -> mlua::Result<Value> {
-    let refuse = |text: &str| -> mlua::Result<Value> {
+) -> mlua::Result<(Value, bool)> {
+    let refuse = |text: &str| -> mlua::Result<(Value, bool)> {
         if protected {
-            return convert::error_table(lua, text);
+            return Ok((convert::error_table(lua, text)?, false));
         }
         Err(mlua::Error::external(CommandError {
             text: text.to_string(),
@@ -328,6 +398,7 @@ async fn command(
     if read_only && spec.is_write() {
         return refuse("ERR Write commands are not allowed from read-only scripts.");
     }
+    let write = spec.is_write();
     let mut s = session.lock().await;
     let (reply, _) = Box::pin(crate::dispatch::dispatch_at(engine, &mut s, index, argv)).await;
     drop(s);
@@ -335,7 +406,7 @@ async fn command(
         Reply::Error(e) if !protected => {
             Err(mlua::Error::external(CommandError { text: e, line: 1 }))
         }
-        other => convert::to_lua(lua, other, 0),
+        other => Ok((convert::to_lua(lua, other, 0)?, write)),
     }
 }
 
@@ -360,7 +431,21 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
             engine.scripts.by_sha.lock().clear();
             Reply::ok()
         }
-        ("KILL", 2) => Reply::err("NOTBUSY No scripts in execution right now."),
+        ("KILL", 2) => {
+            let running = engine.scripts.running.lock();
+            if running.is_empty() {
+                return Reply::err("NOTBUSY No scripts in execution right now.");
+            }
+            if running.iter().any(|r| r.wrote.load(Ordering::Acquire)) {
+                return Reply::err(
+                    "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+                );
+            }
+            for r in running.iter() {
+                r.killed.store(true, Ordering::Release);
+            }
+            Reply::ok()
+        }
         ("HELP", 2) => Reply::Array(
             [
                 "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
