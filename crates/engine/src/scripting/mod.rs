@@ -1,6 +1,6 @@
 //! Lua scripting as Redis 7 does it: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT
-//! (LOAD, EXISTS, FLUSH, KILL, HELP), on Lua 5.1 (`mlua`, vendored). A script runs in a
-//! fresh sandboxed state — only the base, table, string and math libraries, no
+//! (LOAD, EXISTS, FLUSH, KILL, HELP), on Lua 5.1 (`mlua`, vendored). A script runs in
+//! a sandboxed state prepared once and reused ([`state`]) — only the base, table, string and math libraries, no
 //! `loadfile`/`dofile`, globals read-only (an assignment or a read of an unknown global
 //! is an error) — with `KEYS`, `ARGV` and the `redis` table: `call`, `pcall`,
 //! `error_reply`, `status_reply`, `sha1hex`, `log`, `setresp`. Replies and results
@@ -16,35 +16,31 @@
 //! the `cjson`, `cmsgpack`, `bit` and `struct` libraries, scripts kept in the pool.
 
 mod convert;
+mod state;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use dmc_resp::Reply;
-use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
+use mlua::Value;
+use state::{CallError, Ran, Running, State};
 
-use crate::table::TABLE;
 use crate::{Engine, Session, parse_i64};
 
-/// The scripts this agent has seen, by lowercase hex SHA-1, and the ones running.
+/// The scripts this agent has seen, by lowercase hex SHA-1; the ones running; idle
+/// prepared Lua states.
 #[derive(Default)]
 pub struct Scripts {
     by_sha: parking_lot::Mutex<HashMap<String, Bytes>>,
     /// Scripts running now, each with whether it has written yet.
     running: parking_lot::Mutex<Vec<Arc<Running>>>,
+    idle: parking_lot::Mutex<Vec<State>>,
 }
 
-/// A running script, as SCRIPT KILL sees it.
-#[derive(Default)]
-struct Running {
-    wrote: AtomicBool,
-    killed: AtomicBool,
-}
-
-/// How many Lua instructions run between two checks of the kill flag.
-const CHECK_EVERY: u32 = 10_000;
+/// Idle states kept for reuse at most.
+const IDLE_STATES: usize = 16;
 
 impl Scripts {
     fn add(&self, body: &Bytes) -> String {
@@ -95,22 +91,109 @@ pub async fn eval(
     let Some(me) = engine.me.upgrade() else {
         return Reply::err("ERR the server is shutting down");
     };
-    let work = crate::multi::run_locked(engine, keys, async {
-        match run(me, session, &body, &sha, keys, argv, read_only).await {
-            Ok(reply) => reply,
-            Err(reply) => reply,
+    crate::multi::run_locked(engine, keys, async {
+        let running = Arc::new(Running::default());
+        engine.scripts.running.lock().push(running.clone());
+        let _leave = Leave {
+            engine: me.clone(),
+            me: running.clone(),
+        };
+        let script = Script {
+            body: &body,
+            sha: &sha,
+            keys,
+            argv,
+            read_only,
+        };
+        // Inline first, within a budget; past it (no write yet), again from the start
+        // as a blocking section, so a long script does not hold this worker and its
+        // I/O. On a single-threaded runtime (tests) there is nothing to hand over.
+        match run(&me, session, &running, &script, true).await {
+            Err(None) => {}
+            Ok(reply) | Err(Some(reply)) => return reply,
         }
-    });
-    // Lua runs on the thread that polls it and cannot yield mid-loop: on a
-    // multi-threaded runtime the script runs in place of a blocking section, so this
-    // worker's other tasks and the I/O driver move to another thread meanwhile (a
-    // script that loops stays killable by SCRIPT KILL from another client).
-    let handle = tokio::runtime::Handle::current();
-    match handle.runtime_flavor() {
-        tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| handle.block_on(work))
+        let handle = tokio::runtime::Handle::current();
+        let again = run(&me, session, &running, &script, false);
+        let result = match handle.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(again))
+            }
+            _ => again.await,
+        };
+        match result {
+            Ok(reply) | Err(Some(reply)) => reply,
+            Err(None) => Reply::err("ERR internal: a script ran over its budget twice"),
         }
-        _ => work.await,
+    })
+    .await
+}
+
+/// A script call's arguments.
+struct Script<'a> {
+    body: &'a Bytes,
+    sha: &'a str,
+    keys: &'a [Bytes],
+    argv: &'a [Bytes],
+    read_only: bool,
+}
+
+/// One run of a script on an idle state: its reply, or `Err(None)` when it stopped at
+/// the inline budget (`budgeted`) and may run again, or `Err(Some(error))`.
+async fn run(
+    engine: &Arc<Engine>,
+    session: &Session,
+    running: &Arc<Running>,
+    script: &Script<'_>,
+    budgeted: bool,
+) -> Result<Reply, Option<Reply>> {
+    let state = engine.scripts.idle.lock().pop();
+    let state = match state {
+        Some(s) => s,
+        None => {
+            State::new().map_err(|e| Some(Reply::err(format!("ERR could not start Lua: {e}"))))?
+        }
+    };
+    let outcome = state
+        .call(
+            engine.clone(),
+            session,
+            running.clone(),
+            script.body,
+            script.sha,
+            script.keys,
+            script.argv,
+            script.read_only,
+            budgeted,
+        )
+        .await;
+    let reply = match outcome {
+        Ok(Ran::Done(value)) => Ok(result_reply(&value)),
+        Ok(Ran::OverBudget) => Err(None),
+        Err(CallError::Compile(e)) => {
+            let (text, _) = describe(&e);
+            let text = text.trim_start_matches("syntax error: ").trim_end();
+            Err(Some(Reply::Error(format!(
+                "ERR Error compiling script (new function): {text}"
+            ))))
+        }
+        Err(CallError::Run(e)) => Err(Some(script_error(script.sha, &e))),
+    };
+    // A state a script stopped mid-way (an error, the budget) is as good as any: the
+    // next call sets its own context and globals.
+    let mut idle = engine.scripts.idle.lock();
+    if idle.len() < IDLE_STATES {
+        idle.push(state);
+    }
+    reply
+}
+
+/// A script's result as its reply: an error text without a code gets `ERR`.
+fn result_reply(value: &Value) -> Reply {
+    match convert::to_reply(value, 0) {
+        Reply::Error(e) if !e.contains(' ') || e.starts_with(|c: char| c.is_ascii_lowercase()) => {
+            Reply::Error(format!("ERR {e}"))
+        }
+        other => other,
     }
 }
 
@@ -198,218 +281,6 @@ impl std::fmt::Display for CommandError {
 
 impl std::error::Error for CommandError {}
 
-/// Runs `body` with `KEYS` and `ARGV`.
-async fn run(
-    engine: Arc<Engine>,
-    session: &Session,
-    body: &Bytes,
-    sha: &str,
-    keys: &[Bytes],
-    argv: &[Bytes],
-    read_only: bool,
-) -> Result<Reply, Reply> {
-    let fail = |e: mlua::Error| script_error(sha, &e);
-    let lua = Lua::new_with(
-        StdLib::TABLE | StdLib::STRING | StdLib::MATH,
-        LuaOptions::default(),
-    )
-    .map_err(|e| Reply::err(format!("ERR could not start Lua: {e}")))?;
-    let mut inner = session.clone();
-    inner.tx = crate::multi::TxState::default();
-    inner.proto = 2;
-    let state = Arc::new(tokio::sync::Mutex::new(inner));
-    let running = Arc::new(Running::default());
-    engine.scripts.running.lock().push(running.clone());
-    let _leave = Leave {
-        engine: engine.clone(),
-        me: running.clone(),
-    };
-    {
-        let running = running.clone();
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
-            move |_, _| {
-                if running.killed.load(Ordering::Acquire) {
-                    return Err(mlua::Error::external(CommandError {
-                        text: "ERR Script killed by user with SCRIPT KILL...".into(),
-                        line: 1,
-                    }));
-                }
-                Ok(VmState::Continue)
-            },
-        )
-        .map_err(fail)?;
-    }
-    setup(&lua, engine, state, running, keys, argv, read_only).map_err(fail)?;
-    let func = lua
-        .load(&body[..])
-        .set_name("@user_script")
-        .into_function()
-        .map_err(|e| {
-            let (text, _) = describe(&e);
-            let text = text.trim_start_matches("syntax error: ").trim_end();
-            Reply::Error(format!("ERR Error compiling script (new function): {text}"))
-        })?;
-    let value: Value = func.call_async(()).await.map_err(fail)?;
-    Ok(match convert::to_reply(&value, 0) {
-        Reply::Error(e) if !e.contains(' ') || e.starts_with(|c: char| c.is_ascii_lowercase()) => {
-            Reply::Error(format!("ERR {e}"))
-        }
-        other => other,
-    })
-}
-
-/// Globals of a script's state: KEYS, ARGV, the `redis` table, and the sandbox.
-fn setup(
-    lua: &Lua,
-    engine: Arc<Engine>,
-    session: Arc<tokio::sync::Mutex<Session>>,
-    running: Arc<Running>,
-    keys: &[Bytes],
-    argv: &[Bytes],
-    read_only: bool,
-) -> mlua::Result<()> {
-    let g = lua.globals();
-    for name in ["loadfile", "dofile"] {
-        g.raw_set(name, Value::Nil)?;
-    }
-    let list = |items: &[Bytes]| -> mlua::Result<mlua::Table> {
-        let t = lua.create_table()?;
-        for (i, item) in items.iter().enumerate() {
-            t.raw_set(i + 1, lua.create_string(&item[..])?)?;
-        }
-        Ok(t)
-    };
-    g.raw_set("KEYS", list(keys)?)?;
-    g.raw_set("ARGV", list(argv)?)?;
-    let redis = lua.create_table()?;
-    for (name, protected) in [("call", false), ("pcall", true)] {
-        let (engine, session, running) = (engine.clone(), session.clone(), running.clone());
-        let f = lua.create_async_function(move |lua, args: MultiValue| {
-            let (engine, session, running) = (engine.clone(), session.clone(), running.clone());
-            async move {
-                let done = command(&lua, &engine, &session, args, read_only, protected).await;
-                if let Ok((_, true)) = &done {
-                    running.wrote.store(true, Ordering::Release);
-                }
-                done.map(|(value, _)| value)
-            }
-        })?;
-        redis.raw_set(name, f)?;
-    }
-    redis.raw_set(
-        "error_reply",
-        lua.create_function(|lua, text: mlua::LuaString| {
-            convert::error_table(lua, &text.to_string_lossy())
-        })?,
-    )?;
-    redis.raw_set(
-        "status_reply",
-        lua.create_function(|lua, text: mlua::LuaString| {
-            convert::status_table(lua, &text.to_string_lossy())
-        })?,
-    )?;
-    redis.raw_set(
-        "sha1hex",
-        lua.create_function(|_, text: mlua::LuaString| Ok(sha1_hex(&text.as_bytes())))?,
-    )?;
-    redis.raw_set(
-        "log",
-        lua.create_function(|_, (level, message): (i64, mlua::LuaString)| {
-            tracing::info!(level, message = %message.to_string_lossy(), "script log");
-            Ok(())
-        })?,
-    )?;
-    redis.raw_set("setresp", lua.create_function(|_, _proto: i64| Ok(()))?)?;
-    for (name, level) in [
-        ("LOG_DEBUG", 0),
-        ("LOG_VERBOSE", 1),
-        ("LOG_NOTICE", 2),
-        ("LOG_WARNING", 3),
-    ] {
-        redis.raw_set(name, level)?;
-    }
-    g.raw_set("redis", redis)?;
-    // Read-only globals: a new global is refused, an unknown one is an error.
-    let guard = lua.create_table()?;
-    guard.raw_set(
-        "__newindex",
-        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::RuntimeError(
-                "user_script:1: Attempt to modify a readonly table".into(),
-            ))
-        })?,
-    )?;
-    guard.raw_set(
-        "__index",
-        lua.create_function(
-            |_, (_, name): (Value, mlua::LuaString)| -> mlua::Result<()> {
-                Err(mlua::Error::RuntimeError(format!(
-                    "user_script:1: Script attempted to access nonexistent global variable '{}'",
-                    name.to_string_lossy()
-                )))
-            },
-        )?,
-    )?;
-    g.set_metatable(Some(guard))?;
-    Ok(())
-}
-
-/// `redis.call` / `redis.pcall`: runs a command in the script's session.
-async fn command(
-    lua: &Lua,
-    engine: &Engine,
-    session: &tokio::sync::Mutex<Session>,
-    args: MultiValue,
-    read_only: bool,
-    protected: bool,
-) -> mlua::Result<(Value, bool)> {
-    let refuse = |text: &str| -> mlua::Result<(Value, bool)> {
-        if protected {
-            return Ok((convert::error_table(lua, text)?, false));
-        }
-        Err(mlua::Error::external(CommandError {
-            text: text.to_string(),
-            line: 1,
-        }))
-    };
-    let mut argv = Vec::with_capacity(args.len());
-    for a in args.iter() {
-        match convert::to_arg(a) {
-            Some(b) => argv.push(b),
-            None => {
-                return refuse("ERR Lua redis lib command arguments must be strings or integers");
-            }
-        }
-    }
-    if argv.is_empty() {
-        return refuse("ERR Please specify at least one argument for this redis lib call");
-    }
-    let index = crate::table::lookup_index(&argv[0]);
-    let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
-        return refuse("ERR Unknown Redis command called from script");
-    };
-    if spec.has_flag("noscript") {
-        return refuse("ERR This Redis command is not allowed from script");
-    }
-    if !spec.arity_ok(argv.len()) {
-        return refuse("ERR Wrong number of args calling Redis command from script");
-    }
-    if read_only && spec.is_write() {
-        return refuse("ERR Write commands are not allowed from read-only scripts.");
-    }
-    let write = spec.is_write();
-    let mut s = session.lock().await;
-    let (reply, _) = Box::pin(crate::dispatch::dispatch_at(engine, &mut s, index, argv)).await;
-    drop(s);
-    match reply {
-        Reply::Error(e) if !protected => {
-            Err(mlua::Error::external(CommandError { text: e, line: 1 }))
-        }
-        other => Ok((convert::to_lua(lua, other, 0)?, write)),
-    }
-}
-
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP`.
 pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_uppercase();
@@ -429,6 +300,8 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
                 }
             }
             engine.scripts.by_sha.lock().clear();
+            // The states keep each script compiled: start over with new ones.
+            engine.scripts.idle.lock().clear();
             Reply::ok()
         }
         ("KILL", 2) => {
