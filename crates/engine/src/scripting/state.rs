@@ -21,6 +21,9 @@ use super::{CommandError, convert, sha1_hex};
 use crate::table::TABLE;
 use crate::{Engine, Session};
 
+/// The most memory one state's scripts may hold: a script that allocates past it gets
+/// an error, not the agent's memory.
+const MEMORY_LIMIT: usize = 128 << 20;
 /// Lua instructions between two checks of the kill flag and the budget.
 const CHECK_EVERY: u32 = 10_000;
 /// Checks (of [`CHECK_EVERY`] instructions) a script runs where it is polled before it
@@ -78,6 +81,7 @@ impl State {
             LuaOptions::default(),
         )?;
         setup(&lua)?;
+        lua.set_memory_limit(MEMORY_LIMIT)?;
         lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
             |lua, _| {
