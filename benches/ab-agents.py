@@ -10,7 +10,7 @@ request of each server and each agent's ratio to redis-server, and writes the sa
 to benches/results/ab-agents.csv.
 
 Usage: python3 benches/ab-agents.py BEFORE_BIN AFTER_BIN [--rounds 3] [-n 300000]
-                                    [-P 16] [-P 1]
+                                    [-P 16] [-P 1] [--tests get,set]
 """
 
 import argparse
@@ -24,6 +24,7 @@ import tempfile
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
+TESTS = "get,set"
 
 
 def free_port():
@@ -53,7 +54,7 @@ def wait_ready(port, deadline=10.0):
 def bench(port, n, pipeline):
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n), "-r", "100000",
-         "-d", "32", "-t", "get,set", "-P", str(pipeline), "--csv"],
+         "-d", "32", "-t", TESTS, "-P", str(pipeline), "--csv"],
         capture_output=True, text=True, check=True).stdout
     rows = list(csv.reader(out.strip().splitlines()))
     return {r[0]: float(r[1]) for r in rows[1:]}
@@ -64,9 +65,12 @@ def main():
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tests", default="get,set", help="redis-benchmark -t (default get,set)")
     ap.add_argument("-n", type=int, default=300000)
     ap.add_argument("-P", dest="pipelines", type=int, action="append")
     a = ap.parse_args()
+    global TESTS
+    TESTS = a.tests
     pipelines = a.pipelines or [16, 1]
     tmp = tempfile.mkdtemp()
     servers = {}
