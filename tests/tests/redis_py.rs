@@ -27,10 +27,10 @@ fn redis_py_round_trips_every_command() {
     );
 }
 
-/// Runs `tests/py/collections_check.py` against `ports` and returns its output,
-/// failing the test with the script's output if it fails.
-fn collections_check(ports: &[String]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/collections_check.py");
+/// Runs the redis-py check `tests/py/SCRIPT` against `ports` and returns its output,
+/// failing the test with the script's output unless it passed over RESP2 and RESP3.
+fn py_check(script: &str, ports: &[String]) -> String {
+    let script = format!("{}/py/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
         .arg(script)
         .args(ports)
@@ -46,6 +46,24 @@ fn collections_check(ports: &[String]) -> String {
     stdout
 }
 
+fn collections_check(ports: &[String]) -> String {
+    py_check("collections_check.py", ports)
+}
+
+/// A two-agent proxy-mode cluster and its agents' client ports.
+fn two_agent_proxy_cluster() -> (dmc_e2e::TestCluster, Vec<String>) {
+    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
+    let report = c.scale(2).unwrap();
+    let ports: Vec<String> = report["started"]
+        .as_array()
+        .expect("the started agents")
+        .iter()
+        .map(dmc_e2e::port_of)
+        .collect();
+    assert_eq!(ports.len(), 2, "{report}");
+    (c, ports)
+}
+
 #[test]
 fn redis_py_exercises_every_collection_command_on_a_standalone_agent() {
     let agent = Agent::start(&[]).unwrap();
@@ -54,58 +72,25 @@ fn redis_py_exercises_every_collection_command_on_a_standalone_agent() {
 
 #[test]
 fn redis_py_exercises_collections_across_a_two_agent_proxy_cluster() {
-    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
-    let report = c.scale(2).unwrap();
-    let ports: Vec<String> = report["started"]
-        .as_array()
-        .expect("the started agents")
-        .iter()
-        .map(dmc_e2e::port_of)
-        .collect();
-    assert_eq!(ports.len(), 2, "{report}");
+    let (_c, ports) = two_agent_proxy_cluster();
     // Both agents serve the one keyspace: writes through one are read through the
     // other, and a BLPOP blocked on the second is woken by a push through the first.
     let out = collections_check(&ports);
     assert!(out.contains("CROSS: ok"), "{out}");
 }
 
-/// Runs `tests/py/transactions_check.py` against `ports`.
-fn transactions_check(ports: &[String]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/transactions_check.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(ports)
-        .output()
-        .expect("python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "redis-py failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("RESP2: ok") && stdout.contains("RESP3: ok"),
-        "{stdout}"
-    );
-}
-
 #[test]
 fn redis_py_transactions_on_a_standalone_agent() {
     let agent = Agent::start(&[]).unwrap();
-    transactions_check(&[agent.port()]);
+    py_check("transactions_check.py", &[agent.port()]);
 }
 
 #[test]
 fn redis_py_transactions_across_a_two_agent_proxy_cluster() {
-    let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
-    let report = c.scale(2).unwrap();
-    let ports: Vec<String> = report["started"]
-        .as_array()
-        .expect("the started agents")
-        .iter()
-        .map(dmc_e2e::port_of)
-        .collect();
-    assert_eq!(ports.len(), 2, "{report}");
+    let (_c, ports) = two_agent_proxy_cluster();
     // The client's agent forwards each transaction whole to the owner of its keys;
     // a write through the other agent aborts a WATCH.
-    transactions_check(&ports);
+    py_check("transactions_check.py", &ports);
 }
 
 #[test]
