@@ -203,3 +203,71 @@ fn a_memory_node_added_while_agents_run_takes_the_copies_of_a_failed_one() {
     }
     c.wait_copies_identical();
 }
+
+/// A memory node paused past its lease (SIGSTOP, as a node starved of CPU) leaves the
+/// region records; woken (SIGCONT), it is the only node without a copy, so the manager
+/// fills new copies back onto it. Over `shm` the agent had mapped the node's old region
+/// files: it must map the new ones, or every write after the fill lands in the unlinked
+/// old file and the copies diverge (seen in CI when a node's lease lapsed under load;
+/// fixed by `Transport::forget_region`).
+#[test]
+fn a_paused_memory_node_gets_its_copies_back_and_they_take_the_writes() {
+    let _serial = dmc_e2e::one_at_a_time();
+    let c = TestCluster::routed("proxy", 2, &["--shards", "16", "--lease-ms", "1000"]).unwrap();
+    let port = port_of(&c.scale(1).unwrap()["started"][0]);
+    wait_until("every region on both nodes", || {
+        let regions = c.regions();
+        !regions.is_empty() && regions.iter().all(region_settled)
+    });
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "before"]), "OK");
+    }
+    let victim = 2u64;
+    let pid = c.nodes[victim as usize - 1].child.id() as i32;
+    // SAFETY: kill(2) with plain integers.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_until("the paused node to leave every region record", || {
+        c.regions().iter().all(|r| !holds(r, victim))
+    });
+    // Writes go on on the one copy left.
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "during"]), "OK");
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_until("every region to have two copies again", || {
+        let regions = c.regions();
+        !regions.is_empty() && regions.iter().all(region_settled)
+    });
+    assert!(c.regions().iter().any(|r| holds(r, victim)));
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["SET", &format!("k{i}"), "after"]), "OK");
+    }
+    c.wait_copies_identical();
+    for i in 0..200 {
+        assert_eq!(redis_cli(&port, &["GET", &format!("k{i}")]), "after");
+    }
+}
+
+/// A memory node is alive from its registration on, even under a lease shorter than
+/// its first heartbeat interval (1 s): it heartbeats at once and learns the lease from
+/// the answer. It used to sleep that second first, so under a lease of a second or
+/// less it lapsed right after registering and the manager failed it over (in CI:
+/// `faults.rs` then ran its regions on one copy, and re-replicated them).
+#[test]
+fn a_memory_node_is_alive_from_its_registration_under_a_short_lease() {
+    let _serial = dmc_e2e::one_at_a_time();
+    let c = TestCluster::routed("proxy", 2, &["--lease-ms", "800"]).unwrap();
+    let mut lapsed = Vec::new();
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_millis(1500) {
+        let status = c.manager.status().unwrap();
+        for n in status["nodes"].as_array().into_iter().flatten() {
+            if n["alive"] != true {
+                lapsed.push((watch.elapsed(), n["id"].clone()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(lapsed.is_empty(), "nodes seen lapsed: {lapsed:?}");
+}

@@ -319,6 +319,10 @@ fn membership(url: String, who: Registration, mut every: Duration) {
                 Ok(()) => {
                     tracing::info!(manager = %base, "registered with the cluster manager");
                     registered = true;
+                    // Heartbeat at once: its answer names the lease, which may be
+                    // shorter than the first interval (a node that slept `every`
+                    // first lapsed under a lease of a second or less).
+                    continue;
                 }
                 Err(e) => {
                     tracing::warn!(manager = %base, error = %e, "registering failed; retrying")

@@ -233,17 +233,20 @@ impl Transport for ShmTransport {
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         Box::pin(async move {
             if let Request::DropRegion { region } = &req {
-                let region = *region as usize;
-                self.maps.rcu(|maps| {
-                    let mut maps = Vec::clone(maps);
-                    if let Some(m) = maps.get_mut(region) {
-                        *m = None;
-                    }
-                    maps
-                });
+                self.forget_region(*region);
             }
             self.rpc.call(&req).await
         })
+    }
+
+    fn forget_region(&self, region: RegionId) {
+        self.maps.rcu(|maps| {
+            let mut maps = Vec::clone(maps);
+            if let Some(m) = maps.get_mut(region as usize) {
+                *m = None;
+            }
+            maps
+        });
     }
 }
 

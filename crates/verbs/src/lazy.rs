@@ -16,7 +16,7 @@ use crate::error::VerbsError;
 use crate::rpc::RpcOptions;
 use crate::transport::{Transport, Verb};
 use crate::wire::{Request, Response};
-use crate::{Endpoint, NodeId};
+use crate::{Endpoint, NodeId, RegionId};
 
 pub struct LazyTransport {
     node: NodeId,
@@ -126,6 +126,12 @@ impl Transport for LazyTransport {
 
     fn completes_inline(&self) -> bool {
         self.kind == BackendKind::Shm
+    }
+
+    fn forget_region(&self, region: RegionId) {
+        if let Some(c) = self.conn.read().as_ref() {
+            c.forget_region(region);
+        }
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {

@@ -124,6 +124,12 @@ pub trait Transport: Send + Sync {
 
     /// Sends one RPC. An error response arrives as `Err`.
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>>;
+
+    /// Forgets what this connection keeps of the node's copy of `region` (the `shm`
+    /// backend's mapping of its file): the copy was dropped and created anew by someone
+    /// else (the manager filling a copy on a node that held the region before), and
+    /// verbs must reach the new one. The next verb on the region opens it again.
+    fn forget_region(&self, _region: RegionId) {}
 }
 
 /// Single-verb conveniences over [`Transport::post`].

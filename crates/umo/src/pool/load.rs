@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use dmc_verbs::wire::{Request, Response};
-use dmc_verbs::{NodeId, Transport, Verb, VerbsError};
+use dmc_verbs::{NodeId, RegionId, Transport, Verb, VerbsError};
 use futures::future::BoxFuture;
 
 use super::Pool;
@@ -124,6 +124,10 @@ impl Transport for Timed {
 
     fn calls_inline(&self) -> bool {
         self.inner.calls_inline()
+    }
+
+    fn forget_region(&self, region: RegionId) {
+        self.inner.forget_region(region)
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {

@@ -116,6 +116,16 @@ impl Pool {
                 .get(p.region as usize)
                 .cloned()
                 .flatten();
+            // A copy this client starts to fill is a new file on its node, even where
+            // the node held the region before (it failed and came back, or was
+            // drained): what this client mapped of the old one is no copy any more.
+            for &i in &entry.filling {
+                if !known.as_ref().is_some_and(|k| k.filling.contains(&i))
+                    && let Some(node) = self.nodes.get(i)
+                {
+                    node.forget_region(p.region);
+                }
+            }
             if known.as_ref() != Some(&entry) {
                 if known.is_some() {
                     tracing::info!(region = p.region, primary = p.record.primary, backups = ?p.record.backups,
