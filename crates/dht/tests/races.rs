@@ -50,10 +50,20 @@ async fn race(backend: Backend) {
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
+    // Writers go on until the readers have read enough alongside them (however the
+    // two cores are shared: a fixed number of writes once ended before the readers
+    // got going, on a loaded CI machine).
     for w in 0..2u64 {
-        let dht = dht.clone();
+        let (dht, reads) = (dht.clone(), reads.clone());
         tasks.push(tokio::spawn(async move {
-            for version in 0..3000u64 {
+            for version in 0u64.. {
+                if version >= 3000 && reads.load(Ordering::Relaxed) > 1000 {
+                    break;
+                }
+                // The local backend completes inline: let the readers in.
+                if version % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
                 let key = ((version * 7 + w * 13) % KEYS as u64) as u32;
                 let name = format!("race:{key}");
                 if version % 5 == 4 {
