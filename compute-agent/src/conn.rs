@@ -76,11 +76,13 @@ pub(crate) async fn serve_conn(
         show(stream.local_addr()),
         i64::from(stream.as_raw_fd()),
     );
-    // Unregisters the client however the session ends (error, kill, or a panic).
+    // Unregisters the client and its subscriptions however the session ends (error,
+    // kill, or a panic).
     struct Registered<'a>(&'a Engine, u64);
     impl Drop for Registered<'_> {
         fn drop(&mut self) {
             self.0.clients.unregister(self.1);
+            self.0.pubsub.remove_client(self.1);
         }
     }
     let _registered = Registered(engine, session.id);
@@ -138,6 +140,20 @@ async fn send(
     }
 }
 
+/// Writes the messages waiting in a subscriber's mailbox into `out`; once the client
+/// has no subscription left, the mailbox goes with its last messages.
+fn deliver_messages(session: &mut dmc_engine::Session, out: &mut BytesMut) {
+    let Some(mailbox) = &session.mailbox else {
+        return;
+    };
+    for m in mailbox.take() {
+        m.reply().encode(session.proto, out);
+    }
+    if !session.subscribed {
+        session.mailbox = None;
+    }
+}
+
 async fn serve_session(
     shared: &ConnShared,
     mut rd: impl AsyncRead + Unpin,
@@ -169,8 +185,19 @@ async fn serve_session(
                 None => std::future::pending().await,
             }
         };
+        // A subscriber's messages are written as they come (a subscriber is never
+        // closed for being idle, as in Redis).
+        let mailbox = session.mailbox.clone();
+        let message = async {
+            match &mailbox {
+                Some(m) => m.ready().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut messages = false;
         tokio::select! {
-            _ = idle_timer, if !unparsed => return Ok(()),
+            _ = message, if !unparsed => messages = true,
+            _ = idle_timer, if !unparsed && mailbox.is_none() => return Ok(()),
             _ = std::future::ready(()), if unparsed => unparsed = false,
             read = rd.read_buf(&mut buf), if !unparsed => match read? {
                 0 => return Ok(()),
@@ -183,6 +210,12 @@ async fn serve_session(
             _ = client.killed() => return Ok(()),
             // Shutting down: every command this client sent was answered.
             _ = drain.wait_for(|d| *d) => return Ok(()),
+        }
+        if messages {
+            deliver_messages(session, &mut out);
+            send(&mut wr, &out, engine, &client).await?;
+            out.clear();
+            continue;
         }
         // Limits are read at every read, so CONFIG SET applies to open connections.
         let limits = Limits {
@@ -309,6 +342,8 @@ async fn serve_session(
                 } else {
                     router.execute_at(session, index, args, peer).await
                 };
+                // Messages published meanwhile (to this client too) come first.
+                deliver_messages(session, &mut out);
                 if session.should_reply() {
                     reply.encode(session.proto, &mut out);
                 }

@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 12],
+    by_family: [Histogram; 13],
 }
 
 impl CommandTimers {
@@ -35,6 +35,7 @@ impl CommandTimers {
                 h("zsets"),
                 h("transactions"),
                 h("scripting"),
+                h("pubsub"),
             ],
         }
     }
@@ -54,6 +55,7 @@ impl CommandTimers {
             Family::ZSets => 9,
             Family::Transactions => 10,
             Family::Scripting => 11,
+            Family::PubSub => 12,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -94,6 +94,22 @@ fn redis_py_transactions_across_a_two_agent_proxy_cluster() {
 }
 
 #[test]
+fn redis_py_pubsub_on_a_standalone_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    let out = py_check("pubsub_check.py", &[agent.port()]);
+    assert!(out.contains("SLOW: ok"), "{out}");
+}
+
+#[test]
+fn redis_py_pubsub_across_a_two_agent_proxy_cluster() {
+    let (_c, ports) = two_agent_proxy_cluster();
+    // Publisher on the first agent; channel subscribers on both, pattern and shard
+    // subscribers on the second: every message reaches each once, in order.
+    let out = py_check("pubsub_check.py", &ports);
+    assert!(out.contains("SLOW: ok"), "{out}");
+}
+
+#[test]
 fn a_reader_agent_never_sees_a_torn_collection_while_the_owner_rewrites_it() {
     let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
     c.scale(2).unwrap();

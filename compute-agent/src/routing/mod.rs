@@ -34,12 +34,14 @@
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
 //! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
+//! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
 //! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
 mod apply;
 mod cluster_cmds;
 mod config_set;
 mod peers;
+mod pubsub;
 mod transactions;
 mod warm;
 
@@ -209,18 +211,7 @@ impl Router {
         if matches!(reply, Reply::Error(_)) {
             return (reply, flow);
         }
-        let me = self.me.load(Ordering::Acquire);
-        let others: Vec<String> = self
-            .map()
-            .map(|m| {
-                m.agents
-                    .iter()
-                    .filter(|a| a.id != me)
-                    .map(|a| a.listen.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for addr in others {
+        for addr in self.other_agents() {
             match self.forward(&addr, session, &args).await {
                 Ok(Reply::Error(e)) => return (Reply::Error(e), flow),
                 Ok(Reply::Int(n)) => {
@@ -238,6 +229,20 @@ impl Router {
             }
         }
         (reply, flow)
+    }
+
+    /// The addresses of the instance's other agents in the current map.
+    fn other_agents(&self) -> Vec<String> {
+        let me = self.me.load(Ordering::Acquire);
+        self.map()
+            .map(|m| {
+                m.agents
+                    .iter()
+                    .filter(|a| a.id != me)
+                    .map(|a| a.listen.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Counts a completed takeover and wakes the commands waiting for one.
@@ -348,6 +353,9 @@ impl Router {
             return done;
         }
         if let Some(done) = self.transaction(session, spec, index, &args, peer).await {
+            return done;
+        }
+        if let Some(done) = self.pubsub(session, spec, index, &args, peer).await {
             return done;
         }
         // Commands about the whole keyspace, which each agent answers for the slots

@@ -277,12 +277,7 @@ impl Router {
         max: usize,
         peer: bool,
     ) -> Option<(String, usize)> {
-        if commands.len() < 2
-            || peer
-            || !session.authenticated
-            || self.mode != RoutingMode::Proxy
-            || session.tx.in_multi()
-        {
+        if commands.len() < 2 || peer || !session.plain() || self.mode != RoutingMode::Proxy {
             // In MULTI commands are queued here, not run.
             return None;
         }

@@ -153,8 +153,9 @@ impl Client {
         now.saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000
     }
 
-    /// The client's `CLIENT LIST` line, in Redis 7.2's field order.
-    pub fn line(&self, clients: &Clients) -> String {
+    /// The client's `CLIENT LIST` line, in Redis 7.2's field order; `subs`: its
+    /// channels, patterns and shard channels.
+    pub fn line(&self, clients: &Clients, subs: (usize, usize, usize)) -> String {
         let name = self
             .name()
             .map(|n| String::from_utf8_lossy(&n).into_owned())
@@ -165,6 +166,8 @@ impl Client {
         };
         let flags = if self.is_blocked() {
             "b"
+        } else if subs.0 + subs.1 + subs.2 > 0 {
+            "P"
         } else if self.no_evict.load(Ordering::Relaxed) {
             "e"
         } else {
@@ -172,7 +175,7 @@ impl Client {
         };
         let (lib_name, lib_ver) = self.lib.lock().clone();
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -180,6 +183,9 @@ impl Client {
             self.age_secs(),
             self.idle_secs(clients),
             self.db.load(Ordering::Relaxed),
+            subs.0,
+            subs.1,
+            subs.2,
             self.proto.load(Ordering::Relaxed),
         )
     }
@@ -286,14 +292,14 @@ mod tests {
         b.set_name(Some(Bytes::from_static(b"worker")));
         a.touch(&clients, 0, 3, 3);
         assert_eq!(clients.len(), 2);
-        let line = a.line(&clients);
+        let line = a.line(&clients, (0, 0, 0));
         assert!(line.starts_with("id=1 addr=127.0.0.1:1000 laddr=127.0.0.1:6379 fd=7 name= "));
         assert!(
             line.contains(" db=3 ") && line.contains(" resp=3 "),
             "{line}"
         );
         assert!(line.contains(&format!(" cmd={} ", TABLE[0].name)), "{line}");
-        assert!(b.line(&clients).contains(" name=worker "));
+        assert!(b.line(&clients, (0, 0, 0)).contains(" name=worker "));
         let by_addr = KillFilter {
             addr: Some("127.0.0.1:1001".into()),
             skip_me: true,

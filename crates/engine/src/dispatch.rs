@@ -89,6 +89,30 @@ pub async fn dispatch_at(
             Flow::Continue,
         );
     }
+    if session.subscribed && session.proto < 3 {
+        if !crate::pubsub::allowed_in_subscribed_mode(spec.cmd) {
+            let name = match (spec.cmd, args.get(1)) {
+                (Cmd::PubSub | Cmd::Client | Cmd::Config | Cmd::Script, Some(sub)) => format!(
+                    "{}|{}",
+                    spec.name,
+                    String::from_utf8_lossy(sub).to_ascii_lowercase()
+                ),
+                _ => spec.name.to_string(),
+            };
+            return (
+                crate::pubsub::refused_in_subscribed_mode(&name),
+                Flow::Continue,
+            );
+        }
+        // PING in subscribed mode answers as a message would: `pong` and its text.
+        if spec.cmd == Cmd::Ping {
+            let text = args.get(1).cloned().unwrap_or_default();
+            return (
+                Reply::Array(vec![Reply::bulk("pong"), Reply::Bulk(text)]),
+                Flow::Continue,
+            );
+        }
+    }
     let reply = match spec.family() {
         Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
         Family::Server => server::run(engine, session, spec.cmd, &args).await,
@@ -124,6 +148,7 @@ pub async fn dispatch_at(
             Cmd::EvalRo => crate::scripting::eval(engine, session, &args, false, true).await,
             _ => crate::scripting::eval(engine, session, &args, true, true).await,
         },
+        Family::PubSub => crate::pubsub::run(engine, session, spec.cmd, &args),
         // Only the agent's connection loop speaks to peers.
         Family::Internal => unknown(&args),
     };

@@ -42,6 +42,7 @@ pub mod lists;
 pub mod multi;
 pub mod packed;
 pub mod pipeline;
+pub mod pubsub;
 pub mod read;
 pub mod scripting;
 pub mod server;
@@ -117,6 +118,12 @@ pub struct Session {
     pub skip_replies: u8,
     /// MULTI's queue and WATCHed keys ([`multi`]).
     pub tx: multi::TxState,
+    /// Subscribed to a channel, pattern or shard channel ([`pubsub`]): a RESP2
+    /// client is in subscribed mode.
+    pub subscribed: bool,
+    /// Where this client's messages wait: set by its first subscription, kept until
+    /// the connection wrote what it holds after the last unsubscription.
+    pub mailbox: Option<Arc<pubsub::Mailbox>>,
 }
 
 impl Session {
@@ -128,6 +135,13 @@ impl Session {
             return false;
         }
         !self.reply_off
+    }
+
+    /// Whether the pipelined fast paths may take this client's commands: it is
+    /// authenticated, not queuing a MULTI, and not in RESP2 subscribed mode (each of
+    /// its commands is checked by [`dispatch`]).
+    pub fn plain(&self) -> bool {
+        self.authenticated && !self.tx.in_multi() && !(self.subscribed && self.proto < 3)
     }
 }
 
@@ -180,6 +194,8 @@ pub struct Engine {
     pub(crate) hash_batches: combine::Combiner<hashes::HashOp>,
     /// Same-key batches of sorted set changes.
     pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
+    /// This agent's subscribers.
+    pub pubsub: pubsub::PubSub,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -208,6 +224,7 @@ impl Engine {
             set_batches: combine::Combiner::default(),
             hash_batches: combine::Combiner::default(),
             zset_batches: combine::Combiner::default(),
+            pubsub: pubsub::PubSub::default(),
             cache,
             dht,
             clock,
@@ -241,6 +258,8 @@ impl Engine {
             reply_off: false,
             skip_replies: 0,
             tx: multi::TxState::default(),
+            subscribed: false,
+            mailbox: None,
         }
     }
 

@@ -77,6 +77,20 @@ pub(crate) fn queue(session: &mut Session, index: Option<usize>, args: &[Bytes])
     ) {
         return None;
     }
+    // A subscription answers once per channel, which an EXEC's array cannot hold
+    // (Redis 7.0 writes a malformed reply there).
+    if matches!(
+        spec.cmd,
+        Cmd::Subscribe
+            | Cmd::Unsubscribe
+            | Cmd::PSubscribe
+            | Cmd::PUnsubscribe
+            | Cmd::SSubscribe
+            | Cmd::SUnsubscribe
+    ) {
+        tx.dirty = true;
+        return Some(Reply::err("ERR Command not allowed inside a transaction"));
+    }
     if !spec.arity_ok(args.len()) {
         tx.dirty = true;
         return Some(Reply::Error(format!(

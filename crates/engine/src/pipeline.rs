@@ -27,7 +27,7 @@ impl Engine {
     /// as one batch answers exactly what running them one by one would.
     pub fn leading_gets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
         // In MULTI commands are queued, not run.
-        if !session.authenticated || session.tx.in_multi() {
+        if !session.plain() {
             return 0;
         }
         commands
@@ -83,7 +83,7 @@ impl Engine {
     /// keys commute, so their replies are what running them in order would give, and
     /// their commits can share the group committer's round trips.
     pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
-        if !session.authenticated || session.tx.in_multi() {
+        if !session.plain() {
             return 0;
         }
         let mut keys: Vec<&[u8]> = Vec::new();

@@ -168,6 +168,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             s.reply_off = false;
             s.skip_replies = 0;
             s.tx.clear();
+            engine.pubsub.remove_client(s.id);
+            s.subscribed = false;
             s.authenticated = engine.config.requirepass.is_none();
             Reply::Simple("RESET")
         }
@@ -233,7 +235,9 @@ fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
             }
             Reply::ok()
         }
-        ("INFO", 2) => Reply::Verbatim(Bytes::from(s.client.line(&engine.clients))),
+        ("INFO", 2) => Reply::Verbatim(Bytes::from(
+            s.client.line(&engine.clients, engine.pubsub.counts(s.id)),
+        )),
         ("LIST", _) => client_list(engine, &args[2..]),
         ("KILL", 3) => {
             // The old form: CLIENT KILL ip:port.
@@ -363,7 +367,7 @@ fn client_list(engine: &Engine, opts: &[Bytes]) -> Reply {
     if normal_only {
         for c in engine.clients.all() {
             if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
-                out.push_str(&c.line(&engine.clients));
+                out.push_str(&c.line(&engine.clients, engine.pubsub.counts(c.id)));
             }
         }
     }
@@ -523,6 +527,7 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
         Some(s) => s.eq_ignore_ascii_case(name),
     };
     let dht = engine.dht.stats();
+    let pubsub = engine.pubsub.totals();
     let pool = engine.dht.pool_stats();
     let st = &engine.stats;
     st.note_memory(dht.used_memory);
@@ -670,8 +675,9 @@ pub fn info(engine: &Engine, section: Option<String>) -> String {
                 ("evicted_keys", dht.evicted.to_string()),
                 ("keyspace_hits", dht.hits.to_string()),
                 ("keyspace_misses", dht.misses.to_string()),
-                ("pubsub_channels", "0".into()),
-                ("pubsub_patterns", "0".into()),
+                ("pubsub_channels", pubsub.0.to_string()),
+                ("pubsub_patterns", pubsub.1.to_string()),
+                ("pubsubshard_channels", pubsub.2.to_string()),
                 ("total_error_replies", n(&st.error_replies)),
                 ("total_reads_processed", n(&st.reads_processed)),
                 ("total_writes_processed", n(&st.writes_processed)),

@@ -31,6 +31,9 @@ pub enum Reply {
     BigNumber(String),
     /// RESP3 push; RESP2 array.
     Push(Vec<Reply>),
+    /// Several replies to one command, back to back (SUBSCRIBE answers once per
+    /// channel). Never nested in an aggregate: it is not one frame.
+    Several(Vec<Reply>),
 }
 
 impl Reply {
@@ -139,6 +142,7 @@ impl Reply {
                 out.put_slice(b"\r\n");
             }
             Reply::BigNumber(n) => Reply::Bulk(Bytes::from(n.clone())).encode(proto, out),
+            Reply::Several(replies) => replies.iter().for_each(|r| r.encode(proto, out)),
         }
     }
 }

@@ -44,6 +44,7 @@ fn as_resp2(r: &Reply) -> F2 {
         ),
         Reply::Double(d) => F2::BulkString(format_double(*d).into_bytes()),
         Reply::BigNumber(n) => F2::BulkString(n.as_bytes().to_vec()),
+        Reply::Several(_) => unreachable!("the strategies make one frame per reply"),
     }
 }
 
@@ -104,6 +105,7 @@ fn as_resp3(r: &Reply) -> F3 {
             data: n.as_bytes().to_vec(),
             attributes: None,
         },
+        Reply::Several(_) => unreachable!("the strategies make one frame per reply"),
     }
 }
 

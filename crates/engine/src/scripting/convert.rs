@@ -26,7 +26,7 @@ pub fn to_lua(lua: &Lua, reply: Reply, depth: usize) -> mlua::Result<Value> {
         }
         Reply::Bool(b) => Value::Number(f64::from(u8::from(b))),
         Reply::Null | Reply::NullArray => Value::Boolean(false),
-        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) | Reply::Several(items) => {
             array(lua, items.into_iter(), depth)?
         }
         Reply::Map(pairs) => array(lua, pairs.into_iter().flat_map(|(k, v)| [k, v]), depth)?,

@@ -91,6 +91,15 @@ pub enum Cmd {
     EvalRo,
     EvalShaRo,
     Script,
+    Subscribe,
+    Unsubscribe,
+    PSubscribe,
+    PUnsubscribe,
+    SSubscribe,
+    SUnsubscribe,
+    Publish,
+    SPublish,
+    PubSub,
     /// `DMC.PEER`: the first command of another agent's forwarding connection.
     DmcPeer,
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
@@ -133,6 +142,8 @@ pub enum Family {
     Transactions,
     /// EVAL and its kin, SCRIPT ([`crate::scripting`]).
     Scripting,
+    /// SUBSCRIBE and its kin, PUBLISH, PUBSUB ([`crate::pubsub`]).
+    PubSub,
     /// Commands between DMC processes, handled by the agent's connection loop.
     Internal,
 }
@@ -166,6 +177,8 @@ impl Cmd {
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
             Multi | Exec | Discard | Watch | Unwatch => Family::Transactions,
             Eval | EvalSha | EvalRo | EvalShaRo | Script => Family::Scripting,
+            Subscribe | Unsubscribe | PSubscribe | PUnsubscribe | SSubscribe | SUnsubscribe
+            | Publish | SPublish | PubSub => Family::PubSub,
             DmcPeer | DmcWarm => Family::Internal,
             Hash(_) => Family::Hashes,
             List(_) => Family::Lists,
@@ -280,6 +293,8 @@ const WF: &[&str] = &["write", "fast"];
 const R: &[&str] = &["readonly", "fast"];
 const C: &[&str] = &["fast", "stale", "loading"];
 const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const PS: &[&str] = &["pubsub", "noscript", "loading", "stale"];
+const PUB: &[&str] = &["pubsub", "loading", "stale", "fast"];
 const EVAL: &[&str] = &["write", "noscript", "stale", "skip_monitor", "movablekeys"];
 const EVAL_RO: &[&str] = &[
     "readonly",
@@ -481,6 +496,17 @@ const CORE: &[Spec] = &[
     script_row("eval_ro", EVAL_RO, Cmd::EvalRo),
     script_row("evalsha_ro", EVAL_RO, Cmd::EvalShaRo),
     spec!("script", -2, &["noscript"], 0, 0, 0, Script),
+    spec!("subscribe", -2, PS, 0, 0, 0, Subscribe),
+    spec!("unsubscribe", -1, PS, 0, 0, 0, Unsubscribe),
+    spec!("psubscribe", -2, PS, 0, 0, 0, PSubscribe),
+    spec!("punsubscribe", -1, PS, 0, 0, 0, PUnsubscribe),
+    // Shard channels are keys, as in Redis Cluster: a cluster member answers MOVED
+    // for another agent's slot, so they are subscribed and published at the owner.
+    spec!("ssubscribe", -2, PS, 1, -1, 1, SSubscribe),
+    spec!("sunsubscribe", -1, PS, 1, -1, 1, SUnsubscribe),
+    spec!("publish", 3, PUB, 0, 0, 0, Publish),
+    spec!("spublish", 3, PUB, 1, 1, 1, SPublish),
+    spec!("pubsub", -2, &[], 0, 0, 0, PubSub),
     spec!(
         "dmc.peer",
         2,
