@@ -174,7 +174,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             Reply::Simple("RESET")
         }
         Cmd::Client => client(engine, s, args),
-        Cmd::Info => Reply::Verbatim(Bytes::from(info(engine, args.get(1).map(|a| upper(a))))),
+        Cmd::Info => {
+            let sections: Vec<String> = args[1..].iter().map(|a| upper(a)).collect();
+            Reply::Verbatim(Bytes::from(info(engine, &sections)))
+        }
         Cmd::Config => config(engine, args),
         Cmd::Command => command(args),
         Cmd::Time => {
@@ -505,6 +508,39 @@ fn command(args: &[Bytes]) -> Reply {
                 .collect(),
         ),
         Some("LIST") => Reply::Array(TABLE.iter().map(|s| Reply::bulk(s.name)).collect()),
+        Some("GETKEYS") if args.len() >= 4 => {
+            let cmd = &args[2..];
+            let Some(spec) = table::lookup(&cmd[0]) else {
+                return Reply::err("ERR Invalid command specified");
+            };
+            if !spec.arity_ok(cmd.len()) {
+                return Reply::err("ERR Invalid number of arguments specified for command");
+            }
+            // A key count past the arguments names no key (Redis answers an empty list).
+            let counted = usize::try_from(spec.numkeys).ok().filter(|&at| at > 0);
+            if let Some(at) = counted
+                && cmd
+                    .get(at)
+                    .and_then(|n| crate::parse_i64(n))
+                    .is_some_and(|n| n < 0 || at as i64 + 1 + n > cmd.len() as i64)
+            {
+                return Reply::Array(Vec::new());
+            }
+            let keys = spec.key_positions(cmd);
+            if keys.is_empty() && counted.is_none() {
+                return Reply::err("ERR The command has no key arguments");
+            }
+            Reply::Array(
+                keys.iter()
+                    .filter_map(|&i| cmd.get(i))
+                    .cloned()
+                    .map(Reply::Bulk)
+                    .collect(),
+            )
+        }
+        Some("GETKEYS") => {
+            Reply::err("ERR wrong number of arguments for 'command|getkeys' command")
+        }
         // Every command, or the named ones that exist.
         Some("DOCS") if args.len() == 2 => Reply::Map(TABLE.iter().map(docs::entry).collect()),
         Some("DOCS") => Reply::Map(
@@ -520,11 +556,15 @@ fn command(args: &[Bytes]) -> Reply {
     }
 }
 
-/// `INFO [section]`, with Redis's field names.
-pub fn info(engine: &Engine, section: Option<String>) -> String {
-    let want = |name: &str| match section.as_deref() {
-        None | Some("ALL") | Some("DEFAULT") | Some("EVERYTHING") => true,
-        Some(s) => s.eq_ignore_ascii_case(name),
+/// `INFO [section [section ...]]` (uppercase names; none: the default sections), with
+/// Redis's field names.
+pub fn info(engine: &Engine, sections: &[String]) -> String {
+    let want = |name: &str| {
+        sections.is_empty()
+            || sections.iter().any(|s| {
+                matches!(s.as_str(), "ALL" | "DEFAULT" | "EVERYTHING")
+                    || s.eq_ignore_ascii_case(name)
+            })
     };
     let dht = engine.dht.stats();
     let pubsub = engine.pubsub.totals();

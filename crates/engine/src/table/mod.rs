@@ -430,6 +430,8 @@ const CORE: &[Spec] = &[
     spec!("append", 3, &["write", "denyoom", "fast"], 1, 1, 1, Append),
     spec!("strlen", 2, R, 1, 1, 1, Strlen),
     spec!("getrange", 4, &["readonly"], 1, 1, 1, GetRange),
+    // Redis's old name of GETRANGE, which redis-py still sends for `substr`.
+    spec!("substr", 4, &["readonly"], 1, 1, 1, GetRange),
     spec!("setrange", 4, W, 1, 1, 1, SetRange),
     spec!("del", -2, &["write"], 1, -1, 1, Del),
     spec!("unlink", -2, &["write", "fast"], 1, -1, 1, Unlink),

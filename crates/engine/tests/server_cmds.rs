@@ -1,0 +1,98 @@
+//! Server commands redis-py's own suite found missing or partial, as redis-server 7.0
+//! answers them: COMMAND GETKEYS, SUBSTR (GETRANGE's old name), INFO with several
+//! sections.
+
+mod support;
+
+use dmc_resp::Reply;
+use support::{Backend, engine, run};
+
+fn bulks(items: &[&str]) -> Reply {
+    Reply::Array(items.iter().map(|s| Reply::bulk(s.to_string())).collect())
+}
+
+#[tokio::test]
+async fn command_getkeys_names_the_keys_as_redis_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let cases: &[(&[&str], Reply)] = &[
+        (
+            &["COMMAND", "GETKEYS", "MSET", "a", "b", "c", "d"],
+            bulks(&["a", "c"]),
+        ),
+        (
+            &["COMMAND", "GETKEYS", "EVAL", "x", "1", "a", "b"],
+            bulks(&["a"]),
+        ),
+        // A key count past the arguments names no key.
+        (&["COMMAND", "GETKEYS", "EVAL", "x", "5", "a"], bulks(&[])),
+        (
+            &[
+                "COMMAND",
+                "GETKEYS",
+                "ZUNIONSTORE",
+                "d",
+                "2",
+                "a",
+                "b",
+                "WEIGHTS",
+                "1",
+                "2",
+            ],
+            bulks(&["d", "a", "b"]),
+        ),
+        (
+            &["COMMAND", "GETKEYS", "GET", "a", "b"],
+            Reply::err("ERR Invalid number of arguments specified for command"),
+        ),
+        (
+            &["COMMAND", "GETKEYS", "PING", "x"],
+            Reply::err("ERR The command has no key arguments"),
+        ),
+        (
+            &["COMMAND", "GETKEYS", "NOPE", "a"],
+            Reply::err("ERR Invalid command specified"),
+        ),
+        (
+            &["COMMAND", "GETKEYS", "GET"],
+            Reply::err("ERR wrong number of arguments for 'command|getkeys' command"),
+        ),
+    ];
+    for (cmd, want) in cases {
+        assert_eq!(&run(&engine, &mut s, cmd).await, want, "{cmd:?}");
+    }
+}
+
+#[tokio::test]
+async fn substr_is_getrange() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    run(&engine, &mut s, &["SET", "a", "0123456789"]).await;
+    assert_eq!(
+        run(&engine, &mut s, &["SUBSTR", "a", "3", "-2"]).await,
+        Reply::bulk("345678")
+    );
+    assert_eq!(
+        run(&engine, &mut s, &["SUBSTR", "a", "3"]).await,
+        Reply::err("ERR wrong number of arguments for 'substr' command")
+    );
+}
+
+#[tokio::test]
+async fn info_answers_every_section_asked_for() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let Reply::Verbatim(text) = run(&engine, &mut s, &["INFO", "clients", "server"]).await else {
+        panic!("INFO answers a verbatim string");
+    };
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains("# Server") && text.contains("redis_version:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# Clients") && text.contains("connected_clients:"),
+        "{text}"
+    );
+    assert!(!text.contains("# Memory"), "{text}");
+}
