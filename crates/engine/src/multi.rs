@@ -79,15 +79,7 @@ pub(crate) fn queue(session: &mut Session, index: Option<usize>, args: &[Bytes])
     }
     // A subscription answers once per channel, which an EXEC's array cannot hold
     // (Redis 7.0 writes a malformed reply there).
-    if matches!(
-        spec.cmd,
-        Cmd::Subscribe
-            | Cmd::Unsubscribe
-            | Cmd::PSubscribe
-            | Cmd::PUnsubscribe
-            | Cmd::SSubscribe
-            | Cmd::SUnsubscribe
-    ) {
+    if crate::pubsub::is_subscription(spec.cmd) {
         tx.dirty = true;
         return Some(Reply::err("ERR Command not allowed inside a transaction"));
     }

@@ -415,8 +415,8 @@ fn confirmation(word: &'static str, name: Option<&Bytes>, count: i64) -> Reply {
     ])
 }
 
-/// Whether a RESP2 client in subscribed mode may run `cmd`.
-pub fn allowed_in_subscribed_mode(cmd: Cmd) -> bool {
+/// Whether `cmd` subscribes or unsubscribes.
+pub fn is_subscription(cmd: Cmd) -> bool {
     matches!(
         cmd,
         Cmd::Subscribe
@@ -425,10 +425,12 @@ pub fn allowed_in_subscribed_mode(cmd: Cmd) -> bool {
             | Cmd::PUnsubscribe
             | Cmd::SSubscribe
             | Cmd::SUnsubscribe
-            | Cmd::Ping
-            | Cmd::Quit
-            | Cmd::Reset
     )
+}
+
+/// Whether a RESP2 client in subscribed mode may run `cmd`.
+pub fn allowed_in_subscribed_mode(cmd: Cmd) -> bool {
+    is_subscription(cmd) || matches!(cmd, Cmd::Ping | Cmd::Quit | Cmd::Reset)
 }
 
 /// Redis's refusal of a command in subscribed mode (`name`: `get`, `pubsub|numpat`).

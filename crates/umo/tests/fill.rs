@@ -4,8 +4,41 @@
 
 mod support;
 
-use dmc_umo::{Pool, ReadObject, ValueKind};
-use support::{connect, region_copies, small, start_nodes};
+use std::sync::Arc;
+
+use dmc_umo::{ObjectRef, Pool, ReadObject, ValueKind};
+use dmc_verbs::Transport;
+use support::{Nodes, connect, region_copies, small, start_nodes};
+
+/// What each test starts from: `n` nodes, a transport to each (the manager's view), a
+/// pool with `r = 2` over them holding one object, and the region size.
+struct Start {
+    _nodes: Nodes,
+    transports: Vec<Arc<dyn Transport>>,
+    pool: Arc<Pool>,
+    first: ObjectRef,
+    size: u64,
+}
+
+async fn start(n: u32) -> Start {
+    let nodes = start_nodes(n, 64 << 20).await;
+    let transports = connect(&nodes).await;
+    let config = small(2);
+    let size = config.region_size;
+    let pool = Pool::open(config, connect(&nodes).await).await.unwrap();
+    // The client maps the region's copies by writing it.
+    let first = pool
+        .write_object(0, b"first", ValueKind::String, b"v")
+        .await
+        .unwrap();
+    Start {
+        _nodes: nodes,
+        transports,
+        pool,
+        first,
+        size,
+    }
+}
 
 /// Filling a new copy while writes race the copier (issue 15, item 2): a chunk the
 /// copier read before a write and wrote after it holds the older bytes, and only the
@@ -15,15 +48,13 @@ use support::{connect, region_copies, small, start_nodes};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
     use dmc_umo::{FILL_CHUNK, Placement, RegionRecord};
-    let nodes = start_nodes(3, 64 << 20).await;
-    let transports = connect(&nodes).await;
-    let config = small(2);
-    let size = config.region_size;
-    let pool = Pool::open(config, connect(&nodes).await).await.unwrap();
-    let first = pool
-        .write_object(0, b"first", ValueKind::String, b"v")
-        .await
-        .unwrap();
+    let Start {
+        _nodes,
+        transports,
+        pool,
+        first,
+        size,
+    } = start(3).await;
     let region = first.block.addr.region();
     let holders: Vec<u32> = region_copies(&transports, region, size)
         .await
@@ -136,16 +167,13 @@ async fn a_copy_filled_while_writes_race_the_copier_ends_identical() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_refilled_on_a_node_that_held_the_region_takes_the_writes() {
     use dmc_umo::{Placement, RegionRecord};
-    let nodes = start_nodes(2, 64 << 20).await;
-    let transports = connect(&nodes).await;
-    let config = small(2);
-    let size = config.region_size;
-    let pool = Pool::open(config, connect(&nodes).await).await.unwrap();
-    // The client maps both copies of the region by writing it.
-    let first = pool
-        .write_object(0, b"first", ValueKind::String, b"v")
-        .await
-        .unwrap();
+    let Start {
+        _nodes,
+        transports,
+        pool,
+        first,
+        size,
+    } = start(2).await;
     let region = first.block.addr.region();
     let record = |backups: Vec<u32>| RegionRecord {
         primary: 1,
