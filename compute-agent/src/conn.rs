@@ -149,7 +149,7 @@ fn deliver_messages(session: &mut dmc_engine::Session, out: &mut BytesMut) {
     for m in mailbox.take() {
         m.reply().encode(session.proto, out);
     }
-    if !session.subscribed {
+    if !session.subscribed && !session.monitoring {
         session.mailbox = None;
     }
 }
@@ -239,6 +239,13 @@ async fn serve_session(
         }
         let mut i = 0;
         while i < commands.len() {
+            // CLIENT PAUSE holds this client's commands (not another agent's).
+            if !peer && engine.pause.active() {
+                tokio::select! {
+                    _ = engine.pause.wait(&commands[i]) => {}
+                    _ = client.killed() => return Ok(()),
+                }
+            }
             let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
             let sets = match gets {
                 0 => engine.leading_sets(session, &commands[i..], SET_BATCH),

@@ -18,7 +18,7 @@ import tarfile
 SUITE_VERSION = "8.1.0"
 HERE = pathlib.Path(__file__).resolve().parent
 # The suite's files DMC runs: commands, pipelines and transactions, pub/sub, locks,
-# scripts, encodings, connections, hash field expiry. Module, cluster, sentinel, TLS and
+# scripts, encodings, connections, hash field expiry, MONITOR. Module, cluster, sentinel, TLS and
 # asyncio files need servers or setups DMC does not offer.
 FILES = [
     "tests/test_commands.py",
@@ -29,6 +29,7 @@ FILES = [
     "tests/test_encoding.py",
     "tests/test_connection.py",
     "tests/test_hash.py",
+    "tests/test_monitor.py",
 ]
 MARKERS = "not redismod and not onlycluster and not ssl and not replica"
 

@@ -113,6 +113,14 @@ pub async fn dispatch_at(
             );
         }
     }
+    if session.monitoring && (spec.is_write() || spec.has_flag("readonly")) {
+        return (
+            Reply::err("ERR Replica can't interact with the keyspace"),
+            Flow::Continue,
+        );
+    }
+    // Timed for the slow log and the latency monitor (the checks above are not).
+    let started = engine.slowlog.timing().then(std::time::Instant::now);
     let reply = match spec.family() {
         Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
         Family::Server => server::run(engine, session, spec.cmd, &args).await,
@@ -152,5 +160,19 @@ pub async fn dispatch_at(
         // Only the agent's connection loop speaks to peers.
         Family::Internal => unknown(&args),
     };
+    // After the command, as Redis does (SELECT shows the new database).
+    crate::monitor::feed(engine, session, spec, &args);
+    if let Some(started) = started {
+        let client = &session.client;
+        let unix_secs = engine.now_ms() as i64 / 1000;
+        engine
+            .slowlog
+            .record(spec, &args, started.elapsed(), unix_secs, || {
+                crate::slowlog::Caller {
+                    addr: client.addr.clone(),
+                    name: client.name(),
+                }
+            });
+    }
     (reply, Flow::Continue)
 }

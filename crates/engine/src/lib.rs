@@ -39,14 +39,17 @@ pub mod introspect;
 pub mod keys;
 pub mod limits;
 pub mod lists;
+pub mod monitor;
 pub mod multi;
 pub mod packed;
+pub mod pause;
 pub mod pipeline;
 pub mod pubsub;
 pub mod read;
 pub mod scripting;
 pub mod server;
 pub mod sets;
+pub mod slowlog;
 pub mod stats;
 pub mod strings;
 pub mod table;
@@ -121,9 +124,13 @@ pub struct Session {
     /// Subscribed to a channel, pattern or shard channel ([`pubsub`]): a RESP2
     /// client is in subscribed mode.
     pub subscribed: bool,
-    /// Where this client's messages wait: set by its first subscription, kept until
-    /// the connection wrote what it holds after the last unsubscription.
+    /// Where this client's messages wait: set by its first subscription (or MONITOR),
+    /// kept until the connection wrote what it holds after the last unsubscription.
     pub mailbox: Option<Arc<pubsub::Mailbox>>,
+    /// After MONITOR ([`monitor`]).
+    pub monitoring: bool,
+    /// A script's session: its commands show as `lua` in MONITOR.
+    pub in_script: bool,
 }
 
 impl Session {
@@ -196,6 +203,10 @@ pub struct Engine {
     pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
     /// This agent's subscribers.
     pub pubsub: pubsub::PubSub,
+    /// The slow log and the latency monitor.
+    pub slowlog: slowlog::SlowLog,
+    /// CLIENT PAUSE.
+    pub pause: pause::Pause,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -225,6 +236,8 @@ impl Engine {
             hash_batches: combine::Combiner::default(),
             zset_batches: combine::Combiner::default(),
             pubsub: pubsub::PubSub::default(),
+            slowlog: slowlog::SlowLog::default(),
+            pause: pause::Pause::default(),
             cache,
             dht,
             clock,
@@ -260,6 +273,8 @@ impl Engine {
             tx: multi::TxState::default(),
             subscribed: false,
             mailbox: None,
+            monitoring: false,
+            in_script: false,
         }
     }
 

@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,6 +62,8 @@ pub enum Message {
     },
     /// To a shard channel subscriber (SPUBLISH).
     SMessage { channel: Bytes, payload: Bytes },
+    /// To a MONITOR client: a command this agent ran, as Redis prints it.
+    Monitor(String),
 }
 
 impl Message {
@@ -75,6 +78,7 @@ impl Message {
                 channel,
                 payload,
             } => pattern.len() + channel.len() + payload.len(),
+            Message::Monitor(line) => line.len(),
         };
         n as u64 + 32
     }
@@ -99,6 +103,7 @@ impl Message {
             Message::SMessage { channel, payload } => {
                 Reply::Push(vec![Reply::bulk("smessage"), b(channel), b(payload)])
             }
+            Message::Monitor(line) => Reply::Status(line.clone()),
         }
     }
 }
@@ -206,31 +211,38 @@ struct Registry {
     /// Per [`Kind`]: name → subscribed clients.
     names: [Subscribers; 3],
     clients: HashMap<u64, ClientSubs>,
+    /// MONITOR clients.
+    monitors: HashMap<u64, Arc<Mailbox>>,
 }
 
-/// Every subscription of this agent's clients.
+/// Every subscription of this agent's clients, and its MONITOR clients.
 #[derive(Default)]
 pub struct PubSub {
     registry: Mutex<Registry>,
+    /// MONITOR clients (read on every command without the lock).
+    monitoring: AtomicUsize,
 }
 
 impl PubSub {
     /// Subscribes client `id` to `names` in `kind`; one confirmation per name, with
-    /// the client's count after it. Returns them and the client's mailbox.
+    /// the client's count after it. Returns them and the client's mailbox (`mailbox`,
+    /// if the client has one already: it monitors).
     pub fn subscribe(
         &self,
         client: &Arc<Client>,
         id: u64,
         kind: Kind,
         names: &[Bytes],
+        mailbox: Option<Arc<Mailbox>>,
     ) -> (Vec<Reply>, Arc<Mailbox>) {
         let mut r = self.registry.lock();
         let Registry {
             names: by_name,
             clients,
+            ..
         } = &mut *r;
         let subs = clients.entry(id).or_insert_with(|| ClientSubs {
-            mailbox: Arc::new(Mailbox::new(client.clone())),
+            mailbox: mailbox.unwrap_or_else(|| Arc::new(Mailbox::new(client.clone()))),
             names: Default::default(),
         });
         let mut replies = Vec::with_capacity(names.len());
@@ -252,6 +264,7 @@ impl PubSub {
         let Registry {
             names: by_name,
             clients,
+            ..
         } = &mut *r;
         let word = kind.words().1;
         let Some(subs) = clients.get_mut(&id) else {
@@ -293,12 +306,44 @@ impl PubSub {
         (replies, still)
     }
 
-    /// Forgets every subscription of client `id` (its connection closed, or RESET).
+    /// Makes client `id` a MONITOR client; returns its mailbox (`mailbox`, if it has
+    /// one already as a subscriber).
+    pub fn monitor(
+        &self,
+        client: &Arc<Client>,
+        id: u64,
+        mailbox: Option<Arc<Mailbox>>,
+    ) -> Arc<Mailbox> {
+        let mailbox = mailbox.unwrap_or_else(|| Arc::new(Mailbox::new(client.clone())));
+        let mut r = self.registry.lock();
+        r.monitors.insert(id, mailbox.clone());
+        self.monitoring.store(r.monitors.len(), Ordering::Relaxed);
+        mailbox
+    }
+
+    /// Whether any client monitors this agent.
+    pub fn monitored(&self) -> bool {
+        self.monitoring.load(Ordering::Relaxed) > 0
+    }
+
+    /// Sends a command's MONITOR line to every MONITOR client.
+    pub fn feed_monitors(&self, line: &str, limit: OutputLimit) {
+        for mailbox in self.registry.lock().monitors.values() {
+            mailbox.deliver(Message::Monitor(line.to_string()), limit);
+        }
+    }
+
+    /// Forgets every subscription of client `id` and its MONITOR (its connection
+    /// closed, or RESET).
     pub fn remove_client(&self, id: u64) {
         let mut r = self.registry.lock();
+        if r.monitors.remove(&id).is_some() {
+            self.monitoring.store(r.monitors.len(), Ordering::Relaxed);
+        }
         let Registry {
             names: by_name,
             clients,
+            ..
         } = &mut *r;
         let Some(subs) = clients.remove(&id) else {
             return;
@@ -453,7 +498,10 @@ pub fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply 
                 Cmd::PSubscribe => Kind::Pattern,
                 _ => Kind::Shard,
             };
-            let (replies, mailbox) = engine.pubsub.subscribe(&s.client, s.id, kind, names);
+            let (replies, mailbox) =
+                engine
+                    .pubsub
+                    .subscribe(&s.client, s.id, kind, names, s.mailbox.clone());
             s.mailbox = Some(mailbox);
             s.subscribed = true;
             Reply::Several(replies)
@@ -548,14 +596,14 @@ mod tests {
     fn channel_and_pattern_subscribers_get_each_message_once() {
         let ps = PubSub::default();
         let c = client();
-        let (replies, mailbox) = ps.subscribe(&c, 1, Kind::Channel, &[b("news"), b("news")]);
+        let (replies, mailbox) = ps.subscribe(&c, 1, Kind::Channel, &[b("news"), b("news")], None);
         assert_eq!(replies.len(), 2);
         assert_eq!(
             ps.counts(1),
             (1, 0, 0),
             "a channel twice is one subscription"
         );
-        ps.subscribe(&c, 1, Kind::Pattern, &[b("n*")]);
+        ps.subscribe(&c, 1, Kind::Pattern, &[b("n*")], None);
         assert_eq!(ps.publish(false, &b("news"), &b("hi"), NO_LIMIT), 2);
         assert_eq!(ps.publish(false, &b("other"), &b("x"), NO_LIMIT), 0);
         assert_eq!(ps.publish(true, &b("news"), &b("x"), NO_LIMIT), 0);
@@ -570,8 +618,8 @@ mod tests {
     fn unsubscribing_from_everything_leaves_no_trace() {
         let ps = PubSub::default();
         let c = client();
-        ps.subscribe(&c, 1, Kind::Channel, &[b("a"), b("b")]);
-        ps.subscribe(&c, 1, Kind::Shard, &[b("s")]);
+        ps.subscribe(&c, 1, Kind::Channel, &[b("a"), b("b")], None);
+        ps.subscribe(&c, 1, Kind::Shard, &[b("s")], None);
         let (replies, still) = ps.unsubscribe(1, Kind::Channel, &[]);
         assert_eq!(replies.len(), 2);
         assert!(still, "the shard channel is left");
@@ -594,7 +642,7 @@ mod tests {
     fn a_subscriber_over_the_hard_limit_is_disconnected_and_its_queue_dropped() {
         let ps = PubSub::default();
         let c = client();
-        let (_, mailbox) = ps.subscribe(&c, 1, Kind::Channel, &[b("a")]);
+        let (_, mailbox) = ps.subscribe(&c, 1, Kind::Channel, &[b("a")], None);
         let limit = OutputLimit {
             hard: 1000,
             soft: 0,
@@ -614,9 +662,9 @@ mod tests {
     fn removing_a_client_removes_its_names() {
         let ps = PubSub::default();
         let c = client();
-        ps.subscribe(&c, 1, Kind::Channel, &[b("a")]);
-        ps.subscribe(&c, 2, Kind::Channel, &[b("a")]);
-        ps.subscribe(&c, 1, Kind::Pattern, &[b("*")]);
+        ps.subscribe(&c, 1, Kind::Channel, &[b("a")], None);
+        ps.subscribe(&c, 2, Kind::Channel, &[b("a")], None);
+        ps.subscribe(&c, 1, Kind::Pattern, &[b("*")], None);
         ps.remove_client(1);
         assert_eq!(ps.totals(), (1, 0, 0));
         assert_eq!(ps.numsub(false, b"a"), 1);

@@ -43,6 +43,7 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
     ]
     .into_iter()
     .chain(engine.limits.values())
+    .chain(engine.slowlog.values())
     .collect()
 }
 
@@ -170,6 +171,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             s.tx.clear();
             engine.pubsub.remove_client(s.id);
             s.subscribed = false;
+            s.monitoring = false;
             s.authenticated = engine.config.requirepass.is_none();
             Reply::Simple("RESET")
         }
@@ -180,6 +182,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         }
         Cmd::Config => config(engine, args),
         Cmd::Command => command(args),
+        Cmd::Slowlog => engine.slowlog.slowlog_command(args),
+        Cmd::Monitor => crate::monitor::start(engine, s),
+        Cmd::Latency => engine.slowlog.latency_command(args),
         Cmd::Time => {
             let us = engine.now_ms() * 1000;
             Reply::Array(vec![
@@ -279,6 +284,25 @@ fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
             };
             let found = engine.clients.all().into_iter().find(|c| c.id as i64 == id);
             Reply::Int(found.is_some_and(|c| c.unblock(how)) as i64)
+        }
+        ("PAUSE", 3 | 4) => {
+            let Some(ms) = crate::parse_i64(&args[2]) else {
+                return Reply::err("ERR timeout is not an integer or out of range");
+            };
+            if ms < 0 {
+                return Reply::err("ERR timeout is negative");
+            }
+            let all = match args.get(3).map(|m| upper(m)).as_deref() {
+                None | Some("ALL") => true,
+                Some("WRITE") => false,
+                Some(_) => return Reply::err("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+            };
+            engine.pause.pause(ms as u64, all);
+            Reply::ok()
+        }
+        ("UNPAUSE", 2) => {
+            engine.pause.unpause();
+            Reply::ok()
         }
         ("NO-EVICT", 3) => match on_off(&args[2]) {
             Some(on) => {
@@ -464,7 +488,13 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Ok(v) => engine.timeout_secs.store(v, Ordering::Relaxed),
                         Err(_) => return bad(),
                     },
-                    other => match engine.limits.set(other, &value) {
+                    other => match engine
+                        .limits
+                        .set(other, &value)
+                        .and_then(|done| match done {
+                            true => Ok(true),
+                            false => engine.slowlog.set(other, &value),
+                        }) {
                         Ok(true) => {}
                         Ok(false) => {
                             return Reply::Error(format!(

@@ -151,6 +151,24 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "2.6.0",
             "Depends on subcommand.",
         ),
+        Slowlog => (
+            "A container for slow log commands.",
+            "server",
+            "2.2.12",
+            "Depends on subcommand.",
+        ),
+        Monitor => (
+            "Listens for all requests received by the server in real-time.",
+            "server",
+            "1.0.0",
+            "",
+        ),
+        Latency => (
+            "A container for latency diagnostics commands.",
+            "server",
+            "2.8.13",
+            "Depends on subcommand.",
+        ),
         Subscribe => (
             "Listens for messages published to channels.",
             "pubsub",

@@ -140,6 +140,10 @@ impl State {
         let mut inner = session.clone();
         inner.tx = crate::multi::TxState::default();
         inner.proto = 2;
+        inner.subscribed = false;
+        inner.monitoring = false;
+        inner.mailbox = None;
+        inner.in_script = true;
         running.budgeted.store(budgeted, Ordering::Relaxed);
         running.checks.store(0, Ordering::Relaxed);
         lua.set_app_data(Context {

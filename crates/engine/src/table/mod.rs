@@ -91,6 +91,9 @@ pub enum Cmd {
     EvalRo,
     EvalShaRo,
     Script,
+    Slowlog,
+    Latency,
+    Monitor,
     Subscribe,
     Unsubscribe,
     PSubscribe,
@@ -166,7 +169,7 @@ impl Cmd {
         use Cmd::*;
         match self {
             Ping | Echo | Hello | Auth | Select | Quit | Reset | Client | Info | Config
-            | Command | Time | Dbsize => Family::Server,
+            | Command | Time | Dbsize | Slowlog | Latency | Monitor => Family::Server,
             Get | Set | SetNx | SetEx | PSetEx | GetDel | GetEx | GetSet | MGet | MSet | MSetNx
             | Incr | Decr | IncrBy | DecrBy | IncrByFloat | Append | Strlen | GetRange
             | SetRange | Lcs => Family::Strings,
@@ -498,6 +501,33 @@ const CORE: &[Spec] = &[
     script_row("eval_ro", EVAL_RO, Cmd::EvalRo),
     script_row("evalsha_ro", EVAL_RO, Cmd::EvalShaRo),
     spec!("script", -2, &["noscript"], 0, 0, 0, Script),
+    spec!(
+        "slowlog",
+        -2,
+        &["admin", "loading", "stale"],
+        0,
+        0,
+        0,
+        Slowlog
+    ),
+    spec!(
+        "monitor",
+        1,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        Monitor
+    ),
+    spec!(
+        "latency",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        Latency
+    ),
     spec!("subscribe", -2, PS, 0, 0, 0, Subscribe),
     spec!("unsubscribe", -1, PS, 0, 0, 0, Unsubscribe),
     spec!("psubscribe", -2, PS, 0, 0, 0, PSubscribe),
