@@ -263,3 +263,95 @@ async fn script_kill_stops_a_script_that_never_ends() {
         Reply::ok()
     );
 }
+
+/// Scripts' `cjson` and `bit` libraries give what redis-server 7.0 gives (outputs taken
+/// from it; only cjson.decode's error text differs: serde_json reports its own).
+#[tokio::test]
+async fn cjson_and_bit_answer_as_redis_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let bulk = |t: &str| Reply::bulk(t.to_string());
+    let ints = |v: &[i64]| Reply::Array(v.iter().map(|&n| Reply::Int(n)).collect());
+    let cases: Vec<(&str, Reply)> = vec![
+        ("return cjson.encode({1,2,3})", bulk("[1,2,3]")),
+        ("return cjson.encode({a=1})", bulk(r#"{"a":1}"#)),
+        ("return cjson.encode({})", bulk("{}")),
+        (
+            r#"return cjson.encode("a/b\"c\n\1")"#,
+            bulk(r#""a\/b\"c\n\u0001""#),
+        ),
+        (
+            "return cjson.encode({1.5, 0.1, 1e20, -0, 123456789012345})",
+            bulk("[1.5,0.1,1e+20,-0,1.2345678901234e+14]"),
+        ),
+        ("return cjson.encode({[1]=1,[3]=3})", bulk("[1,null,3]")),
+        (
+            "return cjson.encode({true, false, cjson.null})",
+            bulk("[true,false,null]"),
+        ),
+        (
+            r#"return cjson.decode('[1,2,{"a":null}]')[3].a == cjson.null and 1 or 0"#,
+            Reply::Int(1),
+        ),
+        (
+            r#"return cjson.decode('{"x":[1,"two",3.5]}').x[2]"#,
+            bulk("two"),
+        ),
+        ("return tostring(cjson.decode('3.25'))", bulk("3.25")),
+        (
+            "return {bit.band(0xff, 0x0f), bit.bor(1,2,4), bit.bxor(5,3), bit.bnot(0), \
+             bit.lshift(1,31), bit.rshift(-1, 28), bit.arshift(-16, 2), bit.tobit(4294967297)}",
+            ints(&[15, 7, 6, -1, -2147483648, 15, -4, 1]),
+        ),
+        (
+            "return {bit.tohex(255), bit.tohex(-1, -4), bit.tohex(305419896, 2), \
+             bit.rol(1, 33), bit.ror(1,1), bit.bswap(0x12345678)}",
+            Reply::Array(vec![
+                bulk("000000ff"),
+                bulk("FFFF"),
+                bulk("78"),
+                Reply::Int(2),
+                Reply::Int(-2147483648),
+                Reply::Int(2018915346),
+            ]),
+        ),
+    ];
+    for (body, want) in cases {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            want,
+            "{body}"
+        );
+    }
+    for (body, text, sha) in [
+        (
+            "return cjson.encode({[1]=1,[20]=3})",
+            "ERR user_script:1: Cannot serialise table: excessively sparse array",
+            "599049a94af36a079b8c19b2e9635d7951cda076",
+        ),
+        (
+            "return cjson.encode(math.huge)",
+            "ERR user_script:1: Cannot serialise number: must not be NaN or Inf",
+            "457685e99227c138c112e42b2109a0d5a6d1ad23",
+        ),
+        (
+            "return cjson.encode(function() end)",
+            "ERR user_script:1: Cannot serialise function: type not supported",
+            "c6600573aa08cdf0af5da6e0ef682db69a3acc00",
+        ),
+    ] {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            script_err(text, sha),
+            "{body}"
+        );
+    }
+    // Nesting past 1000 levels is an error, not a recursion the script controls.
+    let deep = "local t = {} local c = t for i = 1, 2000 do c[1] = {} c = c[1] end \
+                return cjson.encode(t)";
+    assert!(matches!(run(&engine, &mut s, &["EVAL", deep, "0"]).await,
+        Reply::Error(e) if e.contains("Cannot serialise, excessive nesting (1001)")));
+    let deep = "return cjson.decode(string.rep('[', 100000))";
+    assert!(matches!(run(&engine, &mut s, &["EVAL", deep, "0"]).await,
+        Reply::Error(e) if e.contains("recursion limit")));
+}

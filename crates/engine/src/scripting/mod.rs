@@ -16,6 +16,7 @@
 //! the `cjson`, `cmsgpack`, `bit` and `struct` libraries, scripts kept in the pool.
 
 mod convert;
+mod libs;
 mod state;
 
 use std::collections::HashMap;

@@ -243,6 +243,7 @@ fn setup(lua: &Lua) -> mlua::Result<()> {
         redis.raw_set(name, level)?;
     }
     g.raw_set("redis", redis)?;
+    super::libs::install(lua)?;
     // Read-only globals: a new global is refused, an unknown one is an error.
     let guard = lua.create_table()?;
     guard.raw_set(
