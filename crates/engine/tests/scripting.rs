@@ -355,3 +355,100 @@ async fn cjson_and_bit_answer_as_redis_does() {
     assert!(matches!(run(&engine, &mut s, &["EVAL", deep, "0"]).await,
         Reply::Error(e) if e.contains("recursion limit")));
 }
+
+/// `cmsgpack` packs the bytes redis-server 7.0 packs and unpacks what it unpacks
+/// (expected bytes and replies taken from it).
+#[tokio::test]
+async fn cmsgpack_answers_as_redis_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let hex = |h: &str| {
+        let bytes: Vec<u8> = (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
+            .collect();
+        Reply::Bulk(bytes.into())
+    };
+    let packed = [
+        (
+            r#"return cmsgpack.pack({name="Joe"})"#,
+            "81a46e616d65a34a6f65",
+        ),
+        (
+            "return cmsgpack.pack(1, -1, 127, 128, 255, 256, 65536, -33, -129, -32769, \
+             4294967296, -2147483649)",
+            "01ff7fcc80ccffcd0100ce00010000d0dfd1ff7fd2ffff7fffcf0000000100000000d3ffffffff7fffffff",
+        ),
+        (
+            "return cmsgpack.pack(1.5, 0.1, true, false, nil)",
+            "ca3fc00000cb3fb999999999999ac3c2c0",
+        ),
+        (
+            r#"return cmsgpack.pack({1,2,{3,4}}, "", {})"#,
+            "930102920304a090",
+        ),
+        // Nesting past 16 levels packs as nil.
+        (
+            "local t = {} local c = t for i = 1, 20 do c[1] = {} c = c[1] end \
+             return cmsgpack.pack(t)",
+            "91919191919191919191919191919191c0",
+        ),
+    ];
+    for (body, want) in packed {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            hex(want),
+            "{body}"
+        );
+    }
+    let bulk = |t: &str| Reply::bulk(t.to_string());
+    let unpacked = [
+        (
+            r#"local t = cmsgpack.unpack(cmsgpack.pack({name="Joe", list={1,2,3}}))
+               return {t.name, t.list[3]}"#,
+            vec![bulk("Joe"), Reply::Int(3)],
+        ),
+        (
+            r#"return {cmsgpack.unpack(cmsgpack.pack(1, "two", 3.5))}"#,
+            vec![Reply::Int(1), bulk("two"), Reply::Int(3)],
+        ),
+        (
+            "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3))}",
+            vec![Reply::Int(1), Reply::Int(1)],
+        ),
+        (
+            "return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2)}",
+            vec![Reply::Int(2), Reply::Int(1), Reply::Int(2)],
+        ),
+        (
+            "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2), 1)}",
+            vec![Reply::Int(-1), Reply::Int(2)],
+        ),
+    ];
+    for (body, want) in unpacked {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            Reply::Array(want),
+            "{body}"
+        );
+    }
+    // Truncated input is an error; a hostile length claims nothing it does not hold.
+    assert_eq!(
+        run(
+            &engine,
+            &mut s,
+            &["EVAL", r#"return cmsgpack.unpack("\220\0")"#, "0"]
+        )
+        .await,
+        script_err(
+            "ERR user_script:1: Missing bytes in input.",
+            "62f1b0d80697c8c3e0386e3c8ae3c65f409d7bef"
+        )
+    );
+    let huge = r#"return cmsgpack.unpack("\223\255\255\255\255\1")"#;
+    assert!(matches!(run(&engine, &mut s, &["EVAL", huge, "0"]).await,
+        Reply::Error(e) if e.contains("Missing bytes in input.")));
+    let deep = "return cmsgpack.unpack(string.rep('\\145', 100000))";
+    assert!(matches!(run(&engine, &mut s, &["EVAL", deep, "0"]).await,
+        Reply::Error(e) if e.contains("nesting too deep")));
+}

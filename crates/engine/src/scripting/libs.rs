@@ -3,24 +3,26 @@
 //! `{}`, a table with keys 1..n an array, excessively sparse arrays refused, nesting
 //! limited to 1000 levels without recursion) and `bit` (LuaBitOp: 32-bit operations on
 //! numbers). JSON is parsed by `serde_json` (nesting limited to its 128 levels; its error
-//! texts, not lua-cjson's); the conversions are here. Not yet: `cmsgpack`, `struct`.
+//! texts, not lua-cjson's); the conversions are here. `cmsgpack` is [`super::msgpack`].
+//! Not yet: `struct`.
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
 /// Deepest nesting cjson encodes or decodes (lua-cjson's default).
 const MAX_DEPTH: usize = 1000;
 
-/// Installs `cjson` and `bit` as globals of `lua`.
+/// Installs `cjson`, `bit` and `cmsgpack` ([`super::msgpack`]) as globals of `lua`.
 pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     let g = lua.globals();
     g.raw_set("cjson", cjson(lua)?)?;
     g.raw_set("bit", bit(lua)?)?;
+    g.raw_set("cmsgpack", super::msgpack::library(lua)?)?;
     Ok(())
 }
 
 /// An error raised where the script called the library, as Lua's `error` reports it
 /// (`user_script:LINE: text`).
-fn raised(lua: &Lua, text: impl std::fmt::Display) -> mlua::Error {
+pub(super) fn raised(lua: &Lua, text: impl std::fmt::Display) -> mlua::Error {
     let line = lua
         .inspect_stack(1, |d| d.current_line())
         .flatten()

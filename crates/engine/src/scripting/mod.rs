@@ -17,6 +17,7 @@
 
 mod convert;
 mod libs;
+mod msgpack;
 mod state;
 
 use std::collections::HashMap;
