@@ -33,6 +33,7 @@ pub mod collection;
 pub(crate) mod combine;
 pub mod dispatch;
 pub mod docs;
+pub mod durability;
 pub mod glob;
 pub mod hashes;
 pub mod introspect;

@@ -184,6 +184,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Command => command(args),
         Cmd::Slowlog => engine.slowlog.slowlog_command(args),
         Cmd::Monitor => crate::monitor::start(engine, s),
+        Cmd::Wait => crate::durability::wait(engine, args).await,
+        Cmd::LastSave => crate::durability::lastsave(engine),
         Cmd::Latency => engine.slowlog.latency_command(args),
         Cmd::Time => {
             let us = engine.now_ms() * 1000;

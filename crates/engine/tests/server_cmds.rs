@@ -96,3 +96,51 @@ async fn info_answers_every_section_asked_for() {
     );
     assert!(!text.contains("# Memory"), "{text}");
 }
+
+/// WAIT answers the pool's backup copies of every acknowledged write (replication to the
+/// memory nodes is synchronous); asking for more waits out the timeout and answers what
+/// there is. Texts from redis-server 7.0.
+#[tokio::test]
+async fn wait_counts_the_pools_backup_copies() {
+    for backend in [Backend::Local, Backend::Shm] {
+        let (_h, engine) = engine(backend).await;
+        let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+        run(&engine, &mut s, &["SET", "k", "v"]).await;
+        let backups = engine.dht.pool().fewest_copies() as i64 - 1;
+        assert_eq!(
+            backups as usize,
+            engine.dht.pool().config().replicas - 1,
+            "{backend:?}"
+        );
+        assert_eq!(
+            run(&engine, &mut s, &["WAIT", "0", "0"]).await,
+            Reply::Int(backups)
+        );
+        let more = (backups + 1).to_string();
+        assert_eq!(
+            run(&engine, &mut s, &["WAIT", &more, "10"]).await,
+            Reply::Int(backups)
+        );
+        for (cmd, err) in [
+            (
+                &["WAIT", "x", "0"][..],
+                "ERR value is not an integer or out of range",
+            ),
+            (
+                &["WAIT", "0", "x"],
+                "ERR timeout is not an integer or out of range",
+            ),
+            (&["WAIT", "0", "-5"], "ERR timeout is negative"),
+            (
+                &["WAIT", "0"],
+                "ERR wrong number of arguments for 'wait' command",
+            ),
+        ] {
+            assert_eq!(run(&engine, &mut s, cmd).await, Reply::err(err), "{cmd:?}");
+        }
+        let Reply::Int(at) = run(&engine, &mut s, &["LASTSAVE"]).await else {
+            panic!("LASTSAVE answers an integer");
+        };
+        assert!(at > 1_700_000_000 && at as u64 <= engine.now_ms() / 1000);
+    }
+}

@@ -163,6 +163,18 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "1.0.0",
             "",
         ),
+        Wait => (
+            "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
+            "generic",
+            "3.0.0",
+            O1,
+        ),
+        LastSave => (
+            "Returns the Unix timestamp of the last successful save to disk.",
+            "server",
+            "1.0.0",
+            O1,
+        ),
         Latency => (
             "A container for latency diagnostics commands.",
             "server",

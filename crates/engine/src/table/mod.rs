@@ -94,6 +94,8 @@ pub enum Cmd {
     Slowlog,
     Latency,
     Monitor,
+    Wait,
+    LastSave,
     Subscribe,
     Unsubscribe,
     PSubscribe,
@@ -169,7 +171,9 @@ impl Cmd {
         use Cmd::*;
         match self {
             Ping | Echo | Hello | Auth | Select | Quit | Reset | Client | Info | Config
-            | Command | Time | Dbsize | Slowlog | Latency | Monitor => Family::Server,
+            | Command | Time | Dbsize | Slowlog | Latency | Monitor | Wait | LastSave => {
+                Family::Server
+            }
             Get | Set | SetNx | SetEx | PSetEx | GetDel | GetEx | GetSet | MGet | MSet | MSetNx
             | Incr | Decr | IncrBy | DecrBy | IncrByFloat | Append | Strlen | GetRange
             | SetRange | Lcs => Family::Strings,
@@ -518,6 +522,17 @@ const CORE: &[Spec] = &[
         0,
         0,
         Monitor
+    ),
+    // `blocking`: it may wait, so the connection loop watches the client meanwhile.
+    spec!("wait", 3, &["noscript", "blocking"], 0, 0, 0, Wait),
+    spec!(
+        "lastsave",
+        1,
+        &["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        LastSave
     ),
     spec!(
         "latency",

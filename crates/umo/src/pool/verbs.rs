@@ -201,6 +201,19 @@ impl Pool {
         Ok(self.entry(region)?.complete().count())
     }
 
+    /// The fewest complete copies any region this client knows has (every write this
+    /// client acknowledged is on all of its region's complete copies); the configured
+    /// replica count before it knows a region.
+    pub fn fewest_copies(&self) -> usize {
+        self.regions
+            .read()
+            .iter()
+            .flatten()
+            .map(|e| e.complete().count())
+            .min()
+            .unwrap_or(self.config().replicas)
+    }
+
     /// Reads from copy `copy` of the region (0 = primary, 1.. = backups).
     pub async fn read_copy(
         &self,
