@@ -328,6 +328,7 @@ async fn serve_session(
                 let blocks = index
                     .and_then(|i| table::TABLE.get(i))
                     .is_some_and(|s| s.has_flag("blocking"));
+                session.started = Some(started);
                 let (reply, flow) = if blocks {
                     // A blocked command ends when its client goes away: its end of the
                     // connection is watched meanwhile (input that arrives is kept).
@@ -355,7 +356,8 @@ async fn serve_session(
                     reply.encode(session.proto, &mut out);
                 }
                 if let Some(family) = family {
-                    timers.record(family, started.elapsed(), 1);
+                    let took = session.took.take().unwrap_or_else(|| started.elapsed());
+                    timers.record(family, took, 1);
                 }
                 if flow == Flow::Close || client.is_killed() {
                     send(&mut wr, &out, engine, &client).await?;

@@ -120,7 +120,12 @@ pub async fn dispatch_at(
         );
     }
     // Timed for the slow log and the latency monitor (the checks above are not).
-    let started = engine.slowlog.timing().then(std::time::Instant::now);
+    // From when the connection began the command (its own clock read), or from here for
+    // commands run within another (EXEC, scripts).
+    let started = session
+        .started
+        .take()
+        .or_else(|| engine.slowlog.timing().then(std::time::Instant::now));
     let reply = match spec.family() {
         Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
         Family::Server => server::run(engine, session, spec.cmd, &args).await,
@@ -163,16 +168,20 @@ pub async fn dispatch_at(
     // After the command, as Redis does (SELECT shows the new database).
     crate::monitor::feed(engine, session, spec, &args);
     if let Some(started) = started {
-        let client = &session.client;
-        let unix_secs = engine.now_ms() as i64 / 1000;
-        engine
-            .slowlog
-            .record(spec, &args, started.elapsed(), unix_secs, || {
-                crate::slowlog::Caller {
+        // The one clock read after the command: the connection's latency metric takes
+        // it too (`Session::took`).
+        let took = started.elapsed();
+        session.took = Some(took);
+        if engine.slowlog.timing() {
+            let client = &session.client;
+            let unix_secs = || engine.now_ms() as i64 / 1000;
+            engine
+                .slowlog
+                .record(spec, &args, took, unix_secs, || crate::slowlog::Caller {
                     addr: client.addr.clone(),
                     name: client.name(),
-                }
-            });
+                });
+        }
     }
     (reply, Flow::Continue)
 }

@@ -132,6 +132,12 @@ pub struct Session {
     pub monitoring: bool,
     /// A script's session: its commands show as `lua` in MONITOR.
     pub in_script: bool,
+    /// When the connection began running the current command, for the slow log (the
+    /// connection reads the clock per command anyway; dispatch takes it) ...
+    pub started: Option<std::time::Instant>,
+    /// ... and how long the command ran, measured once by dispatch for both the slow log
+    /// and the connection's latency metric.
+    pub took: Option<std::time::Duration>,
 }
 
 impl Session {
@@ -276,6 +282,8 @@ impl Engine {
             mailbox: None,
             monitoring: false,
             in_script: false,
+            started: None,
+            took: None,
         }
     }
 

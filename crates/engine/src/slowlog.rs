@@ -84,21 +84,27 @@ impl SlowLog {
     }
 
     /// Records command `args` (of `spec`) that took `took`, if it was slow.
+    /// `unix_secs` and `caller` are asked for only when the command is logged (most
+    /// commands cost two loads and two comparisons here).
     pub fn record(
         &self,
         spec: &Spec,
         args: &[Bytes],
         took: Duration,
-        unix_secs: i64,
+        unix_secs: impl Fn() -> i64,
         caller: impl FnOnce() -> Caller,
     ) {
-        if spec.has_flag("blocking") || spec.cmd == Cmd::Exec {
+        let micros = took.as_micros() as u64;
+        let ms = micros / 1000;
+        let threshold = self.latency_threshold.load(Ordering::Relaxed);
+        let slower_than = self.slower_than.load(Ordering::Relaxed);
+        let latency = threshold > 0 && ms >= threshold;
+        let slow = slower_than >= 0 && micros >= slower_than as u64;
+        if !(latency || slow) || spec.has_flag("blocking") || spec.cmd == Cmd::Exec {
             return;
         }
-        let micros = took.as_micros() as u64;
-        let threshold = self.latency_threshold.load(Ordering::Relaxed);
-        let ms = micros / 1000;
-        if threshold > 0 && ms >= threshold {
+        if latency {
+            let unix_secs = unix_secs();
             let event = if spec.has_flag("fast") {
                 "fast-command"
             } else {
@@ -118,14 +124,13 @@ impl SlowLog {
             }
             e.max_ms = e.max_ms.max(ms);
         }
-        let slower_than = self.slower_than.load(Ordering::Relaxed);
-        if slower_than < 0 || micros < slower_than as u64 {
+        if !slow {
             return;
         }
         let caller = caller();
         let entry = Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            unix_secs,
+            unix_secs: unix_secs(),
             micros,
             args: kept_args(spec, args),
             addr: caller.addr,
@@ -367,16 +372,16 @@ mod tests {
         let many: Vec<Bytes> = std::iter::once(Bytes::from_static(b"DEL"))
             .chain((0..40).map(|i| Bytes::from(format!("k{i}"))))
             .collect();
-        log.record(spec("del"), &many, Duration::ZERO, 1, caller);
+        log.record(spec("del"), &many, Duration::ZERO, || 1, caller);
         let long = vec![Bytes::from_static(b"GET"), Bytes::from(vec![b'x'; 200])];
-        log.record(spec("get"), &long, Duration::ZERO, 1, caller);
+        log.record(spec("get"), &long, Duration::ZERO, || 1, caller);
         let auth = vec![Bytes::from_static(b"AUTH"), Bytes::from_static(b"secret")];
-        log.record(spec("auth"), &auth, Duration::ZERO, 1, caller);
+        log.record(spec("auth"), &auth, Duration::ZERO, || 1, caller);
         let hello: Vec<Bytes> = ["HELLO", "3", "AUTH", "u", "pw", "SETNAME", "n"]
             .iter()
             .map(|s| Bytes::from(s.to_string()))
             .collect();
-        log.record(spec("hello"), &hello, Duration::ZERO, 1, caller);
+        log.record(spec("hello"), &hello, Duration::ZERO, || 1, caller);
         let entries = log.entries.lock();
         let args = |i: usize| entries[i].args.clone();
         assert_eq!(
@@ -394,16 +399,22 @@ mod tests {
     fn the_log_keeps_its_newest_entries_and_skips_fast_ones() {
         let log = SlowLog::default();
         let get = vec![Bytes::from_static(b"GET"), Bytes::from_static(b"k")];
-        log.record(spec("get"), &get, Duration::from_micros(9_999), 1, caller);
+        log.record(
+            spec("get"),
+            &get,
+            Duration::from_micros(9_999),
+            || 1,
+            caller,
+        );
         assert_eq!(log.entries.lock().len(), 0, "under the 10 ms default");
         log.set("slowlog-max-len", "2").unwrap();
         for _ in 0..3 {
-            log.record(spec("get"), &get, Duration::from_millis(11), 1, caller);
+            log.record(spec("get"), &get, Duration::from_millis(11), || 1, caller);
         }
         let ids: Vec<u64> = log.entries.lock().iter().map(|e| e.id).collect();
         assert_eq!(ids, vec![2, 1]);
         log.set("slowlog-log-slower-than", "-1").unwrap();
-        log.record(spec("get"), &get, Duration::from_secs(1), 1, caller);
+        log.record(spec("get"), &get, Duration::from_secs(1), || 1, caller);
         assert_eq!(log.entries.lock().len(), 2, "off");
     }
 
@@ -412,10 +423,34 @@ mod tests {
         let log = SlowLog::default();
         log.set("latency-monitor-threshold", "5").unwrap();
         let keys = vec![Bytes::from_static(b"KEYS"), Bytes::from_static(b"*")];
-        log.record(spec("keys"), &keys, Duration::from_millis(7), 100, caller);
-        log.record(spec("keys"), &keys, Duration::from_millis(9), 100, caller);
-        log.record(spec("keys"), &keys, Duration::from_millis(6), 101, caller);
-        log.record(spec("keys"), &keys, Duration::from_millis(1), 102, caller);
+        log.record(
+            spec("keys"),
+            &keys,
+            Duration::from_millis(7),
+            || 100,
+            caller,
+        );
+        log.record(
+            spec("keys"),
+            &keys,
+            Duration::from_millis(9),
+            || 100,
+            caller,
+        );
+        log.record(
+            spec("keys"),
+            &keys,
+            Duration::from_millis(6),
+            || 101,
+            caller,
+        );
+        log.record(
+            spec("keys"),
+            &keys,
+            Duration::from_millis(1),
+            || 102,
+            caller,
+        );
         let events = log.events.lock();
         let e = &events["command"];
         assert_eq!(e.samples, VecDeque::from(vec![(100, 9), (101, 6)]));
