@@ -5,17 +5,11 @@ use bytes::Bytes;
 use dmc_dht::RedisPolicy;
 use dmc_resp::Reply;
 
+use crate::subcommands::{help, refused};
 use crate::{Engine, NOT_INTEGER, Session, error_reply, parse_i64};
 
 fn upper(a: &[u8]) -> String {
     String::from_utf8_lossy(a).to_ascii_uppercase()
-}
-
-fn unknown_subcommand(cmd: &str, sub: &[u8]) -> Reply {
-    Reply::Error(format!(
-        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {cmd} HELP.",
-        String::from_utf8_lossy(sub)
-    ))
 }
 
 /// Redis's encoding of a string value: `int` for a canonical 64-bit integer, `embstr`
@@ -57,7 +51,11 @@ pub async fn object(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
         ]);
     }
     if args.len() != 3 || !matches!(sub.as_str(), "ENCODING" | "FREQ" | "IDLETIME" | "REFCOUNT") {
-        return unknown_subcommand("OBJECT", &args[1]);
+        return refused(
+            "OBJECT",
+            &args[1],
+            &["ENCODING", "FREQ", "IDLETIME", "REFCOUNT", "HELP"],
+        );
     }
     let db = engine.physical_db(s.db);
     let Some((entry, _)) = (match engine.dht.peek(db, &args[2]).await {
@@ -177,12 +175,8 @@ pub async fn memory(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
             "HELP",
             "    Print this help.",
         ]),
-        _ => unknown_subcommand("MEMORY", &args[1]),
+        _ => refused("MEMORY", &args[1], &["USAGE", "STATS", "DOCTOR", "MALLOC-STATS", "PURGE", "HELP"]),
     }
-}
-
-fn help(lines: &[&'static str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Simple(l)).collect())
 }
 
 #[cfg(test)]

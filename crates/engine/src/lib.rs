@@ -53,6 +53,7 @@ pub mod sets;
 pub mod slowlog;
 pub mod stats;
 pub mod strings;
+pub mod subcommands;
 pub mod table;
 pub mod tree;
 pub mod warm;

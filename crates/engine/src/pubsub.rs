@@ -542,35 +542,34 @@ fn pubsub_command(engine: &Engine, args: &[Bytes]) -> Reply {
         ("NUMSUB", _) => numsub(false),
         ("SHARDNUMSUB", _) => numsub(true),
         ("NUMPAT", 2) => Reply::Int(ps.numpat()),
-        ("HELP", 2) => Reply::Array(
-            [
-                "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "CHANNELS [<pattern>]",
-                "    Return the currently active channels matching a <pattern> (default: '*').",
+        ("HELP", 2) => crate::subcommands::help(&[
+            "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "CHANNELS [<pattern>]",
+            "    Return the currently active channels matching a <pattern> (default: '*').",
+            "NUMPAT",
+            "    Return number of subscriptions to patterns.",
+            "NUMSUB [<channel> ...]",
+            "    Return the number of subscribers for the specified channels, excluding",
+            "    pattern subscriptions(default: no channels).",
+            "SHARDCHANNELS [<pattern>]",
+            "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+            "SHARDNUMSUB [<shardchannel> ...]",
+            "    Return the number of subscribers for the specified shard level channel(s)",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        _ => crate::subcommands::refused(
+            "PUBSUB",
+            &args[1],
+            &[
+                "CHANNELS",
+                "SHARDCHANNELS",
+                "NUMSUB",
+                "SHARDNUMSUB",
                 "NUMPAT",
-                "    Return number of subscriptions to patterns.",
-                "NUMSUB [<channel> ...]",
-                "    Return the number of subscribers for the specified channels, excluding",
-                "    pattern subscriptions(default: no channels).",
-                "SHARDCHANNELS [<pattern>]",
-                "    Return the currently active shard level channels matching a <pattern> (default: '*').",
-                "SHARDNUMSUB [<shardchannel> ...]",
-                "    Return the number of subscribers for the specified shard level channel(s)",
                 "HELP",
-                "    Prints this help.",
-            ]
-            .into_iter()
-            .map(|line| Reply::Status(line.to_string()))
-            .collect(),
+            ],
         ),
-        ("CHANNELS" | "SHARDCHANNELS" | "NUMPAT" | "HELP", _) => Reply::Error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
-            sub.to_ascii_lowercase()
-        )),
-        _ => Reply::Error(format!(
-            "ERR unknown subcommand '{}'. Try PUBSUB HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
     }
 }
 

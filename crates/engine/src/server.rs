@@ -329,43 +329,42 @@ fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
             }
             _ => Reply::err(SYNTAX),
         },
-        ("HELP", 2) => Reply::Array(
-            [
-                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "GETNAME",
-                "    Return the name of the current connection.",
-                "ID",
-                "    Return the ID of the current connection.",
-                "INFO",
-                "    Return information about the current client connection.",
-                "KILL <ip:port>",
-                "    Kill connection made from <ip:port>.",
-                "KILL <option> <value> [<option> <value> [...]]",
-                "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>,",
-                "    LADDR <ip:port>, USER <username>, SKIPME (YES|NO), MAXAGE <secs>,",
-                "    TYPE (NORMAL|MASTER|REPLICA|PUBSUB).",
-                "LIST [options ...]",
-                "    Return information about client connections. Options: TYPE <type>,",
-                "    ID <client-id> [<client-id> ...].",
-                "NO-EVICT (ON|OFF)",
-                "    Protect the current client connection from eviction.",
-                "REPLY (ON|OFF|SKIP)",
-                "    Control the replies sent to the current connection.",
-                "SETNAME <name>",
-                "    Assign the name <name> to the current connection.",
-                "SETINFO <option> <value>",
-                "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
-                "HELP",
-                "    Print this help.",
-            ]
-            .iter()
-            .map(|l| Reply::Simple(l))
-            .collect(),
+        ("HELP", 2) => crate::subcommands::help(&[
+            "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "KILL <ip:port>",
+            "    Kill connection made from <ip:port>.",
+            "KILL <option> <value> [<option> <value> [...]]",
+            "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>,",
+            "    LADDR <ip:port>, USER <username>, SKIPME (YES|NO), MAXAGE <secs>,",
+            "    TYPE (NORMAL|MASTER|REPLICA|PUBSUB).",
+            "LIST [options ...]",
+            "    Return information about client connections. Options: TYPE <type>,",
+            "    ID <client-id> [<client-id> ...].",
+            "NO-EVICT (ON|OFF)",
+            "    Protect the current client connection from eviction.",
+            "REPLY (ON|OFF|SKIP)",
+            "    Control the replies sent to the current connection.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        _ => crate::subcommands::refused(
+            "CLIENT",
+            &args[1],
+            &[
+                "ID", "SETNAME", "GETNAME", "SETINFO", "INFO", "LIST", "KILL", "NO-EVICT", "REPLY",
+                "PAUSE", "UNPAUSE", "UNBLOCK", "HELP",
+            ],
         ),
-        _ => Reply::Error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
     }
 }
 
@@ -517,10 +516,7 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
             engine.stats.reset();
             Reply::ok()
         }
-        _ => Reply::Error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CONFIG HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        _ => crate::subcommands::refused("CONFIG", &args[1], &["GET", "SET", "RESETSTAT"]),
     }
 }
 

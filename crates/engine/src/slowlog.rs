@@ -16,6 +16,7 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 use parking_lot::Mutex;
 
+use crate::subcommands::{help, refused};
 use crate::table::{Cmd, Spec};
 
 /// Arguments kept per entry; the rest are summarised.
@@ -218,14 +219,7 @@ impl SlowLog {
                 "HELP",
                 "    Prints this help.",
             ]),
-            ("GET" | "LEN" | "RESET" | "HELP", _) => Reply::Error(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
-                sub.to_ascii_lowercase()
-            )),
-            _ => Reply::Error(format!(
-                "ERR unknown subcommand '{}'. Try SLOWLOG HELP.",
-                String::from_utf8_lossy(&args[1])
-            )),
+            _ => refused("SLOWLOG", &args[1], &["GET", "LEN", "RESET", "HELP"]),
         }
     }
 
@@ -282,20 +276,9 @@ impl SlowLog {
                 "HELP",
                 "    Prints this help.",
             ]),
-            ("LATEST" | "HISTORY" | "HELP", _) => Reply::Error(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try LATENCY HELP.",
-                sub.to_ascii_lowercase()
-            )),
-            _ => Reply::Error(format!(
-                "ERR unknown subcommand '{}'. Try LATENCY HELP.",
-                String::from_utf8_lossy(&args[1])
-            )),
+            _ => refused("LATENCY", &args[1], &["LATEST", "HISTORY", "RESET", "HELP"]),
         }
     }
-}
-
-fn help(lines: &[&str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Status(l.to_string())).collect())
 }
 
 fn entry_reply(e: &Entry) -> Reply {

@@ -144,3 +144,37 @@ async fn wait_counts_the_pools_backup_copies() {
         assert!(at > 1_700_000_000 && at as u64 <= engine.now_ms() / 1000);
     }
 }
+
+/// A container command's call that no subcommand takes is refused with Redis 7.0's
+/// texts: an arity error naming `container|sub` for a subcommand it has, "unknown
+/// subcommand" otherwise (texts taken from redis-server 7.0).
+#[tokio::test]
+async fn container_commands_refuse_as_redis_7_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let arity = |name: &str| format!("ERR wrong number of arguments for '{name}' command");
+    let unknown = |sub: &str, c: &str| format!("ERR unknown subcommand '{sub}'. Try {c} HELP.");
+    let cases: Vec<(&[&str], String)> = vec![
+        (&["PUBSUB", "NUMPAT", "x"], arity("pubsub|numpat")),
+        (&["PUBSUB", "FOO"], unknown("FOO", "PUBSUB")),
+        (&["SLOWLOG", "LEN", "x"], arity("slowlog|len")),
+        (&["SLOWLOG", "FOO"], unknown("FOO", "SLOWLOG")),
+        (&["LATENCY", "LATEST", "x"], arity("latency|latest")),
+        (&["LATENCY", "FOO"], unknown("FOO", "LATENCY")),
+        (&["CLIENT", "GETNAME", "x"], arity("client|getname")),
+        (&["CLIENT", "ID", "x"], arity("client|id")),
+        (&["CLIENT", "FOO"], unknown("FOO", "CLIENT")),
+        (&["CONFIG", "RESETSTAT", "x"], arity("config|resetstat")),
+        (&["CONFIG", "FOO"], unknown("FOO", "CONFIG")),
+        (&["SCRIPT", "EXISTS"], arity("script|exists")),
+        (&["SCRIPT", "KILL", "x"], arity("script|kill")),
+        (&["SCRIPT", "FOO"], unknown("FOO", "SCRIPT")),
+        (&["OBJECT", "ENCODING"], arity("object|encoding")),
+        (&["OBJECT", "FOO", "x"], unknown("FOO", "OBJECT")),
+        (&["MEMORY", "USAGE"], arity("memory|usage")),
+        (&["MEMORY", "FOO"], unknown("FOO", "MEMORY")),
+    ];
+    for (cmd, want) in cases {
+        assert_eq!(run(&engine, &mut s, cmd).await, Reply::Error(want), "{cmd:?}");
+    }
+}

@@ -334,9 +334,10 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
             .map(|l| Reply::Status((*l).to_string()))
             .collect(),
         ),
-        _ => Reply::err(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try SCRIPT HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        _ => crate::subcommands::refused(
+            "SCRIPT",
+            &args[1],
+            &["LOAD", "EXISTS", "FLUSH", "KILL", "HELP"],
+        ),
     }
 }
