@@ -175,6 +175,10 @@ async fn container_commands_refuse_as_redis_7_does() {
         (&["MEMORY", "FOO"], unknown("FOO", "MEMORY")),
     ];
     for (cmd, want) in cases {
-        assert_eq!(run(&engine, &mut s, cmd).await, Reply::Error(want), "{cmd:?}");
+        assert_eq!(
+            run(&engine, &mut s, cmd).await,
+            Reply::Error(want),
+            "{cmd:?}"
+        );
     }
 }
