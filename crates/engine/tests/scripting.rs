@@ -452,3 +452,84 @@ async fn cmsgpack_answers_as_redis_does() {
     assert!(matches!(run(&engine, &mut s, &["EVAL", deep, "0"]).await,
         Reply::Error(e) if e.contains("nesting too deep")));
 }
+
+/// `struct` packs and unpacks what redis-server 7.0 does, with its error texts (taken
+/// from it).
+#[tokio::test]
+async fn struct_answers_as_redis_does() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let hex = |h: &str| {
+        let bytes: Vec<u8> = (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
+            .collect();
+        Reply::Bulk(bytes.into())
+    };
+    let packed = [
+        (
+            "return struct.pack('bBhHlLi3I2', -1, 255, -300, 65535, -5, 7, -70000, 513)",
+            "ffffd4fefffffbffffffffffffff070000000000000090eefe0102",
+        ),
+        ("return struct.pack('!4 b i', 1, 2)", "0100000002000000"),
+        ("return struct.pack('>d', 1.5)", "3ff8000000000000"),
+        ("return struct.pack('c3 s', 'abcdef', 'xy')", "616263787900"),
+    ];
+    for (body, want) in packed {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            hex(want),
+            "{body}"
+        );
+    }
+    let bulk = |t: &str| Reply::bulk(t.to_string());
+    for (body, want) in [
+        (
+            "return {struct.unpack('b c0', struct.pack('b', 3) .. 'xyzw')}",
+            Reply::Array(vec![bulk("xyz"), Reply::Int(5)]),
+        ),
+        (
+            "return {struct.unpack('>I h', struct.pack('>I h', 4000000000, -2))}",
+            Reply::Array(vec![Reply::Int(4000000000), Reply::Int(-2), Reply::Int(7)]),
+        ),
+        ("return struct.size('>I i2 d !4 h')", Reply::Int(16)),
+    ] {
+        assert_eq!(
+            run(&engine, &mut s, &["EVAL", body, "0"]).await,
+            want,
+            "{body}"
+        );
+    }
+    for (body, text) in [
+        (
+            "return {struct.unpack('>i', 'ab')}",
+            "bad argument #2 to 'unpack' (data string too short)",
+        ),
+        (
+            "return struct.pack('c5', 'ab')",
+            "bad argument #3 to 'pack' (string too short)",
+        ),
+        (
+            "return struct.size('s')",
+            "bad argument #1 to 'size' (option 's' has no fixed size)",
+        ),
+        (
+            "return struct.pack('q', 1)",
+            "bad argument #1 to 'pack' (invalid format option 'q')",
+        ),
+        (
+            "return struct.pack('i40', 1)",
+            "integral size 40 is larger than limit of 32",
+        ),
+        (
+            "return {struct.unpack('s', 'abc')}",
+            "unfinished string in data",
+        ),
+    ] {
+        assert!(
+            matches!(run(&engine, &mut s, &["EVAL", body, "0"]).await,
+                Reply::Error(e) if e.starts_with(&format!("ERR user_script:1: {text} script:"))),
+            "{body}"
+        );
+    }
+}

@@ -3,20 +3,22 @@
 //! `{}`, a table with keys 1..n an array, excessively sparse arrays refused, nesting
 //! limited to 1000 levels without recursion) and `bit` (LuaBitOp: 32-bit operations on
 //! numbers). JSON is parsed by `serde_json` (nesting limited to its 128 levels; its error
-//! texts, not lua-cjson's); the conversions are here. `cmsgpack` is [`super::msgpack`].
-//! Not yet: `struct`.
+//! texts, not lua-cjson's); the conversions are here. `cmsgpack` is [`super::msgpack`],
+//! `struct` [`super::structlib`].
 
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
 /// Deepest nesting cjson encodes or decodes (lua-cjson's default).
 const MAX_DEPTH: usize = 1000;
 
-/// Installs `cjson`, `bit` and `cmsgpack` ([`super::msgpack`]) as globals of `lua`.
+/// Installs `cjson`, `bit`, `cmsgpack` ([`super::msgpack`]) and `struct`
+/// ([`super::structlib`]) as globals of `lua`.
 pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     let g = lua.globals();
     g.raw_set("cjson", cjson(lua)?)?;
     g.raw_set("bit", bit(lua)?)?;
     g.raw_set("cmsgpack", super::msgpack::library(lua)?)?;
+    g.raw_set("struct", super::structlib::library(lua)?)?;
     Ok(())
 }
 

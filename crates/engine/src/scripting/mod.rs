@@ -19,6 +19,7 @@ mod convert;
 mod libs;
 mod msgpack;
 mod state;
+mod structlib;
 
 use std::collections::HashMap;
 use std::sync::Arc;
