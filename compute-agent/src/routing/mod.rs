@@ -355,7 +355,11 @@ impl Router {
         if let Some(done) = self.transaction(session, spec, index, &args, peer).await {
             return done;
         }
-        if let Some(done) = self.pubsub(session, spec, index, &args, peer).await {
+        // Boxed: its state (a loop over peers) would otherwise grow every command's
+        // future, and every idle connection holds one.
+        if spec.is_some_and(|s| s.family() == Family::PubSub)
+            && let Some(done) = Box::pin(self.pubsub(session, spec, index, &args, peer)).await
+        {
             return done;
         }
         // Commands about the whole keyspace, which each agent answers for the slots

@@ -130,20 +130,24 @@ pub async fn dispatch_at(
         Family::Server if spec.cmd == Cmd::Quit => return (Reply::ok(), Flow::Close),
         Family::Server => server::run(engine, session, spec.cmd, &args).await,
         Family::Strings => strings::run(engine, session, spec.cmd, &args).await,
+        // The collections' futures are boxed: the largest family's state sizes every
+        // command's future, which every idle connection holds (a sorted set command's
+        // is 6.3 KiB in a debug build, a string command's 4.7 KiB), and their commands
+        // are long enough for one allocation not to show.
         Family::Hashes => match spec.cmd {
-            Cmd::Hash(h) => hashes::run(engine, session, h, &args).await,
+            Cmd::Hash(h) => Box::pin(hashes::run(engine, session, h, &args)).await,
             _ => unknown(&args),
         },
         Family::Lists => match spec.cmd {
-            Cmd::List(l) => lists::run(engine, session, l, &args).await,
+            Cmd::List(l) => Box::pin(lists::run(engine, session, l, &args)).await,
             _ => unknown(&args),
         },
         Family::Sets => match spec.cmd {
-            Cmd::Sets(c) => sets::run(engine, session, c, &args).await,
+            Cmd::Sets(c) => Box::pin(sets::run(engine, session, c, &args)).await,
             _ => unknown(&args),
         },
         Family::ZSets => match spec.cmd {
-            Cmd::ZSet(z) => zsets::run(engine, session, z, &args).await,
+            Cmd::ZSet(z) => Box::pin(zsets::run(engine, session, z, &args)).await,
             _ => unknown(&args),
         },
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
