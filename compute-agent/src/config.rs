@@ -81,6 +81,9 @@ pub struct Config {
     pub maxclients: u64,
     /// Close clients idle this many seconds (0: never), Redis's `timeout`.
     pub timeout: u64,
+    /// Who may run DEBUG: `no`, `local` (loopback clients) or `yes`, Redis's
+    /// `enable-debug-command`.
+    pub enable_debug_command: String,
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
@@ -137,6 +140,7 @@ impl Default for Config {
             requirepass: String::new(),
             maxclients: 10_000,
             timeout: 0,
+            enable_debug_command: "no".into(),
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
             proto_max_bulk_len: ByteSize(512 << 20),
@@ -195,6 +199,9 @@ pub struct Args {
     /// Close clients idle this many seconds (0: never).
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// Who may run DEBUG: no, local (loopback clients) or yes.
+    #[arg(long)]
+    pub enable_debug_command: Option<String>,
     /// Local DRAM cache size, e.g. 64mb (0 disables it; default: none over embedded
     /// and shm pools, whose memory is this host's, 64mb over tcp).
     #[arg(long)]
@@ -308,6 +315,9 @@ impl Args {
         if let Some(v) = self.timeout {
             cfg.timeout = v;
         }
+        if let Some(v) = &self.enable_debug_command {
+            cfg.enable_debug_command = v.clone();
+        }
         if let Some(v) = self.local_cache_size {
             cfg.local_cache_size = Some(v);
         }
@@ -377,6 +387,10 @@ impl Config {
             "databases must be 1..=255"
         );
         anyhow::ensure!(self.maxclients > 0, "maxclients must be positive");
+        anyhow::ensure!(
+            dmc_engine::debug::Access::parse(&self.enable_debug_command).is_some(),
+            "enable-debug-command must be no, local or yes"
+        );
         for (name, v) in [
             ("proto-max-bulk-len", self.proto_max_bulk_len),
             ("client-query-buffer-limit", self.client_query_buffer_limit),

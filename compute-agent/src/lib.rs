@@ -152,6 +152,8 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             timeout_secs: cfg.timeout,
             cluster_enabled: cfg.routing == RoutingMode::Cluster && cfg.manager.is_some(),
             instance: cfg.instance.clone(),
+            debug_command: dmc_engine::debug::Access::parse(&cfg.enable_debug_command)
+                .unwrap_or_default(),
         },
     );
     let router = Arc::new(Router::new(

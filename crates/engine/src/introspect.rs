@@ -86,6 +86,29 @@ pub async fn object(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     }
 }
 
+/// `DEBUG OBJECT key`, in Redis's format; "Value at" is the key's metadata word in the
+/// pool, `serializedlength` the bytes of its value as stored.
+pub async fn debug_object(engine: &Engine, s: &Session, key: &[u8]) -> Reply {
+    let db = engine.physical_db(s.db);
+    let entry = match engine.dht.peek(db, key).await {
+        Ok(Some((entry, _))) => entry,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(e) => return error_reply(e),
+    };
+    let encoding = match crate::collection::encoding(entry.kind, &entry.value) {
+        Ok(name) => name,
+        Err(e) => return Reply::from(e),
+    };
+    let lru = (engine.now_ms() / 1000).saturating_sub(entry.idle_secs) & 0xff_ffff;
+    Reply::Status(format!(
+        "Value at:0x{:x} refcount:1 encoding:{encoding} serializedlength:{} lru:{lru} \
+         lru_seconds_idle:{}",
+        entry.slot.meta_addr().bits(),
+        entry.value.len(),
+        entry.idle_secs
+    ))
+}
+
 /// The bytes of the chunks of `entry`'s tree (0 for a value that is not a tree).
 async fn tree_bytes(
     engine: &Engine,

@@ -31,6 +31,7 @@ pub mod cache;
 pub mod clients;
 pub mod collection;
 pub(crate) mod combine;
+pub mod debug;
 pub mod dispatch;
 pub mod docs;
 pub mod durability;
@@ -88,6 +89,8 @@ pub struct EngineConfig {
     pub cluster_enabled: bool,
     /// The cluster's cache instance this agent serves (INFO `dmc_instance`).
     pub instance: String,
+    /// `enable-debug-command`: who may run DEBUG.
+    pub debug_command: debug::Access,
 }
 
 impl Default for EngineConfig {
@@ -104,6 +107,7 @@ impl Default for EngineConfig {
             timeout_secs: 0,
             cluster_enabled: false,
             instance: "default".into(),
+            debug_command: debug::Access::No,
         }
     }
 }

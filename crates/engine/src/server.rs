@@ -37,6 +37,10 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
         ("save", String::new()),
         ("appendonly", "no".into()),
         (
+            "enable-debug-command",
+            engine.config.debug_command.name().into(),
+        ),
+        (
             "timeout",
             engine.timeout_secs.load(Ordering::Relaxed).to_string(),
         ),
@@ -186,6 +190,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Monitor => crate::monitor::start(engine, s),
         Cmd::Wait => crate::durability::wait(engine, args).await,
         Cmd::LastSave => crate::durability::lastsave(engine),
+        Cmd::Debug => crate::debug::run(engine, s, args).await,
         Cmd::Latency => engine.slowlog.latency_command(args),
         Cmd::Time => {
             let us = engine.now_ms() * 1000;
@@ -480,6 +485,11 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                     // snapshot or append to, and saying yes to either would be a lie.
                     "save" if value.trim().is_empty() => {}
                     "appendonly" if value.eq_ignore_ascii_case("no") => {}
+                    "enable-debug-command" => {
+                        return Reply::Error(format!(
+                            "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
+                        ));
+                    }
                     "save" | "appendonly" => {
                         return Reply::Error(format!(
                             "ERR CONFIG SET failed (possibly related to argument '{name}') - DMC keeps data in replicated memory nodes and has no RDB or AOF persistence"

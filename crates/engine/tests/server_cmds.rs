@@ -182,3 +182,64 @@ async fn container_commands_refuse_as_redis_7_does() {
         );
     }
 }
+
+/// DEBUG is refused unless `enable-debug-command` allows it (Redis's text); allowed, it
+/// sleeps the calling client and shows a key's object line in Redis's format.
+#[tokio::test]
+async fn debug_needs_enable_debug_command() {
+    use dmc_engine::{EngineConfig, debug::Access};
+    let (h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("127.0.0.1:5000".into(), "t:0".into(), -1);
+    assert!(
+        matches!(run(&engine, &mut s, &["DEBUG", "SLEEP", "0"]).await,
+        Reply::Error(e) if e.starts_with("ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\""))
+    );
+    let config = |access| EngineConfig {
+        debug_command: access,
+        ..EngineConfig::default()
+    };
+    let clock = std::sync::Arc::new(dmc_dht::SystemClock);
+    let local = dmc_engine::Engine::new(h.dht.clone(), clock.clone(), config(Access::Local));
+    let mut near = local.new_session("127.0.0.1:5000".into(), "t:0".into(), -1);
+    let mut far = local.new_session("10.1.2.3:5000".into(), "t:0".into(), -1);
+    assert_eq!(
+        run(&local, &mut near, &["DEBUG", "SLEEP", "0.01"]).await,
+        Reply::ok()
+    );
+    assert!(
+        matches!(run(&local, &mut far, &["DEBUG", "SLEEP", "0"]).await,
+        Reply::Error(e) if e.starts_with("ERR DEBUG command not allowed"))
+    );
+    run(&local, &mut near, &["SET", "dk", "hello"]).await;
+    let Reply::Status(line) = run(&local, &mut near, &["DEBUG", "OBJECT", "dk"]).await else {
+        panic!("DEBUG OBJECT answers a status line");
+    };
+    assert!(line.starts_with("Value at:0x"), "{line}");
+    assert!(
+        line.contains(" refcount:1 encoding:embstr serializedlength:5 lru:"),
+        "{line}"
+    );
+    assert!(line.contains(" lru_seconds_idle:"), "{line}");
+    for (cmd, want) in [
+        (&["DEBUG", "OBJECT", "nope"][..], "ERR no such key"),
+        (
+            &["DEBUG", "FOO"],
+            "ERR unknown subcommand or wrong number of arguments for 'FOO'. Try DEBUG HELP.",
+        ),
+        (
+            &["DEBUG", "OBJECT"],
+            "ERR unknown subcommand or wrong number of arguments for 'OBJECT'. Try DEBUG HELP.",
+        ),
+        (
+            &["CONFIG", "SET", "enable-debug-command", "yes"],
+            "ERR CONFIG SET failed (possibly related to argument 'enable-debug-command') - \
+             can't set immutable config",
+        ),
+    ] {
+        assert_eq!(
+            run(&local, &mut near, cmd).await,
+            Reply::err(want),
+            "{cmd:?}"
+        );
+    }
+}

@@ -163,6 +163,12 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "1.0.0",
             "",
         ),
+        Debug => (
+            "A container for debugging commands.",
+            "server",
+            "1.0.0",
+            "Depends on subcommand.",
+        ),
         Wait => (
             "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
             "generic",

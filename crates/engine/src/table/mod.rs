@@ -96,6 +96,7 @@ pub enum Cmd {
     Monitor,
     Wait,
     LastSave,
+    Debug,
     Subscribe,
     Unsubscribe,
     PSubscribe,
@@ -171,7 +172,7 @@ impl Cmd {
         use Cmd::*;
         match self {
             Ping | Echo | Hello | Auth | Select | Quit | Reset | Client | Info | Config
-            | Command | Time | Dbsize | Slowlog | Latency | Monitor | Wait | LastSave => {
+            | Command | Time | Dbsize | Slowlog | Latency | Monitor | Wait | LastSave | Debug => {
                 Family::Server
             }
             Get | Set | SetNx | SetEx | PSetEx | GetDel | GetEx | GetSet | MGet | MSet | MSetNx
@@ -533,6 +534,15 @@ const CORE: &[Spec] = &[
         0,
         0,
         LastSave
+    ),
+    spec!(
+        "debug",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        Debug
     ),
     spec!(
         "latency",
