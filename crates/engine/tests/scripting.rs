@@ -8,6 +8,15 @@ mod support;
 use dmc_resp::Reply;
 use support::{Backend, engine, run};
 
+/// A bulk reply of the bytes written in hex.
+fn hex(h: &str) -> Reply {
+    let bytes: Vec<u8> = (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
+        .collect();
+    Reply::Bulk(bytes.into())
+}
+
 fn script_err(text: &str, sha: &str) -> Reply {
     Reply::Error(format!("{text} script: {sha}, on @user_script:1."))
 }
@@ -362,13 +371,6 @@ async fn cjson_and_bit_answer_as_redis_does() {
 async fn cmsgpack_answers_as_redis_does() {
     let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
-    let hex = |h: &str| {
-        let bytes: Vec<u8> = (0..h.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
-            .collect();
-        Reply::Bulk(bytes.into())
-    };
     let packed = [
         (
             r#"return cmsgpack.pack({name="Joe"})"#,
@@ -459,13 +461,6 @@ async fn cmsgpack_answers_as_redis_does() {
 async fn struct_answers_as_redis_does() {
     let (_h, engine) = engine(Backend::Local).await;
     let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
-    let hex = |h: &str| {
-        let bytes: Vec<u8> = (0..h.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
-            .collect();
-        Reply::Bulk(bytes.into())
-    };
     let packed = [
         (
             "return struct.pack('bBhHlLi3I2', -1, 255, -300, 65535, -5, 7, -70000, 513)",
