@@ -91,8 +91,8 @@ pub async fn dispatch_at(
     }
     if session.subscribed && session.proto < 3 {
         if !crate::pubsub::allowed_in_subscribed_mode(spec.cmd) {
-            let name = match (spec.cmd, args.get(1)) {
-                (Cmd::PubSub | Cmd::Client | Cmd::Config | Cmd::Script, Some(sub)) => format!(
+            let name = match args.get(1) {
+                Some(sub) if crate::subcommands::is_container(spec.cmd) => format!(
                     "{}|{}",
                     spec.name,
                     String::from_utf8_lossy(sub).to_ascii_lowercase()

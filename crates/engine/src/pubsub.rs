@@ -372,37 +372,35 @@ impl PubSub {
     ) -> i64 {
         let r = self.registry.lock();
         let mut n = 0;
-        if shard {
-            for mailbox in r.names[2].get(channel).into_iter().flat_map(|h| h.values()) {
-                let m = Message::SMessage {
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
-                mailbox.deliver(m, limit);
+        let mut deliver = |holders: &HashMap<u64, Arc<Mailbox>>, m: &dyn Fn() -> Message| {
+            for mailbox in holders.values() {
+                mailbox.deliver(m(), limit);
                 n += 1;
+            }
+        };
+        let (c, p) = (channel.clone(), payload.clone());
+        if shard {
+            if let Some(holders) = r.names[Kind::Shard as usize].get(channel) {
+                deliver(holders, &|| Message::SMessage {
+                    channel: c.clone(),
+                    payload: p.clone(),
+                });
             }
             return n;
         }
-        for mailbox in r.names[0].get(channel).into_iter().flat_map(|h| h.values()) {
-            let m = Message::Message {
-                channel: channel.clone(),
-                payload: payload.clone(),
-            };
-            mailbox.deliver(m, limit);
-            n += 1;
+        if let Some(holders) = r.names[Kind::Channel as usize].get(channel) {
+            deliver(holders, &|| Message::Message {
+                channel: c.clone(),
+                payload: p.clone(),
+            });
         }
-        for (pattern, holders) in &r.names[1] {
-            if !crate::glob::glob(pattern, channel, false) {
-                continue;
-            }
-            for mailbox in holders.values() {
-                let m = Message::PMessage {
+        for (pattern, holders) in &r.names[Kind::Pattern as usize] {
+            if crate::glob::glob(pattern, channel, false) {
+                deliver(holders, &|| Message::PMessage {
                     pattern: pattern.clone(),
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
-                mailbox.deliver(m, limit);
-                n += 1;
+                    channel: c.clone(),
+                    payload: p.clone(),
+                });
             }
         }
         n

@@ -5,6 +5,26 @@
 
 use dmc_resp::Reply;
 
+use crate::table::Cmd;
+
+/// Whether `cmd` is a container: its name and first argument make the command's full
+/// name (`pubsub|numpat`) in Redis's texts.
+pub fn is_container(cmd: Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Client
+            | Cmd::Config
+            | Cmd::Command
+            | Cmd::Object
+            | Cmd::Memory
+            | Cmd::Script
+            | Cmd::PubSub
+            | Cmd::Slowlog
+            | Cmd::Latency
+            | Cmd::Cluster
+    )
+}
+
 /// HELP's lines, as status replies.
 pub fn help(lines: &[&'static str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple(l)).collect())
