@@ -26,5 +26,5 @@ pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
     Change, Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
-    SlotRef, Ttl,
+    SlotRef, Staged, Ttl,
 };

@@ -47,7 +47,7 @@ pub struct Blocking {
 impl Blocking {
     /// Wakes the clients blocked on `key` (after a push to it), oldest first.
     pub fn wake(&self, db: u8, key: &[u8]) {
-        if self.count.load(Ordering::Acquire) == 0 {
+        if self.count.load(Ordering::Acquire) == 0 || crate::multi::defer_wake(db, key) {
             return;
         }
         let waiters = self.waiters.lock();

@@ -157,13 +157,23 @@ pub async fn dispatch_at(
         Family::Introspect => introspect::memory(engine, session, &args).await,
         // A cluster member's router answers these before they reach the engine.
         Family::Cluster => Reply::err("ERR This instance has cluster support disabled"),
-        Family::Transactions => crate::multi::run(engine, session, spec.cmd, &args).await,
+        // Boxed too: a transaction or a script stages and commits its writes, a deep
+        // state few commands need.
+        Family::Transactions => Box::pin(crate::multi::run(engine, session, spec.cmd, &args)).await,
         Family::Scripting => match spec.cmd {
             Cmd::Script => crate::scripting::script(engine, &args),
-            Cmd::Eval => crate::scripting::eval(engine, session, &args, false, false).await,
-            Cmd::EvalSha => crate::scripting::eval(engine, session, &args, true, false).await,
-            Cmd::EvalRo => crate::scripting::eval(engine, session, &args, false, true).await,
-            _ => crate::scripting::eval(engine, session, &args, true, true).await,
+            cmd => {
+                let (by_sha, read_only) = match cmd {
+                    Cmd::Eval => (false, false),
+                    Cmd::EvalSha => (true, false),
+                    Cmd::EvalRo => (false, true),
+                    _ => (true, true),
+                };
+                Box::pin(crate::scripting::eval(
+                    engine, session, &args, by_sha, read_only,
+                ))
+                .await
+            }
         },
         Family::PubSub => crate::pubsub::run(engine, session, spec.cmd, &args),
         // Only the agent's connection loop speaks to peers.

@@ -7,6 +7,8 @@
 //! | [`dispatch`] | arity and auth checks, then the family that runs a command |
 //! | [`pipeline`] | pipelined runs of GET or SET executed as one batch |
 //! | [`read`] | reads (the local cache, then the pool) and telling the cache of writes |
+//! | [`multi`] | MULTI/EXEC/WATCH, and the one commit of a transaction's or script's writes |
+//! | [`tx_gate`] | this agent's commits in flight, for MGET's snapshot |
 //! | [`strings`] | GET, SET and the string family |
 //! | [`hashes`] | HSET, HGET and the hash family |
 //! | [`lists`] | LPUSH, LRANGE and the list family |
@@ -57,6 +59,7 @@ pub mod strings;
 pub mod subcommands;
 pub mod table;
 pub mod tree;
+pub mod tx_gate;
 pub mod warm;
 pub mod zsets;
 
@@ -199,6 +202,8 @@ pub struct Engine {
     key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
     pub blocking: blocking::Blocking,
+    /// This agent's transactions committing, for MGET's snapshot.
+    pub(crate) commits: tx_gate::CommitGate,
     /// Where cache updates of shards with backup agents go (cluster members).
     cache_feed: std::sync::OnceLock<Arc<dyn warm::CacheFeed>>,
     /// This engine, for tasks it starts (same-key batch workers).
@@ -266,6 +271,7 @@ impl Engine {
                 .collect(),
             cache_feed: std::sync::OnceLock::new(),
             blocking: blocking::Blocking::default(),
+            commits: tx_gate::CommitGate::default(),
         })
     }
 

@@ -11,12 +11,16 @@
 //! (a new object), so "unchanged" is "the same word"; a key that was live at WATCH
 //! and expired since counts as changed, as in Redis 7.
 //!
-//! Not built yet (docs/architecture.md, "Transactions"): the transaction's writes are
-//! committed command by command, so a reader on another agent may see part of a
-//! transaction while EXEC runs; the design commits them as one UMO transaction.
+//! The queued commands' writes are staged and committed together as one pool
+//! transaction when the queue has run ([`run_locked`]), so a reader on any agent sees
+//! all of the transaction or none of it.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
+use dmc_dht::{DhtError, ValueKind};
 use dmc_resp::Reply;
+use parking_lot::Mutex;
 
 use crate::table::{Cmd, TABLE};
 use crate::{Engine, Session, error_reply};
@@ -43,22 +47,72 @@ impl TxState {
     }
 }
 
+/// What a transaction (an EXEC, a script) holds while its commands run.
+struct Held {
+    /// The key-lock stripes it holds, sorted.
+    stripes: Vec<usize>,
+    /// What its writes do once committed.
+    effects: Arc<Effects>,
+}
+
+/// The effects of a transaction's writes outside the pool, held until its one commit
+/// made them visible: the local cache's write-through (and the backups' feed), and
+/// waking clients blocked on keys it pushed to.
+#[derive(Default)]
+struct Effects {
+    cache: Mutex<Vec<CacheWrite>>,
+    wakes: Mutex<Vec<(u8, Bytes)>>,
+}
+
+/// A write-through of the local cache (see [`Engine::wrote_typed`]).
+type CacheWrite = (u8, Bytes, ValueKind, Option<(Bytes, Option<u64>)>);
+
 tokio::task_local! {
-    /// The key-lock stripes the EXEC running on this task holds.
-    static HELD: Vec<usize>;
+    static HELD: Held;
 }
 
 /// Whether the EXEC running on this task holds key-lock stripe `stripe` (its commands
 /// take no lock of their own for it).
 pub(crate) fn held(stripe: usize) -> bool {
-    HELD.try_with(|h| h.binary_search(&stripe).is_ok())
+    HELD.try_with(|h| h.stripes.binary_search(&stripe).is_ok())
         .unwrap_or(false)
 }
 
-/// Whether this task runs the commands of an EXEC (blocking commands do not block
-/// there, and same-key batches run on the task itself).
+/// Whether this task runs the commands of an EXEC or a script (their writes are
+/// staged, blocking commands do not block there, and same-key batches run on the task
+/// itself).
 pub(crate) fn in_exec() -> bool {
     HELD.try_with(|_| ()).is_ok()
+}
+
+/// Inside a transaction: holds a local-cache write-through until the commit and
+/// returns `true`; `false` outside one (write through now).
+pub(crate) fn defer_cache_write(
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    now: Option<(&[u8], Option<u64>)>,
+) -> bool {
+    HELD.try_with(|h| {
+        let now = now.map(|(v, at)| (Bytes::copy_from_slice(v), at));
+        h.effects
+            .cache
+            .lock()
+            .push((db, Bytes::copy_from_slice(key), kind, now));
+    })
+    .is_ok()
+}
+
+/// Inside a transaction: holds the wake-up of clients blocked on `key` until the
+/// commit (they would find the pool unchanged) and returns `true`.
+pub(crate) fn defer_wake(db: u8, key: &[u8]) -> bool {
+    HELD.try_with(|h| {
+        h.effects
+            .wakes
+            .lock()
+            .push((db, Bytes::copy_from_slice(key)))
+    })
+    .is_ok()
 }
 
 /// While `session` is in MULTI: queues the command at table row `index` (or answers
@@ -159,7 +213,7 @@ async fn exec(engine: &Engine, session: &mut Session) -> Reply {
             );
         }
     }
-    run_locked(engine, &keys, async {
+    let ran = run_locked(engine, &keys, async {
         for (db, key, seen) in &watched {
             match engine.dht.version(*db, key).await {
                 Ok(now) if now == *seen => {}
@@ -180,24 +234,46 @@ async fn exec(engine: &Engine, session: &mut Session) -> Reply {
         }
         Reply::Array(replies)
     })
-    .await
+    .await;
+    ran.unwrap_or_else(error_reply)
 }
 
-/// Runs `work` holding the write locks of `keys` (an EXEC, a script): the commands it
-/// runs take no lock of their own for them, same-key batches run on this task, and
-/// blocking commands do not block. Nested (a script run by an EXEC), the locks the
-/// outer one holds are not taken again.
+/// Runs `work` holding the write locks of `keys` (an EXEC, a script) as one
+/// transaction: the commands it runs take no lock of their own for them, same-key
+/// batches run on this task, blocking commands do not block, and every write is staged
+/// ([`dmc_dht::Dht::stage`]) and committed at the end in one pool transaction, after
+/// which the cache write-throughs and wake-ups it held happen. Nested (a script run by
+/// an EXEC), the outer one's locks are not taken again and the outer one commits. An
+/// error is the commit's: nothing of the work is visible then.
 pub(crate) async fn run_locked<T>(
     engine: &Engine,
     keys: &[Bytes],
     work: impl Future<Output = T>,
-) -> T {
+) -> Result<T, DhtError> {
     let _locks = engine.lock_keys(keys.iter().map(|k| &k[..])).await;
     let mut stripes = Engine::stripes_of(keys.iter().map(|k| &k[..]));
-    if let Ok(outer) = HELD.try_with(|h| h.clone()) {
+    if let Ok((outer, effects)) = HELD.try_with(|h| (h.stripes.clone(), h.effects.clone())) {
         stripes.extend(outer);
         stripes.sort_unstable();
         stripes.dedup();
+        return Ok(HELD.scope(Held { stripes, effects }, work).await);
     }
-    HELD.scope(stripes, work).await
+    let effects = Arc::new(Effects::default());
+    let held = Held {
+        stripes,
+        effects: effects.clone(),
+    };
+    let (out, staged) = engine.dht.stage(HELD.scope(held, work)).await;
+    // MGETs of this agent that overlap the commit read a snapshot instead.
+    let _committing = (!staged.is_empty()).then(|| engine.commits.begin());
+    engine.dht.commit_staged(staged).await?;
+    let cache = std::mem::take(&mut *effects.cache.lock());
+    for (db, key, kind, now) in cache {
+        engine.wrote_typed(db, &key, kind, now.as_ref().map(|(v, at)| (&v[..], *at)));
+    }
+    let wakes = std::mem::take(&mut *effects.wakes.lock());
+    for (db, key) in wakes {
+        engine.blocking.wake(db, &key);
+    }
+    Ok(out)
 }

@@ -57,6 +57,10 @@ impl Engine {
     /// A fill ticket for a key this agent may cache.
     fn cache_ticket(&self, db: u8, key: &[u8]) -> Option<u64> {
         let c = self.cache.as_ref()?;
+        if crate::multi::in_exec() {
+            // A transaction reads its own staged writes, which the cache must not hold.
+            return None;
+        }
         self.owns(key).then(|| c.fill_ticket(db, key))
     }
 
@@ -67,7 +71,8 @@ impl Engine {
     /// hit there; the other such hits go unreported rather than risk a stale write.
     async fn cached(&self, db: u8, key: &[u8]) -> Option<(ValueKind, Bytes)> {
         let cache = self.cache.as_ref()?;
-        if !self.owns(key) {
+        // A transaction's reads see its staged writes, which the cache has not.
+        if !self.owns(key) || crate::multi::in_exec() {
             return None;
         }
         let (value, kind, slot) = cache.get(db, key, self.now_ms(), dmc_proto::rng::next_f64())?;
@@ -82,7 +87,36 @@ impl Engine {
     /// local cache (hits reported while the pool reference is fresh), the rest read
     /// from the pool in one batch whose memory accesses overlap (and offered to the
     /// cache).
+    ///
+    /// Several keys are read as of one instant (Redis's MGET is atomic): keys another
+    /// agent owns, which its transactions may change while they are read, as a
+    /// snapshot of the pool; this agent's own keys the fast way, again as a snapshot
+    /// when one of this agent's transactions committed meanwhile.
     pub async fn read_many(
+        &self,
+        db: u8,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<(ValueKind, Bytes)>>, DhtError> {
+        if keys.len() < 2 || crate::multi::in_exec() {
+            return self.read_each(db, keys).await;
+        }
+        if let Some(epoch) = self.commits.quiet()
+            && keys.iter().all(|k| self.owns(k))
+        {
+            let out = self.read_each(db, keys).await?;
+            if self.commits.unchanged(epoch) {
+                return Ok(out);
+            }
+        }
+        let got = self.dht.get_many_snapshot(db, keys).await?;
+        Ok(got
+            .into_iter()
+            .map(|e| e.map(|e| (e.kind, e.value)))
+            .collect())
+    }
+
+    /// [`read_many`](Self::read_many) key by key: the cache, then the pool in a batch.
+    async fn read_each(
         &self,
         db: u8,
         keys: &[&[u8]],
@@ -135,6 +169,9 @@ impl Engine {
         kind: ValueKind,
         now: Option<(&[u8], Option<u64>)>,
     ) {
+        if self.cache.is_some() && crate::multi::defer_cache_write(db, key, kind, now) {
+            return;
+        }
         if let Some(c) = &self.cache {
             if now.is_some() && !self.owns(key) {
                 c.remove(db, key);

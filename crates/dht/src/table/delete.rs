@@ -65,6 +65,9 @@ impl Dht {
 
     /// Deletes `key`; returns whether a live key was removed.
     pub async fn delete(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
+        if self.is_staging() {
+            return Box::pin(self.staged_delete(db, key)).await;
+        }
         let loc = Self::loc(db, key);
         self.lease(loc.slot)?;
         for attempt in 0..MAX_RETRIES {

@@ -32,6 +32,9 @@ impl Dht {
     /// Sets (`Some(unix ms)`) or removes (`None`) the key's expiry. Returns whether the
     /// key existed. An expiry in the past deletes the key, as Redis does.
     pub async fn expire(&self, db: u8, key: &[u8], at: Option<u64>) -> Result<bool, DhtError> {
+        if self.is_staging() {
+            return Box::pin(self.staged_expire(db, key, at)).await;
+        }
         let loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
         // Only the metadata word changes, which a split copies without validating: hold

@@ -33,6 +33,7 @@
 //! | `evict` | making room, sampling and evicting per the policy |
 //! | `vacate` | emptying a memory range or a region |
 //! | `scan` | a hash slot's keys |
+//! | `staged` | transactions that stage their writes and commit them at once |
 //! | `db_map` | logical to stored database numbers, `SWAPDB` |
 //! | `maintenance` | the background upkeep task |
 
@@ -52,6 +53,7 @@ mod probe;
 mod read;
 mod recover;
 mod scan;
+mod staged;
 mod update;
 mod vacate;
 mod write;
@@ -60,6 +62,7 @@ pub use config::{
     Change, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
     SlotRef, Ttl,
 };
+pub use staged::Staged;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

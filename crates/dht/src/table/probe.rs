@@ -123,7 +123,25 @@ impl Dht {
     }
 
     /// Probes and finds in one go; `None` probe means the hash slot has no table yet.
+    /// Inside a transaction ([`Dht::atomically`]) a key it changed is found as changed.
     pub(super) async fn lookup(
+        &self,
+        loc: &Loc,
+        key: &[u8],
+        want_value: bool,
+    ) -> Result<(Option<Probe>, Option<Found>), DhtError> {
+        // Boxed: the staged path is rare, and would otherwise enlarge every future
+        // that looks a key up.
+        if self.is_staging()
+            && let Some(found) = Box::pin(self.staged_found(loc, key, want_value)).await
+        {
+            return Ok((Box::pin(self.probe(loc)).await?, found?));
+        }
+        self.lookup_committed(loc, key, want_value).await
+    }
+
+    /// [`lookup`](Self::lookup) of the committed table, whatever this task staged.
+    pub(super) async fn lookup_committed(
         &self,
         loc: &Loc,
         key: &[u8],

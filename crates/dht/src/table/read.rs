@@ -11,10 +11,16 @@ use bytes::Bytes;
 use dmc_umo::{GlobalAddr, ObjectRef, ReadObject};
 
 use super::probe::Probe;
-use super::{Dht, DhtError, Entry, Found, Loc, SlotRef, Ttl};
+use super::{Dht, DhtError, Entry, Found, Loc, MAX_RETRIES, SlotRef, Ttl};
 use crate::hash;
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
 use crate::policy::{self, Now};
+
+/// Whether a slot of either candidate bucket is locked (a commit in flight; an empty
+/// locked slot is a key being inserted).
+fn locked_slot(probe: &Probe) -> bool {
+    (0..2).any(|b| (0..SLOTS_PER_BUCKET).any(|i| probe.slot(b, i).1.is_locked()))
+}
 
 /// Objects up to this size are read by `get_many`'s batched path.
 const BATCH_OBJECT: usize = 128;
@@ -81,6 +87,13 @@ impl Dht {
     pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
         let loc = Self::loc(db, key);
         let (abs, now) = self.now();
+        if self.is_staging() {
+            // A transaction's read: its own writes first; no hit recorded, no reclaim.
+            let (_, found) = Box::pin(self.lookup(&loc, key, true)).await?;
+            return Ok(found
+                .filter(|f| !self.is_expired(f.meta, abs))
+                .map(|f| self.entry(f, &now, std::time::Instant::now())));
+        }
         if self.inline_reads {
             match self.find_now(&loc, key, abs) {
                 Some(Ok(Some(f))) => return Ok(Some(self.hit_now(f, &now))),
@@ -120,7 +133,7 @@ impl Dht {
     pub async fn get_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Entry>>, DhtError> {
         let mut out: Vec<Option<Entry>> = vec![None; keys.len()];
         let mut settled = vec![false; keys.len()];
-        if self.inline_reads && keys.len() > 1 {
+        if self.inline_reads && keys.len() > 1 && !self.is_staging() {
             let (abs, now) = self.now();
             let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
             // Stage 1: the first candidate bucket of every key with a cached directory.
@@ -211,6 +224,59 @@ impl Dht {
         Ok(out)
     }
 
+    /// Many keys of `db` as of one instant: no transaction's commit (which locks every
+    /// word it changes before it writes any) falls between the reads. Each key's
+    /// buckets are read twice; a locked slot word in them, or a word that differs
+    /// between the two reads, starts it over. For MGET, where a transaction of this or
+    /// another agent may commit while it reads.
+    pub async fn get_many_snapshot(
+        &self,
+        db: u8,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<Entry>>, DhtError> {
+        let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
+        let mut slot = 0;
+        for attempt in 0..MAX_RETRIES {
+            let mut first: Vec<Option<Found>> = Vec::with_capacity(keys.len());
+            let mut settled = true;
+            for (loc, key) in locs.iter().zip(keys) {
+                let (probe, found) = self.lookup_committed(loc, key, true).await?;
+                if probe.as_ref().is_some_and(locked_slot) {
+                    settled = false;
+                    slot = loc.slot;
+                    break;
+                }
+                first.push(found);
+            }
+            if settled {
+                for ((loc, key), f) in locs.iter().zip(keys).zip(&first) {
+                    let (probe, again) = self.lookup_committed(loc, key, false).await?;
+                    if probe.as_ref().is_some_and(locked_slot)
+                        || again.map(|g| g.word) != f.as_ref().map(|f| f.word)
+                    {
+                        settled = false;
+                        slot = loc.slot;
+                        break;
+                    }
+                }
+            }
+            if settled {
+                let (abs, now) = self.now();
+                let at = std::time::Instant::now();
+                return Ok(first
+                    .into_iter()
+                    .map(|f| {
+                        let f = f.filter(|f| !self.is_expired(f.meta, abs))?;
+                        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                        Some(self.entry(f, &now, at))
+                    })
+                    .collect());
+            }
+            self.backoff(attempt, true).await;
+        }
+        Err(DhtError::Contention(slot))
+    }
+
     /// The entry a found key is returned as; `at` is when its slot was read.
     pub(super) fn entry(&self, f: Found, now: &Now, at: std::time::Instant) -> Entry {
         Entry {
@@ -281,6 +347,9 @@ impl Dht {
 
     /// The key's time to live.
     pub async fn ttl(&self, db: u8, key: &[u8]) -> Result<Ttl, DhtError> {
+        if let Some(ttl) = self.staged_ttl(db, key) {
+            return Ok(ttl);
+        }
         let loc = Self::loc(db, key);
         let (_, found) = self.lookup(&loc, key, false).await?;
         let abs = self.clock.now_ms();

@@ -65,6 +65,7 @@ impl Dht {
                 keys.push((db, key));
             }
         }
+        self.staged_scan(slot, &mut keys);
         Ok(keys)
     }
 

@@ -39,6 +39,9 @@ impl Dht {
         kind: ValueKind,
         mut f: impl FnMut(Option<&Bytes>) -> Result<Change, E>,
     ) -> Result<Result<(), E>, DhtError> {
+        if self.is_staging() {
+            return Box::pin(self.staged_update(db, key, kind, f)).await;
+        }
         let loc: Loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
         for attempt in 0..MAX_RETRIES {

@@ -39,6 +39,9 @@ impl Dht {
         value: &[u8],
         opts: SetOptions,
     ) -> Result<SetOutcome, DhtError> {
+        if self.is_staging() {
+            return Box::pin(self.staged_set(db, key, value, opts)).await;
+        }
         let loc = Self::loc(db, key);
         let lease = self.lease(loc.slot)?;
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
@@ -73,6 +76,10 @@ impl Dht {
         pairs: &[(&[u8], &[u8])],
         only_if_all_absent: bool,
     ) -> Result<bool, DhtError> {
+        if self.is_staging() {
+            // Staged key by key: the transaction commits them together.
+            return Box::pin(self.set_each(db, pairs, only_if_all_absent)).await;
+        }
         let mut seen: std::collections::HashSet<&[u8]> =
             std::collections::HashSet::with_capacity(pairs.len());
         let mut unique: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());

@@ -129,6 +129,7 @@ pub async fn eval(
         }
     })
     .await
+    .unwrap_or_else(crate::error_reply)
 }
 
 /// A script call's arguments.

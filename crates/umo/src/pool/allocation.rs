@@ -23,6 +23,16 @@ const USAGE_FLUSH: i64 = 256 << 10;
 /// allocating, DEL after DEL, hands them over in batches of this many).
 const FREED_FLUSH: usize = 1024;
 
+/// The frees a [`Pool::defer_frees`] scope holds back, and whose pool it is.
+struct Deferred {
+    pool: usize,
+    blocks: parking_lot::Mutex<Vec<Block>>,
+}
+
+tokio::task_local! {
+    static DEFERRED: Deferred;
+}
+
 impl Pool {
     /// Allocates a block of at least `len` bytes, growing the pool if needed.
     pub async fn alloc(&self, len: u64, aligned: bool) -> Result<Block, UmoError> {
@@ -135,8 +145,56 @@ impl Pool {
         self.at_limit.load(Ordering::Relaxed)
     }
 
-    /// Frees a block after the grace period.
+    /// Frees a block after the grace period; inside [`defer_frees`](Self::defer_frees)
+    /// of this pool, when that scope ends.
     pub fn free(&self, block: Block) {
+        let mine = self as *const Pool as usize;
+        if DEFERRED
+            .try_with(|d| {
+                let deferring = d.pool == mine;
+                if deferring {
+                    d.blocks.lock().push(block);
+                }
+                deferring
+            })
+            .unwrap_or(false)
+        {
+            return;
+        }
+        self.release(block);
+    }
+
+    /// Runs `work` with this pool's frees on its task held back, and returns them: a
+    /// transaction that stages its writes frees what they replace only once its commit
+    /// made the replacement visible ([`free_now`](Self::free_now)), and never if it did
+    /// not commit. Nested, the outer scope keeps them.
+    pub async fn defer_frees<F: Future>(&self, work: F) -> (F::Output, Vec<Block>) {
+        let mine = self as *const Pool as usize;
+        if DEFERRED.try_with(|d| d.pool == mine).unwrap_or(false) {
+            return (work.await, Vec::new());
+        }
+        let scope = Deferred {
+            pool: mine,
+            blocks: parking_lot::Mutex::new(Vec::new()),
+        };
+        DEFERRED
+            .scope(scope, async {
+                let out = work.await;
+                let blocks = DEFERRED.with(|d| std::mem::take(&mut *d.blocks.lock()));
+                (out, blocks)
+            })
+            .await
+    }
+
+    /// Frees blocks [`defer_frees`](Self::defer_frees) held back, even inside another
+    /// deferring scope.
+    pub fn free_now(&self, blocks: Vec<Block>) {
+        for b in blocks {
+            self.release(b);
+        }
+    }
+
+    fn release(&self, block: Block) {
         self.usage_delta
             .fetch_sub(block.size() as i64, Ordering::Relaxed);
         let mut freed = self.freed.lock();
