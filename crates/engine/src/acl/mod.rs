@@ -29,6 +29,8 @@ mod tests;
 mod tests_check;
 #[cfg(test)]
 mod tests_model;
+#[cfg(test)]
+mod tests_redis;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
