@@ -27,6 +27,7 @@
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
 //! them; the local cache is told afterwards (write-through).
 
+pub mod acl;
 pub mod big;
 pub mod blocking;
 pub mod cache;
