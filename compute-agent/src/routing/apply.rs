@@ -223,8 +223,16 @@ impl Router {
                         .is_some_and(|s| s.epoch == lease.epoch && s.primary == Some(me))
                 });
                 if current {
-                    // Commits the previous owner left half-way (it died, or was cut off
-                    // mid-write) are rolled forward or undone before the first write.
+                    // Transactions the previous owner left committed on some memory
+                    // nodes and prepared on others are finished or undone everywhere,
+                    if let Err(e) = this.engine.dht.settle_shard(lease.shard).await {
+                        tracing::warn!(
+                            shard = lease.shard, error = %e,
+                            "settling the previous owner's transactions failed; their keys wait until the retry settles them"
+                        );
+                    }
+                    // and its single-key commits left half-way (it died, or was cut off
+                    // mid-write) are rolled forward or undone, before the first write.
                     if let Err(e) = this.engine.dht.recover_locked(range.clone()).await {
                         tracing::warn!(
                             slots = ?range, error = %e,

@@ -29,6 +29,6 @@ pub use layout::RegionRecord;
 pub use object::ValueKind;
 pub use pool::{
     DirtyChunks, FILL_CHUNK, LatencySample, LoadReport, ObjectRef, Placement, Pool, PoolConfig,
-    PoolStats, ReadObject, RegionSource, SlotRecovery, SlotWrite, StoredObject, Tx, TxOutcome,
-    TxWrite,
+    PoolStats, ReadObject, RegionSource, Settled, SlotRecovery, SlotWrite, StoredObject, Tx,
+    TxOutcome, TxWrite,
 };

@@ -14,9 +14,12 @@
 //!   A transaction it prepared before the fence holds its locks (the successor's writes
 //!   to those words wait) and may still commit: dropping it would leave copies on which
 //!   the coordinator had committed already differing from copies where it was dropped.
-//!   One prepared longer than [`FENCED_TX_GRACE`] ago is dropped once its epoch is
-//!   fenced (its coordinator is gone or stuck); a coordinator's prepared transactions
-//!   also go when its session ends.
+//!   A coordinator that names itself (an agent's client id in `Hello`) may have
+//!   committed a transaction on other nodes before it died: its prepared transactions
+//!   stay (locked) when its session ends or its epoch is fenced, until the shard's
+//!   owner settles them (`settle.rs`: commit what any node committed, undo the rest).
+//!   An anonymous coordinator's are dropped: when its session ends, or once its epoch
+//!   is fenced and they were prepared longer than [`FENCED_TX_GRACE`] ago.
 //!
 //! It never interprets the bytes it stores: there is no caching logic here.
 
@@ -79,6 +82,8 @@ struct PendingWrite {
 }
 
 struct PendingTx {
+    /// The coordinator's client id (0: anonymous).
+    client: u64,
     shard: u32,
     epoch: u64,
     prepared_at: Instant,
@@ -94,6 +99,15 @@ struct TxState {
     epochs: HashMap<u32, u64>,
     locks: HashMap<(RegionId, u64), TxKey>,
     pending: HashMap<TxKey, PendingTx>,
+    /// The client id each session's `Hello` named.
+    session_clients: HashMap<u64, u64>,
+    /// Sessions that ended leaving prepared transactions of a named coordinator.
+    ended: hashbrown::HashSet<u64>,
+    /// Prepared transactions frozen by a settlement: their coordinator's commit is
+    /// refused; the settlement applies or undoes them.
+    frozen: hashbrown::HashSet<TxKey>,
+    /// The transactions each named coordinator committed here lately, newest last.
+    committed: HashMap<u64, std::collections::VecDeque<u64>>,
 }
 
 #[derive(Default)]
@@ -213,18 +227,33 @@ impl NodeCore {
         self.next_session.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Aborts every transaction the session left prepared (its coordinator is gone).
+    /// The session's coordinator is gone: its prepared transactions are aborted if it
+    /// was anonymous, else kept for the shard's owner to settle (it may have committed
+    /// them on other nodes).
     pub fn end_session(&self, session: u64) {
         let mut tx = self.tx.lock();
-        let keys: Vec<TxKey> = tx
+        tx.session_clients.remove(&session);
+        let keys: Vec<(TxKey, u64)> = tx
             .pending
-            .keys()
-            .filter(|k| k.0 == session)
-            .copied()
+            .iter()
+            .filter(|(k, _)| k.0 == session)
+            .map(|(k, p)| (*k, p.client))
             .collect();
-        for key in keys {
+        for (key, client) in keys {
+            if client != 0 {
+                tx.ended.insert(session);
+                continue;
+            }
             Self::drop_tx(&mut tx, key);
             self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the client id a session's `Hello` named (its prepared transactions are
+    /// then settled, not dropped, should it end mid-commit).
+    pub fn bind_client(&self, session: u64, client: u64) {
+        if client != 0 {
+            self.tx.lock().session_clients.insert(session, client);
         }
     }
 
@@ -493,9 +522,11 @@ impl NodeCore {
         for w in &p.writes {
             tx.locks.insert((w.region, w.offset), key);
         }
+        let client = tx.session_clients.get(&session).copied().unwrap_or(0);
         tx.pending.insert(
             key,
             PendingTx {
+                client,
                 shard: p.shard,
                 epoch: p.epoch,
                 prepared_at: Instant::now(),
@@ -539,13 +570,20 @@ impl NodeCore {
         let mut tx = self.tx.lock();
         txids
             .iter()
-            .map(|&id| match Self::release(&mut tx, (session, id)) {
-                Some(p) => {
-                    Self::apply(&p.writes);
-                    self.counters.committed.fetch_add(1, Ordering::Relaxed);
-                    TxVote::Yes
+            .map(|&id| {
+                if tx.frozen.contains(&(session, id)) {
+                    // A settlement decides this one now.
+                    return TxVote::Failed(VerbsError::UnknownTx(id));
                 }
-                None => TxVote::Failed(VerbsError::UnknownTx(id)),
+                match Self::release(&mut tx, (session, id)) {
+                    Some(p) => {
+                        Self::apply(&p.writes);
+                        Self::log_commit(&mut tx, p.client, id);
+                        self.counters.committed.fetch_add(1, Ordering::Relaxed);
+                        TxVote::Yes
+                    }
+                    None => TxVote::Failed(VerbsError::UnknownTx(id)),
+                }
             })
             .collect()
     }
@@ -553,7 +591,7 @@ impl NodeCore {
     pub fn abort(&self, session: u64, txids: &[u64]) {
         let mut tx = self.tx.lock();
         for &id in txids {
-            if Self::drop_tx(&mut tx, (session, id)) {
+            if !tx.frozen.contains(&(session, id)) && Self::drop_tx(&mut tx, (session, id)) {
                 self.counters.aborted.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -571,7 +609,9 @@ impl NodeCore {
     /// Whether `p` was prepared under an epoch since fenced, longer ago than the grace
     /// a live coordinator needs to commit it.
     fn hanging(&self, epochs: &HashMap<u32, u64>, p: &PendingTx) -> bool {
-        p.epoch < epochs.get(&p.shard).copied().unwrap_or(0)
+        // A named coordinator's are settled by the shard's owner instead.
+        p.client == 0
+            && p.epoch < epochs.get(&p.shard).copied().unwrap_or(0)
             && p.prepared_at.elapsed() >= self.fenced_grace
     }
 
@@ -696,6 +736,12 @@ impl NodeCore {
                 self.clients.revoke(client);
                 Ok(Response::Ok)
             }
+            Request::Settle { shard } => Ok(Response::Txs(self.settle(shard))),
+            Request::Committed(ids) => Ok(Response::Txs(self.committed_among(&ids))),
+            Request::Resolve { commit, abort } => {
+                self.resolve(&commit, &abort);
+                Ok(Response::Ok)
+            }
             Request::Hello { .. } | Request::CopyRegion { .. } => Err(VerbsError::Malformed(
                 "request is handled by the connection layer".into(),
             )),
@@ -712,5 +758,6 @@ impl NodeCore {
     }
 }
 
+mod settle;
 #[cfg(test)]
 mod tests;

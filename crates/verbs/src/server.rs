@@ -190,6 +190,12 @@ async fn serve_conn(
                     continue;
                 }
             };
+            #[cfg(feature = "failpoints")]
+            if matches!(req, Request::Commit(_)) && drops_commit(core) {
+                return Err(VerbsError::Malformed(
+                    "connection dropped mid-commit by a fail point".into(),
+                ));
+            }
             let started = std::time::Instant::now();
             let kind = req.kind();
             if let Request::Verbs(verbs) = &req {
@@ -212,6 +218,7 @@ async fn serve_conn(
                             Ok(f) => {
                                 fence = f;
                                 authed = true;
+                                core.bind_client(session, client);
                                 core.handle(session, Request::Ping)
                             }
                             Err(e) => Response::Error(e),
@@ -254,6 +261,18 @@ async fn serve_conn(
             buf = BytesMut::with_capacity(64 << 10);
         }
     }
+}
+
+/// The fail point `node-drop-commit=return(ID)`: the memory node `ID` closes a
+/// connection instead of serving a commit on it (a coordinator's connection broken
+/// mid-commit, for the settlement tests).
+#[cfg(feature = "failpoints")]
+fn drops_commit(core: &NodeCore) -> bool {
+    fail::eval("node-drop-commit", |id| {
+        id.and_then(|id| id.parse::<u32>().ok())
+    })
+    .flatten()
+        == Some(core.id())
 }
 
 /// The fail point `node-verbs-delay=return(MS)`: how late to answer what one read of

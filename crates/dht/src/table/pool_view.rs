@@ -49,6 +49,18 @@ impl Dht {
         self.pool.fence(shard, epoch).await
     }
 
+    /// Settles `shard`'s transactions whose coordinator is gone (a previous owner
+    /// killed mid-commit): each is committed on every memory node if any committed it,
+    /// else undone everywhere. A new owner calls this after fencing, before it writes;
+    /// on an error the maintenance tick tries again.
+    pub async fn settle_shard(&self, shard: u32) -> Result<dmc_umo::Settled, UmoError> {
+        let settled = self.pool.settle(shard).await;
+        if settled.is_err() {
+            self.pool.retry_settle(shard);
+        }
+        settled
+    }
+
     /// Forgets a region the manager returned to the memory nodes.
     pub fn forget_region(&self, region: RegionId) {
         self.pool.forget_region(region);

@@ -178,5 +178,15 @@ impl Dht {
             }
         }
         self.in_doubt.lock().extend(keep);
+        // Transactions of this client cut off mid-commit (a node broke the
+        // connection and keeps them prepared): settled across the nodes.
+        let owned = self.owner.owned();
+        self.pool
+            .settle_unsettled(|shard| {
+                owned
+                    .iter()
+                    .any(|&s| self.owner.lease(s).is_some_and(|l| l.shard == shard))
+            })
+            .await;
     }
 }

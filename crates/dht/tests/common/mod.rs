@@ -100,10 +100,16 @@ pub async fn instance_client(
     super_region: u16,
     epoch: u64,
 ) -> Arc<Dht> {
+    // Named as an agent names itself to the nodes (its prepared transactions are then
+    // settled, not dropped, when it dies mid-commit).
+    let options = RpcOptions {
+        client: 0x00c1_1e47_0000 + u64::from(id),
+        ..RpcOptions::default()
+    };
     let mut ts = Vec::new();
     for n in nodes {
         ts.push(
-            backend::connect(BackendKind::Shm, n.endpoint.clone(), RpcOptions::default())
+            backend::connect(BackendKind::Shm, n.endpoint.clone(), options.clone())
                 .await
                 .unwrap(),
         );

@@ -32,6 +32,16 @@ impl Pool {
     /// committed on every other participant, so once the node is out of the region
     /// map the transaction is committed on every copy there is.
     pub async fn commit(&self, txs: &[Tx]) -> Vec<TxOutcome> {
+        let outcomes = self.commit_retrying(txs).await;
+        for (tx, outcome) in txs.iter().zip(&outcomes) {
+            if matches!(outcome, TxOutcome::Failed(_)) {
+                self.unsettled_commit(tx.shard);
+            }
+        }
+        outcomes
+    }
+
+    async fn commit_retrying(&self, txs: &[Tx]) -> Vec<TxOutcome> {
         let (mut outcomes, mut committing) = self.commit_once(txs).await;
         for _ in 0..FAILOVER_RETRIES {
             let mut again = Vec::new();
@@ -236,6 +246,38 @@ impl Pool {
                 } else {
                     first.entry(*n).or_default().push(txid);
                 }
+            }
+        }
+        // A coordinator dying mid-commit, for the settlement tests: `return(stop)`
+        // commits on one node of a transaction spanning several and fails the rest as
+        // a lost connection would; `return(crash)` then aborts the process;
+        // `return(none)` stops before any node committed. `MODE:N` acts only on a batch
+        // with a transaction of at least N writes (not on the pool's own claims).
+        #[cfg(feature = "failpoints")]
+        if let Some(arg) = fail::eval("umo-commit-one-node", |arg| arg.unwrap_or_default()) {
+            let (mode, min_writes) = match arg.split_once(':') {
+                Some((m, n)) => (m.to_string(), n.parse::<usize>().unwrap_or(0)),
+                None => (arg, 0),
+            };
+            let mut nodes: BTreeMap<usize, Vec<u64>> = first.clone();
+            for (n, ids) in &last {
+                nodes.entry(*n).or_default().extend(ids.iter().copied());
+            }
+            let big = txs.iter().any(|t| t.writes.len() >= min_writes);
+            if nodes.len() >= 2
+                && big
+                && let Some((n, ids)) = nodes.pop_first()
+            {
+                if mode != "none" {
+                    let _ = self.commit_phase(BTreeMap::from([(n, ids)])).await;
+                }
+                if mode == "crash" {
+                    tracing::error!("fail point umo-commit-one-node: the process dies mid-commit");
+                    std::process::abort();
+                }
+                let cut = UmoError::Config("cut off mid-commit by a fail point".into());
+                let failed = txs.iter().map(|_| TxOutcome::Failed(cut.clone())).collect();
+                return (failed, HashSet::new());
             }
         }
         let abort_calls = join_all(

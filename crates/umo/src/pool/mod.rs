@@ -64,6 +64,7 @@ mod object_read;
 mod object_write;
 mod placement;
 mod regions;
+mod settle;
 mod slot_commit;
 mod slot_recovery;
 mod superblock;
@@ -73,6 +74,7 @@ pub use load::{LatencySample, LoadReport};
 pub use object_read::StoredObject;
 pub use object_write::RelocatedTree;
 pub use placement::{DirtyChunks, FILL_CHUNK, Placement};
+pub use settle::Settled;
 pub use slot_commit::SlotWrite;
 pub use slot_recovery::SlotRecovery;
 
@@ -247,6 +249,9 @@ pub struct Pool {
     max_block: u32,
     grow_lock: tokio::sync::Mutex<()>,
     next_txid: AtomicU64,
+    /// Shards of this client's transactions whose commit failed mid-way: their
+    /// participants may hold them prepared until settled (`settle.rs`).
+    unsettled: Mutex<Vec<u32>>,
     created_ms: u64,
     /// Freezes and drains writes per region (migration, re-replication).
     gate: gate::WriteGate,
@@ -336,6 +341,7 @@ impl Pool {
                 .collect(),
             grow_lock: tokio::sync::Mutex::new(()),
             next_txid: AtomicU64::new(1),
+            unsettled: Mutex::new(Vec::new()),
             created_ms: 0,
             gate: gate::WriteGate::new(),
             dirty: placement::DirtyLog::default(),

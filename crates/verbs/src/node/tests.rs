@@ -263,3 +263,113 @@ fn in_word_locks_are_seen_by_one_sided_writers_and_undone_on_abort() {
     n.end_session(7);
     assert_eq!(mem.load(8).unwrap(), 0x80);
 }
+
+/// The word `tx` writes, as a node holds it.
+fn word(n: &NodeCore) -> u64 {
+    n.region(1).unwrap().load(8).unwrap()
+}
+
+fn two_heap_nodes() -> [Arc<NodeCore>; 2] {
+    let nodes = [heap_node(), heap_node()];
+    for n in &nodes {
+        n.create_region(1, 4096).unwrap();
+    }
+    nodes
+}
+
+/// Transactions as (client, txid).
+type Txs = Vec<(u64, u64)>;
+
+/// Settles shard 7 over `nodes` as `dmc_umo::Pool::settle` does; returns what it
+/// committed and aborted.
+fn settle(nodes: &[Arc<NodeCore>]) -> (Txs, Txs) {
+    let mut gone: Vec<(u64, u64)> = nodes.iter().flat_map(|n| n.settle(7)).collect();
+    gone.sort_unstable();
+    gone.dedup();
+    let committed: Vec<(u64, u64)> = nodes
+        .iter()
+        .flat_map(|n| n.committed_among(&gone))
+        .collect();
+    let abort: Vec<(u64, u64)> = gone
+        .iter()
+        .filter(|id| !committed.contains(id))
+        .copied()
+        .collect();
+    for n in nodes {
+        n.resolve(&committed, &abort);
+    }
+    (committed, abort)
+}
+
+#[test]
+fn a_coordinator_killed_after_committing_on_one_node_is_committed_on_all() {
+    let [a, b] = two_heap_nodes();
+    for n in [&a, &b] {
+        n.bind_client(1, 42);
+        assert_eq!(n.prepare(1, &[tx(5, 1, Some(0), 9)]), vec![TxVote::Yes]);
+    }
+    assert_eq!(a.commit(1, &[5]), vec![TxVote::Yes]);
+    // The coordinator dies: both sessions end.
+    a.end_session(1);
+    b.end_session(1);
+    assert_eq!((word(&a), word(&b)), (9, 0));
+    // B keeps the transaction prepared, its word held, until it is settled.
+    assert_eq!(
+        b.prepare(2, &[tx(1, 1, Some(0), 3)]),
+        vec![TxVote::Locked { index: 0 }]
+    );
+    assert_eq!(settle(&[a.clone(), b.clone()]), (vec![(42, 5)], vec![]));
+    assert_eq!((word(&a), word(&b)), (9, 9), "committed everywhere");
+    assert_eq!(b.prepare(2, &[tx(1, 1, Some(9), 3)]), vec![TxVote::Yes]);
+}
+
+#[test]
+fn a_coordinator_killed_before_any_commit_is_undone_on_all() {
+    let [a, b] = two_heap_nodes();
+    for n in [&a, &b] {
+        n.bind_client(1, 42);
+        assert_eq!(n.prepare(1, &[tx(5, 1, Some(0), 9)]), vec![TxVote::Yes]);
+        n.end_session(1);
+    }
+    assert_eq!(settle(&[a.clone(), b.clone()]), (vec![], vec![(42, 5)]));
+    assert_eq!((word(&a), word(&b)), (0, 0));
+    for n in [&a, &b] {
+        assert_eq!(n.prepare(2, &[tx(1, 1, Some(0), 3)]), vec![TxVote::Yes]);
+    }
+}
+
+#[test]
+fn a_fenced_coordinator_cannot_commit_what_a_settlement_froze() {
+    let [a, b] = two_heap_nodes();
+    for n in [&a, &b] {
+        n.bind_client(1, 42);
+        assert_eq!(n.prepare(1, &[tx(5, 1, Some(0), 9)]), vec![TxVote::Yes]);
+        n.fence(7, 2);
+    }
+    // The old coordinator is alive but lost the shard: a fence alone keeps a named
+    // coordinator's transaction (no grace drop); the settlement freezes it.
+    assert_eq!(a.settle(7), vec![(42, 5)]);
+    assert_eq!(
+        a.commit(1, &[5]),
+        vec![TxVote::Failed(VerbsError::UnknownTx(5))]
+    );
+    // B was not frozen yet: the old coordinator commits there, so the settlement
+    // commits on A too.
+    assert_eq!(b.commit(1, &[5]), vec![TxVote::Yes]);
+    assert_eq!(settle(&[a.clone(), b.clone()]), (vec![(42, 5)], vec![]));
+    assert_eq!((word(&a), word(&b)), (9, 9));
+}
+
+#[test]
+fn a_live_coordinators_transactions_are_not_settled() {
+    let [a, _] = two_heap_nodes();
+    a.bind_client(1, 42);
+    assert_eq!(a.prepare(1, &[tx(5, 1, Some(0), 9)]), vec![TxVote::Yes]);
+    assert_eq!(
+        a.settle(7),
+        vec![],
+        "its session lives and its epoch is current"
+    );
+    assert_eq!(a.commit(1, &[5]), vec![TxVote::Yes]);
+    assert_eq!(word(&a), 9);
+}

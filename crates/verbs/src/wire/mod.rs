@@ -169,6 +169,20 @@ pub enum Request {
     Revoke {
         client: u64,
     },
+    /// Settling a shard's transactions whose coordinator is gone: freeze those of
+    /// `shard` prepared under a fenced epoch or by a session that ended (no commit
+    /// of their coordinator is accepted any more) and list them as (client, txid):
+    /// answered with [`Response::Txs`].
+    Settle {
+        shard: u32,
+    },
+    /// Which of these (client, txid) this node committed: [`Response::Txs`].
+    Committed(Vec<(u64, u64)>),
+    /// Apply or undo frozen transactions (ids this node does not hold are ignored).
+    Resolve {
+        commit: Vec<(u64, u64)>,
+        abort: Vec<(u64, u64)>,
+    },
 }
 
 impl Request {
@@ -190,6 +204,9 @@ impl Request {
             Request::Fence { .. } => "fence",
             Request::CopyRegion { .. } => "copy_region",
             Request::Revoke { .. } => "revoke",
+            Request::Settle { .. } => "settle",
+            Request::Committed(_) => "committed",
+            Request::Resolve { .. } => "resolve",
         }
     }
 }
@@ -211,6 +228,8 @@ pub enum Response {
     Regions(Vec<(RegionId, u64)>),
     Verbs(Vec<VerbOut>),
     Votes(Vec<TxVote>),
+    /// Transactions as (coordinator's client id, txid).
+    Txs(Vec<(u64, u64)>),
 }
 
 // ---------------------------------------------------------------- primitives
@@ -277,6 +296,24 @@ impl Dec {
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
     out.put_slice(b);
+}
+
+/// A list of transactions as (client, txid).
+fn put_txs(out: &mut BytesMut, ids: &[(u64, u64)]) {
+    out.put_u32_le(ids.len() as u32);
+    for (client, txid) in ids {
+        out.put_u64_le(*client);
+        out.put_u64_le(*txid);
+    }
+}
+
+fn get_txs(d: &mut Dec) -> Result<Vec<(u64, u64)>, VerbsError> {
+    let n = d.len(16)?;
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push((d.u64()?, d.u64()?));
+    }
+    Ok(ids)
 }
 
 fn put_error(out: &mut BytesMut, e: &VerbsError) {
@@ -427,6 +464,19 @@ mod tests {
             region: 4,
             peer: "127.0.0.1:7001".into(),
         });
+        roundtrip_req(Request::Settle { shard: 9 });
+        roundtrip_req(Request::Committed(vec![(1, 2), (u64::MAX, 0)]));
+        roundtrip_req(Request::Resolve {
+            commit: vec![(3, 4)],
+            abort: vec![],
+        });
+        let mut out = BytesMut::new();
+        Response::Txs(vec![(5, 6)]).encode(1, &mut out);
+        let f = split_frame(&mut out, u64::MAX).unwrap().unwrap();
+        assert_eq!(
+            Response::decode(f.tag, f.payload).unwrap(),
+            Response::Txs(vec![(5, 6)])
+        );
     }
 
     /// An error relayed through a response keeps its message, not one more "memory

@@ -24,6 +24,9 @@ impl Request {
             Request::CopyRegion { .. } => 13,
             Request::PrepareCommit(_) => 14,
             Request::Revoke { .. } => 15,
+            Request::Settle { .. } => 16,
+            Request::Committed(_) => 17,
+            Request::Resolve { .. } => 18,
         }
     }
 
@@ -140,6 +143,12 @@ impl Request {
             Request::CopyRegion { region, peer } => {
                 out.put_u16_le(*region);
                 put_bytes(out, peer.as_bytes());
+            }
+            Request::Settle { shard } => out.put_u32_le(*shard),
+            Request::Committed(ids) => put_txs(out, ids),
+            Request::Resolve { commit, abort } => {
+                put_txs(out, commit);
+                put_txs(out, abort);
             }
         }
         end_frame(out, at);
@@ -263,6 +272,12 @@ impl Request {
                 peer: d.string()?,
             },
             15 => Request::Revoke { client: d.u64()? },
+            16 => Request::Settle { shard: d.u32()? },
+            17 => Request::Committed(get_txs(&mut d)?),
+            18 => Request::Resolve {
+                commit: get_txs(&mut d)?,
+                abort: get_txs(&mut d)?,
+            },
             other => {
                 return Err(VerbsError::Malformed(format!(
                     "unknown request tag {other}"

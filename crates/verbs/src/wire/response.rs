@@ -17,6 +17,7 @@ impl Response {
             Response::Regions(_) => 5,
             Response::Verbs(_) => 6,
             Response::Votes(_) => 7,
+            Response::Txs(_) => 8,
         }
     }
 
@@ -70,6 +71,7 @@ impl Response {
                     }
                 }
             }
+            Response::Txs(ids) => put_txs(out, ids),
             Response::Votes(votes) => {
                 out.put_u32_le(votes.len() as u32);
                 for v in votes {
@@ -165,6 +167,7 @@ impl Response {
                 }
                 Response::Votes(votes)
             }
+            8 => Response::Txs(get_txs(&mut d)?),
             other => {
                 return Err(VerbsError::Malformed(format!(
                     "unknown response tag {other}"
