@@ -17,6 +17,8 @@
 //! | `POST /v1/instances` `{name, maxmemory, policy}` | create one (it reserves its superblock region) |
 //! | `PUT /v1/instances/{name}` `{maxmemory?, policy?}` | resize it / change its policy |
 //! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
+//! | `GET /v1/instances/{name}/acl` | its ACL users (ACL file lines) and their version |
+//! | `PUT /v1/instances/{name}/acl` `{base, users}` | replace them if still at version `base` (agents' ACL SETUSER/DELUSER) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
 //! | `POST /v1/regions/{id}/migrate` `{to}` | move the region's primary role to node `to`, which holds a backup (copy-free; writes to it wait while the roles swap) |
 //! | `POST /v1/regions/{id}/copies` `{node, rate?}` | fill a new copy of the region on `node` while it serves, at `rate` bytes/s |
@@ -132,6 +134,14 @@ pub struct CreateInstance {
 
 fn noeviction() -> String {
     "noeviction".into()
+}
+
+/// `PUT /v1/instances/{name}/acl`: the instance's users (ACL file lines), based on
+/// users of version `base`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PutAcl {
+    pub base: u64,
+    pub users: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -404,6 +414,17 @@ pub fn router(app: Arc<App>) -> Router {
                     }
                     let inst = app.manager.resize_instance(&name, r)?;
                     Ok::<_, ApiError>(Json(inst))
+                },
+            ),
+        )
+        .route(
+            "/v1/instances/{name}/acl",
+            get(|State(app): Shared, Path(name): Path<String>| async move {
+                Ok::<_, ApiError>(Json(app.manager.acl(&name)?))
+            })
+            .put(
+                |State(app): Shared, Path(name): Path<String>, Json(a): Json<PutAcl>| async move {
+                    Ok::<_, ApiError>(Json(app.manager.set_acl(&name, a.base, a.users)?))
                 },
             ),
         )

@@ -77,6 +77,11 @@ pub struct Instance {
     /// its primary, and take it over first when it dies.
     #[serde(default)]
     pub backups: u32,
+    /// The instance's ACL users (ACL file lines) and their version (0: never set).
+    #[serde(default)]
+    pub acl: String,
+    #[serde(default)]
+    pub acl_version: u64,
 }
 
 impl Instance {
@@ -94,6 +99,8 @@ impl Instance {
             super_region,
             shards: ShardMap::new(shards),
             backups: 0,
+            acl: String::new(),
+            acl_version: 0,
         }
     }
 }

@@ -84,6 +84,9 @@ pub struct Config {
     /// Who may run DEBUG: `no`, `local` (loopback clients) or `yes`, Redis's
     /// `enable-debug-command`.
     pub enable_debug_command: String,
+    /// `aclfile`: the ACL users, read at start and by ACL LOAD, written by ACL SAVE
+    /// (empty: none). A standalone agent's; a cluster's users are the manager's.
+    pub aclfile: String,
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
@@ -141,6 +144,7 @@ impl Default for Config {
             maxclients: 10_000,
             timeout: 0,
             enable_debug_command: "no".into(),
+            aclfile: String::new(),
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
             proto_max_bulk_len: ByteSize(512 << 20),
@@ -202,6 +206,9 @@ pub struct Args {
     /// Who may run DEBUG: no, local (loopback clients) or yes.
     #[arg(long)]
     pub enable_debug_command: Option<String>,
+    /// The ACL users file (ACL SAVE/LOAD; read at start when it exists).
+    #[arg(long)]
+    pub aclfile: Option<String>,
     /// Local DRAM cache size, e.g. 64mb (0 disables it; default: none over embedded
     /// and shm pools, whose memory is this host's, 64mb over tcp).
     #[arg(long)]
@@ -318,6 +325,9 @@ impl Args {
         if let Some(v) = &self.enable_debug_command {
             cfg.enable_debug_command = v.clone();
         }
+        if let Some(v) = &self.aclfile {
+            cfg.aclfile = v.clone();
+        }
         if let Some(v) = self.local_cache_size {
             cfg.local_cache_size = Some(v);
         }
@@ -372,6 +382,11 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("client-output-buffer-limit: {e}"))
     }
 
+    /// The aclfile, if one is configured.
+    pub fn aclfile_path(&self) -> Option<std::path::PathBuf> {
+        (!self.aclfile.is_empty()).then(|| std::path::PathBuf::from(&self.aclfile))
+    }
+
     pub fn validate(&self) -> Result<()> {
         anyhow::ensure!(
             RedisPolicy::parse(&self.maxmemory_policy).is_some(),
@@ -391,6 +406,12 @@ impl Config {
             dmc_engine::debug::Access::parse(&self.enable_debug_command).is_some(),
             "enable-debug-command must be no, local or yes"
         );
+        if let Some(path) = self.aclfile_path() {
+            // A bad aclfile stops the agent, as it stops Redis.
+            let pass = (!self.requirepass.is_empty()).then_some(self.requirepass.as_bytes());
+            dmc_engine::acl_cmd::AclState::new(pass, Some(path))
+                .map_err(|e| anyhow::anyhow!("aclfile: {e}"))?;
+        }
         for (name, v) in [
             ("proto-max-bulk-len", self.proto_max_bulk_len),
             ("client-query-buffer-limit", self.client_query_buffer_limit),

@@ -318,6 +318,8 @@ async fn serve_session(
                     let presented = args.get(1).map(|a| &a[..]).unwrap_or_default();
                     if secret.is_some_and(|s| s.matches(presented)) {
                         peer = true;
+                        session.peer = true;
+                        session.authenticated = true;
                         Reply::ok().encode(session.proto, &mut out);
                     } else {
                         Reply::err("NOPERM DMC.PEER needs this cluster's secret")

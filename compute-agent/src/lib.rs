@@ -154,6 +154,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             instance: cfg.instance.clone(),
             debug_command: dmc_engine::debug::Access::parse(&cfg.enable_debug_command)
                 .unwrap_or_default(),
+            aclfile: cfg.aclfile_path(),
         },
     );
     let router = Arc::new(Router::new(

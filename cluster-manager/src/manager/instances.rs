@@ -8,7 +8,67 @@ use dmc_proto::ByteSize;
 use super::{Manager, ManagerError};
 use crate::state::Instance;
 
+/// What [`Manager::set_acl`] did: the users it holds now, at `version`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct AclUsers {
+    /// Whether the caller's users were stored (false: they were based on an older
+    /// version; these are the current ones, to apply the change to again).
+    pub applied: bool,
+    pub version: u64,
+    pub users: String,
+}
+
 impl Manager {
+    /// Replaces instance `name`'s ACL users with `users` if they are based on the
+    /// current version `base` (compare-and-set: two agents changing users at once do
+    /// not lose either change; the one that lost applies its change to the winner's
+    /// users and tries again). Agents install them from the pushed map.
+    pub fn set_acl(&self, name: &str, base: u64, users: String) -> Result<AclUsers, ManagerError> {
+        let current = self.acl(name)?;
+        if current.version != base {
+            return Ok(current);
+        }
+        self.update(|s| {
+            let inst = s
+                .instances
+                .get_mut(name)
+                .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
+            if inst.acl_version != base {
+                return Ok(AclUsers {
+                    applied: false,
+                    version: inst.acl_version,
+                    users: inst.acl.clone(),
+                });
+            }
+            inst.acl = users;
+            inst.acl_version += 1;
+            tracing::info!(
+                instance = name,
+                version = inst.acl_version,
+                "ACL users changed"
+            );
+            Ok(AclUsers {
+                applied: true,
+                version: inst.acl_version,
+                users: inst.acl.clone(),
+            })
+        })
+    }
+
+    /// Instance `name`'s ACL users.
+    pub fn acl(&self, name: &str) -> Result<AclUsers, ManagerError> {
+        let state = self.state.lock();
+        let inst = state
+            .instances
+            .get(name)
+            .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
+        Ok(AclUsers {
+            applied: false,
+            version: inst.acl_version,
+            users: inst.acl.clone(),
+        })
+    }
+
     /// Creates an instance: its superblock region id is reserved now (the first agent
     /// of the instance asks for it), its agents are started separately
     /// (`agents scale N --instance NAME`).

@@ -64,6 +64,8 @@ impl Manager {
                 maxmemory: inst.maxmemory,
                 policy: inst.policy.clone(),
                 super_region: inst.super_region,
+                acl: inst.acl.clone(),
+                acl_version: inst.acl_version,
             },
         })
     }

@@ -118,6 +118,15 @@ impl Router {
                 (false, _) => Keep::Drop,
             }
         });
+        // The instance's ACL users (an ACL SETUSER or DELUSER on any agent).
+        if map.instance.acl_version > 0
+            && let Err(e) = self
+                .engine
+                .acl
+                .install(map.instance.acl.as_bytes(), map.instance.acl_version)
+        {
+            tracing::error!(version = map.instance.acl_version, error = %e, "the cluster map's ACL users cannot be installed");
+        }
         // The instance's limit and policy (a resize or CONFIG SET on any agent).
         let dht = &self.engine.dht;
         dht.set_maxmemory(map.instance.maxmemory.0);

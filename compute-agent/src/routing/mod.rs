@@ -29,6 +29,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the router, the route of one command, running it where it belongs |
+//! | `acl.rs` | ACL changes stored at the manager, for every agent of the instance |
 //! | `apply.rs` | installing a new cluster map; draining regions |
 //! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
@@ -37,6 +38,7 @@
 //! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
 //! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
+mod acl;
 mod apply;
 mod cluster_cmds;
 mod config_set;
@@ -342,6 +344,17 @@ impl Router {
             return self.engine.execute_at(session, index, args).await;
         }
         let spec = index.and_then(|i| table::TABLE.get(i));
+        // The client's ACL user decides here, before anything is forwarded (the agent
+        // a command is forwarded to trusts its peers).
+        if !peer
+            && let Some(spec) = spec.filter(|s| s.arity_ok(args.len()))
+            && let Err(refused) = self.engine.acl_check(session, spec, &args)
+        {
+            if session.tx.in_multi() {
+                session.tx.dirty = true;
+            }
+            return refused;
+        }
         if let Some(spec) = spec.filter(|s| s.family() == Family::Cluster && s.arity_ok(args.len()))
         {
             return (
@@ -349,7 +362,15 @@ impl Router {
                 Flow::Continue,
             );
         }
+        if let Some(done) = Box::pin(self.config_set_requirepass(session, &args)).await {
+            return done;
+        }
         if let Some(done) = self.config_set(session, &args).await {
+            return done;
+        }
+        if spec.is_some_and(|s| s.cmd == table::Cmd::Acl && s.arity_ok(args.len()))
+            && let Some(done) = Box::pin(self.acl(session, &args)).await
+        {
             return done;
         }
         if let Some(done) = self.transaction(session, spec, index, &args, peer).await {

@@ -277,7 +277,11 @@ impl Router {
         max: usize,
         peer: bool,
     ) -> Option<(String, usize)> {
-        if commands.len() < 2 || peer || !session.plain() || self.mode != RoutingMode::Proxy {
+        if commands.len() < 2
+            || peer
+            || !self.engine.plain(session)
+            || self.mode != RoutingMode::Proxy
+        {
             // In MULTI commands are queued here, not run.
             return None;
         }
@@ -407,10 +411,12 @@ impl Router {
             .unwrap_or_default();
         encode_command(&[Bytes::from_static(PEER_HELLO), secret], &mut out);
         conn.stream.write_all(&out).await?;
+        // DMC.PEER with the secret is what admits a peer: a refused AUTH (the
+        // instance's password changed since this agent started) does not matter.
         if self.password.is_some()
             && let Reply::Error(e) = conn.read_reply().await?
         {
-            return Err(std::io::Error::other(format!("peer refused AUTH: {e}")));
+            tracing::debug!(%addr, error = %e, "a peer refused the startup password; DMC.PEER decides");
         }
         if let Reply::Error(e) = conn.read_reply().await? {
             return Err(std::io::Error::other(format!("peer refused DMC.PEER: {e}")));

@@ -26,6 +26,8 @@ pub struct Client {
     db: AtomicU8,
     proto: AtomicU8,
     name: Mutex<Option<Bytes>>,
+    /// The ACL user it authenticated as (`None`: `default`).
+    user: Mutex<Option<Bytes>>,
     lib: Mutex<(String, String)>,
     no_evict: AtomicBool,
     killed: AtomicBool,
@@ -63,6 +65,18 @@ impl Client {
 
     pub fn set_name(&self, name: Option<Bytes>) {
         *self.name.lock() = name;
+    }
+
+    /// The ACL user the connection authenticated as.
+    pub fn user(&self) -> Bytes {
+        self.user
+            .lock()
+            .clone()
+            .unwrap_or_else(|| Bytes::from_static(b"default"))
+    }
+
+    pub fn set_user(&self, user: &[u8]) {
+        *self.user.lock() = (user != b"default").then(|| Bytes::copy_from_slice(user));
     }
 
     /// `CLIENT SETINFO LIB-NAME|LIB-VER`.
@@ -174,8 +188,9 @@ impl Client {
             "N"
         };
         let (lib_name, lib_ver) = self.lib.lock().clone();
+        let user = String::from_utf8_lossy(&self.user()).into_owned();
         format!(
-            "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}\n",
+            "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub={} psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={user} redir=-1 resp={} lib-name={lib_name} lib-ver={lib_ver}\n",
             self.id,
             self.addr,
             self.laddr,
@@ -226,6 +241,7 @@ impl Clients {
             db: AtomicU8::new(0),
             proto: AtomicU8::new(2),
             name: Mutex::new(None),
+            user: Mutex::new(None),
             lib: Mutex::new((String::new(), String::new())),
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
@@ -262,6 +278,8 @@ pub struct KillFilter {
     pub id: Option<u64>,
     pub addr: Option<String>,
     pub laddr: Option<String>,
+    /// Clients authenticated as this ACL user (`USER`).
+    pub user: Option<Bytes>,
     pub skip_me: bool,
     /// Only clients of at least this age (`MAXAGE`).
     pub max_age: Option<u64>,
@@ -275,6 +293,7 @@ impl KillFilter {
             && self.id.is_none_or(|id| c.id == id)
             && self.addr.as_ref().is_none_or(|a| &c.addr == a)
             && self.laddr.as_ref().is_none_or(|a| &c.laddr == a)
+            && self.user.as_ref().is_none_or(|u| c.user() == *u)
             && self.max_age.is_none_or(|age| c.age_secs() >= age)
             && !(self.skip_me && c.id == me)
     }

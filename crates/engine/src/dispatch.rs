@@ -64,7 +64,7 @@ pub async fn dispatch_at(
     args: Vec<Bytes>,
 ) -> (Reply, Flow) {
     if session.tx.in_multi()
-        && let Some(reply) = crate::multi::queue(session, index, &args)
+        && let Some(reply) = crate::multi::queue(engine, session, index, &args)
     {
         return (reply, Flow::Continue);
     }
@@ -88,6 +88,9 @@ pub async fn dispatch_at(
             Reply::err("NOAUTH Authentication required."),
             Flow::Continue,
         );
+    }
+    if let Err(refused) = crate::acl_cmd::check(engine, session, spec, &args) {
+        return refused;
     }
     if session.subscribed && session.proto < 3 {
         if !crate::pubsub::allowed_in_subscribed_mode(spec.cmd) {

@@ -28,6 +28,7 @@
 //! them; the local cache is told afterwards (write-through).
 
 pub mod acl;
+pub mod acl_cmd;
 pub mod big;
 pub mod blocking;
 pub mod cache;
@@ -95,6 +96,8 @@ pub struct EngineConfig {
     pub instance: String,
     /// `enable-debug-command`: who may run DEBUG.
     pub debug_command: debug::Access,
+    /// `aclfile`: the users, read at start and by ACL LOAD, written by ACL SAVE.
+    pub aclfile: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -112,6 +115,7 @@ impl Default for EngineConfig {
             cluster_enabled: false,
             instance: "default".into(),
             debug_command: debug::Access::No,
+            aclfile: None,
         }
     }
 }
@@ -123,6 +127,13 @@ pub struct Session {
     pub db: u8,
     pub proto: u8,
     pub authenticated: bool,
+    /// The ACL user the connection runs as ([`acl_cmd`]) ...
+    pub user: Arc<acl::User>,
+    /// ... as of this generation of the users.
+    pub acl_generation: u64,
+    /// Another agent of the cluster (`DMC.PEER`): its forwarded commands were checked
+    /// where their client is.
+    pub peer: bool,
     /// The connection's record in the client registry (name, kill signal, ...).
     pub client: Arc<clients::Client>,
     /// `CLIENT REPLY OFF`.
@@ -162,7 +173,7 @@ impl Session {
 
     /// Whether the pipelined fast paths may take this client's commands: it is
     /// authenticated, not queuing a MULTI, and not in RESP2 subscribed mode (each of
-    /// its commands is checked by [`dispatch`]).
+    /// its commands is checked by [`dispatch`]); [`Engine::plain`] adds its ACL user.
     pub fn plain(&self) -> bool {
         self.authenticated && !self.tx.in_multi() && !(self.subscribed && self.proto < 3)
     }
@@ -203,6 +214,8 @@ pub struct Engine {
     key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
     pub blocking: blocking::Blocking,
+    /// The ACL users this agent checks commands against, and its ACL log.
+    pub acl: acl_cmd::AclState,
     /// This agent's transactions committing, for MGET's snapshot.
     pub(crate) commits: tx_gate::CommitGate,
     /// Where cache updates of shards with backup agents go (cluster members).
@@ -246,6 +259,13 @@ impl Engine {
             config.maxclients,
             config.output_limits,
         );
+        use acl::Users;
+        let acl = acl_cmd::AclState::new(config.requirepass.as_deref(), config.aclfile.clone())
+            .unwrap_or_else(|e| {
+                // The agent checks its aclfile before it starts: only a file changed since.
+                tracing::error!(error = %e, "the aclfile cannot be loaded; only the default user exists");
+                acl_cmd::AclState::with_users(Users::new(config.requirepass.as_deref()), None)
+            });
         Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             list_batches: combine::Combiner::default(),
@@ -273,6 +293,7 @@ impl Engine {
             cache_feed: std::sync::OnceLock::new(),
             blocking: blocking::Blocking::default(),
             commits: tx_gate::CommitGate::default(),
+            acl,
         })
     }
 
@@ -281,11 +302,15 @@ impl Engine {
     /// the peer's and our address as `ip:port`.
     pub fn new_session(&self, addr: String, laddr: String, fd: i64) -> Session {
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let (user, acl_generation, authenticated) = acl_cmd::initial(self);
         Session {
             id,
             db: 0,
             proto: 2,
-            authenticated: self.config.requirepass.is_none(),
+            authenticated,
+            user,
+            acl_generation,
+            peer: false,
             client: self.clients.register(id, addr, laddr, fd),
             reply_off: false,
             skip_replies: 0,

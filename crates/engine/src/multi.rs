@@ -118,9 +118,14 @@ pub(crate) fn defer_wake(db: u8, key: &[u8]) -> bool {
 /// While `session` is in MULTI: queues the command at table row `index` (or answers
 /// why it cannot be queued) and returns the reply; `None` for the commands that run
 /// even then (EXEC, DISCARD, MULTI, WATCH, QUIT, RESET).
-pub(crate) fn queue(session: &mut Session, index: Option<usize>, args: &[Bytes]) -> Option<Reply> {
+pub(crate) fn queue(
+    engine: &Engine,
+    session: &mut Session,
+    index: Option<usize>,
+    args: &[Bytes],
+) -> Option<Reply> {
     let tx = &mut session.tx;
-    let queue = tx.queue.as_mut()?;
+    tx.queue.as_ref()?;
     let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
         tx.dirty = true;
         return Some(crate::dispatch::unknown(args));
@@ -148,6 +153,15 @@ pub(crate) fn queue(session: &mut Session, index: Option<usize>, args: &[Bytes])
         tx.dirty = true;
         return Some(Reply::err("NOAUTH Authentication required."));
     }
+    // A command the user may not run is refused now, as Redis does, and again when
+    // EXEC runs it (its user may have changed meanwhile).
+    if let Err((reply, _)) = crate::acl_cmd::check(engine, session, spec, args) {
+        session.tx.dirty = true;
+        return Some(reply);
+    }
+    let Some(queue) = session.tx.queue.as_mut() else {
+        return Some(Reply::err("ERR internal: the transaction's queue is gone"));
+    };
     queue.push((index.unwrap_or(0), args.to_vec()));
     Some(Reply::Simple("QUEUED"))
 }

@@ -21,13 +21,22 @@ fn fast_path(args: &[Bytes]) -> FastPath {
 }
 
 impl Engine {
+    /// Whether the fast paths may take the session's commands: [`Session::plain`], and
+    /// its user may run anything, as of the current users (after a change, the next
+    /// command through dispatch takes the user's new rules).
+    pub fn plain(&self, session: &Session) -> bool {
+        session.plain()
+            && (session.peer
+                || (session.user.unrestricted() && session.acl_generation == self.acl.generation()))
+    }
+
     /// How many of the leading `commands` are plain `GET key` that
     /// [`get_batch`](Self::get_batch) may run together (at most `max`). Consecutive
     /// reads of one connection see no write of its own between them, so reading them
     /// as one batch answers exactly what running them one by one would.
     pub fn leading_gets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
         // In MULTI commands are queued, not run.
-        if !session.plain() {
+        if !self.plain(session) {
             return 0;
         }
         commands
@@ -83,7 +92,7 @@ impl Engine {
     /// keys commute, so their replies are what running them in order would give, and
     /// their commits can share the group committer's round trips.
     pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
-        if !session.plain() {
+        if !self.plain(session) {
             return 0;
         }
         let mut keys: Vec<&[u8]> = Vec::new();

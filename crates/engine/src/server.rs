@@ -44,6 +44,7 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
             "timeout",
             engine.timeout_secs.load(Ordering::Relaxed).to_string(),
         ),
+        ("requirepass", engine.acl.requirepass()),
     ]
     .into_iter()
     .chain(engine.limits.values())
@@ -62,36 +63,6 @@ fn hello_map(engine: &Engine, s: &Session) -> Reply {
         (Reply::bulk("role"), Reply::bulk("master")),
         (Reply::bulk("modules"), Reply::Array(Vec::new())),
     ])
-}
-
-/// `AUTH [user] password` and `HELLO ... AUTH user password`, with Redis's rules until
-/// ACL users exist: only the `default` user, whose password is `requirepass` (with
-/// none set it is `nopass`: any password of `AUTH default` works, while the one-argument
-/// form is an error). Passwords are compared in constant time.
-fn check_auth(
-    engine: &Engine,
-    s: &mut Session,
-    user: Option<&[u8]>,
-    password: &[u8],
-) -> Result<(), Reply> {
-    let wrong = || Reply::err("WRONGPASS invalid username-password pair or user is disabled.");
-    if user.is_some_and(|u| u != b"default") {
-        return Err(wrong());
-    }
-    match (&engine.config.requirepass, user) {
-        (None, None) => Err(Reply::err(
-            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        (None, Some(_)) => {
-            s.authenticated = true;
-            Ok(())
-        }
-        (Some(p), _) if dmc_proto::constant_time_eq(p, password) => {
-            s.authenticated = true;
-            Ok(())
-        }
-        (Some(_), _) => Err(wrong()),
-    }
 }
 
 pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
@@ -119,7 +90,13 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             while i < args.len() {
                 match upper(&args[i]).as_str() {
                     "AUTH" if i + 2 < args.len() => {
-                        if let Err(r) = check_auth(engine, s, Some(&args[i + 1]), &args[i + 2]) {
+                        if let Err(r) = crate::acl_cmd::authenticate(
+                            engine,
+                            s,
+                            &args[0],
+                            Some(&args[i + 1]),
+                            &args[i + 2],
+                        ) {
                             return r;
                         }
                         i += 3;
@@ -152,7 +129,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err(crate::SYNTAX);
             }
             let user = (args.len() == 3).then(|| &args[1][..]);
-            match check_auth(engine, s, user, password) {
+            match crate::acl_cmd::authenticate(engine, s, &args[0], user, password) {
                 Ok(()) => Reply::ok(),
                 Err(r) => r,
             }
@@ -176,7 +153,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             engine.pubsub.remove_client(s.id);
             s.subscribed = false;
             s.monitoring = false;
-            s.authenticated = engine.config.requirepass.is_none();
+            let (user, generation, open) = crate::acl_cmd::initial(engine);
+            s.client.set_user(user.name());
+            s.user = user;
+            s.acl_generation = generation;
+            s.authenticated = open;
             Reply::Simple("RESET")
         }
         Cmd::Client => client(engine, s, args),
@@ -190,6 +171,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         Cmd::Monitor => crate::monitor::start(engine, s),
         Cmd::Wait => crate::durability::wait(engine, args).await,
         Cmd::LastSave => crate::durability::lastsave(engine),
+        Cmd::Acl => crate::acl_cmd::run(engine, s, args),
         Cmd::Debug => crate::debug::run(engine, s, args).await,
         Cmd::Latency => engine.slowlog.latency_command(args),
         Cmd::Time => {
@@ -265,7 +247,7 @@ fn client(engine: &Engine, s: &mut Session, args: &[Bytes]) -> Reply {
                 None => Reply::err("ERR No such client"),
             }
         }
-        ("KILL", _) => match kill_filter(&args[2..]) {
+        ("KILL", _) => match kill_filter(engine, &args[2..]) {
             Ok(filter) => {
                 let mut n = 0;
                 for c in engine.clients.all() {
@@ -408,7 +390,7 @@ fn client_list(engine: &Engine, opts: &[Bytes]) -> Reply {
 }
 
 /// The filters of `CLIENT KILL <option> <value> ...`.
-fn kill_filter(opts: &[Bytes]) -> Result<KillFilter, Reply> {
+fn kill_filter(engine: &Engine, opts: &[Bytes]) -> Result<KillFilter, Reply> {
     if !opts.len().is_multiple_of(2) {
         return Err(Reply::err(SYNTAX));
     }
@@ -425,7 +407,7 @@ fn kill_filter(opts: &[Bytes]) -> Result<KillFilter, Reply> {
             },
             "ADDR" => f.addr = Some(value),
             "LADDR" => f.laddr = Some(value),
-            "USER" if value == "default" => {}
+            "USER" if engine.acl.lookup(&pair[1]).is_some() => f.user = Some(pair[1].clone()),
             "USER" => return Err(Reply::Error(format!("ERR No such user '{value}'"))),
             "SKIPME" => match upper(&pair[1]).as_str() {
                 "YES" => f.skip_me = true,
@@ -499,6 +481,7 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Ok(v) => engine.timeout_secs.store(v, Ordering::Relaxed),
                         Err(_) => return bad(),
                     },
+                    "requirepass" => engine.acl.set_requirepass(&kv[1]),
                     other => match engine
                         .limits
                         .set(other, &value)

@@ -21,6 +21,7 @@ pub fn is_container(cmd: Cmd) -> bool {
             | Cmd::PubSub
             | Cmd::Slowlog
             | Cmd::Latency
+            | Cmd::Acl
             | Cmd::Cluster
     )
 }

@@ -264,6 +264,30 @@ pub fn resize_instance(
     checked("the instance change", &b, r).map(|_| ())
 }
 
+/// The manager's answer to a change of an instance's ACL users: whether it stored
+/// them, and the users it holds now with their version.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct AclUsers {
+    pub applied: bool,
+    pub version: u64,
+    pub users: String,
+}
+
+/// Replaces `instance`'s ACL users (ACL file lines) if they are still at version
+/// `base` (what `ACL SETUSER`/`DELUSER` on an agent of a cluster does).
+pub fn put_acl(
+    url: &str,
+    instance: &str,
+    version: u64,
+    users: &str,
+) -> Result<AclUsers, ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(10))
+        .put(format!("{b}/v1/instances/{instance}/acl"))
+        .send_json(json!({ "base": version, "users": users }));
+    json_reply("the ACL change", &b, r)
+}
+
 /// Whether agent `id` may write the shards it gained in map `version`: every other
 /// agent of its instance applied that map (releasing what it held of them) or lost its
 /// lease.

@@ -55,6 +55,13 @@ pub struct InstanceSpec {
     /// table root): instances share memory nodes, never regions.
     #[serde(default = "default_super_region")]
     pub super_region: u16,
+    /// The instance's ACL users as ACL file lines (`user NAME rules...`), and their
+    /// version: every agent checks commands against them (0: none set, each agent
+    /// keeps its own default user).
+    #[serde(default)]
+    pub acl: String,
+    #[serde(default)]
+    pub acl_version: u64,
 }
 
 impl Default for InstanceSpec {
@@ -64,6 +71,8 @@ impl Default for InstanceSpec {
             maxmemory: ByteSize(0),
             policy: "noeviction".into(),
             super_region: DEFAULT_SUPER_REGION,
+            acl: String::new(),
+            acl_version: 0,
         }
     }
 }

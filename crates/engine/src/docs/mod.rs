@@ -175,6 +175,12 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "3.0.0",
             O1,
         ),
+        Acl => (
+            "A container for Access List Control commands.",
+            "server",
+            "6.0.0",
+            "Depends on subcommand.",
+        ),
         LastSave => (
             "Returns the Unix timestamp of the last successful save to disk.",
             "server",

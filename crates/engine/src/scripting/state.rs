@@ -313,6 +313,10 @@ async fn command(
     }
     let write = spec.is_write();
     let mut s = ctx.session.lock().await;
+    if let Err(text) = crate::acl_cmd::check_script(&ctx.engine, &mut s, spec, &argv) {
+        drop(s);
+        return refuse(text);
+    }
     let (reply, _) = Box::pin(crate::dispatch::dispatch_at(
         &ctx.engine,
         &mut s,

@@ -97,6 +97,7 @@ pub enum Cmd {
     Wait,
     LastSave,
     Debug,
+    Acl,
     Subscribe,
     Unsubscribe,
     PSubscribe,
@@ -172,9 +173,8 @@ impl Cmd {
         use Cmd::*;
         match self {
             Ping | Echo | Hello | Auth | Select | Quit | Reset | Client | Info | Config
-            | Command | Time | Dbsize | Slowlog | Latency | Monitor | Wait | LastSave | Debug => {
-                Family::Server
-            }
+            | Command | Time | Dbsize | Slowlog | Latency | Monitor | Wait | LastSave | Debug
+            | Acl => Family::Server,
             Get | Set | SetNx | SetEx | PSetEx | GetDel | GetEx | GetSet | MGet | MSet | MSetNx
             | Incr | Decr | IncrBy | DecrBy | IncrByFloat | Append | Strlen | GetRange
             | SetRange | Lcs => Family::Strings,
@@ -526,6 +526,8 @@ const CORE: &[Spec] = &[
     ),
     // `blocking`: it may wait, so the connection loop watches the client meanwhile.
     spec!("wait", 3, &["noscript", "blocking"], 0, 0, 0, Wait),
+    // A container: its subcommands' flags are Redis's (`acl|setuser` admin, ...).
+    spec!("acl", -2, &[], 0, 0, 0, Acl),
     spec!(
         "lastsave",
         1,

@@ -16,8 +16,6 @@
 //! Frozen before asked, a transaction cannot be committed anywhere between the
 //! question and the answer, so the decision is the same on every node.
 
-use std::collections::VecDeque;
-
 use super::{NodeCore, TxKey, TxState};
 
 /// Transactions remembered as committed per coordinator: more than one coordinator can
@@ -38,7 +36,7 @@ impl NodeCore {
                 tx.committed.remove(&victim);
             }
         }
-        let log = tx.committed.entry(client).or_insert_with(VecDeque::new);
+        let log = tx.committed.entry(client).or_default();
         if log.len() >= COMMITS_REMEMBERED {
             log.pop_front();
         }
