@@ -2,7 +2,8 @@
 True), the `transaction()` helper with WATCH and retries, WatchError when another client
 (another agent, with two ports) changes a watched key, EXECABORT, DISCARD; Script objects
 (EVALSHA, loaded on demand), Lock (acquire, extend, release: Lua scripts), a script
-loaded through one agent and run through the other.
+loaded through one agent and run through the other; FUNCTION LOAD through one agent and
+FCALL/FCALL_RO through the other.
 
     python3 transactions_check.py PORT [OTHER_PORT]
 
@@ -104,6 +105,27 @@ def check(port: int, other: int, proto: int) -> None:
         raise AssertionError("a script's WRONGTYPE was not an error")
     except redis.ResponseError as e:
         assert str(e).startswith("WRONGTYPE"), e
+
+    # Functions: a library loaded through one agent runs through the other; a function
+    # flagged no-writes runs by FCALL_RO, the others are refused there.
+    r.function_flush()
+    lib = ("#!lua name=txlib\n"
+           "redis.register_function('incr2', function(keys, args) "
+           "return redis.call('incrby', keys[1], 2) end)\n"
+           "redis.register_function{function_name='peek', flags={'no-writes'}, "
+           "callback=function(keys) return redis.call('get', keys[1]) end}")
+    eq(r.function_load(lib), "txlib")
+    eq(w.fcall("incr2", 1, "fn"), 2)
+    eq(r.fcall("incr2", 1, "fn"), 4)
+    eq(w.fcall_ro("peek", 1, "fn"), "4")
+    try:
+        r.fcall_ro("incr2", 1, "fn")
+        raise AssertionError("FCALL_RO ran a function that writes")
+    except redis.ResponseError as e:
+        assert "write flag" in str(e), e
+    assert "txlib" in str(w.function_list()), w.function_list()  # a list or a map per RESP
+    r.function_delete("txlib")
+    eq(w.function_list(), [])
 
     # Lock: SET NX PX to take it, Lua to extend and release it.
     lock = r.lock("the-lock", timeout=5)

@@ -391,6 +391,12 @@ impl Router {
             table::Cmd::Script => args.get(1).is_some_and(|sub| {
                 sub.eq_ignore_ascii_case(b"LOAD") || sub.eq_ignore_ascii_case(b"FLUSH")
             }),
+            // So are the libraries, so FCALL works wherever its keys are owned.
+            table::Cmd::Function => args.get(1).is_some_and(|sub| {
+                sub.eq_ignore_ascii_case(b"LOAD")
+                    || sub.eq_ignore_ascii_case(b"DELETE")
+                    || sub.eq_ignore_ascii_case(b"FLUSH")
+            }),
             _ => false,
         });
         if everywhere

@@ -165,6 +165,21 @@ pub async fn dispatch_at(
         Family::Transactions => Box::pin(crate::multi::run(engine, session, spec.cmd, &args)).await,
         Family::Scripting => match spec.cmd {
             Cmd::Script => crate::scripting::script(engine, &args),
+            Cmd::FCall | Cmd::FCallRo => {
+                Box::pin(crate::scripting::functions::fcall(
+                    engine,
+                    session,
+                    &args,
+                    spec.cmd == Cmd::FCallRo,
+                ))
+                .await
+            }
+            Cmd::Function => {
+                Box::pin(crate::scripting::functions::function(
+                    engine, session, &args,
+                ))
+                .await
+            }
             cmd => {
                 let (by_sha, read_only) = match cmd {
                     Cmd::Eval => (false, false),

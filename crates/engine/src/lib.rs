@@ -224,6 +224,8 @@ pub struct Engine {
     me: std::sync::Weak<Engine>,
     /// Lua scripts seen, by SHA-1.
     pub(crate) scripts: scripting::Scripts,
+    /// FUNCTION's libraries.
+    pub(crate) functions: scripting::functions::Functions,
     /// Same-key batches of list changes.
     pub(crate) list_batches: combine::Combiner<lists::ListOp>,
     /// Same-key batches of set changes (SADD, SREM).
@@ -270,6 +272,7 @@ impl Engine {
             me: me.clone(),
             list_batches: combine::Combiner::default(),
             scripts: scripting::Scripts::default(),
+            functions: scripting::functions::Functions::default(),
             set_batches: combine::Combiner::default(),
             hash_batches: combine::Combiner::default(),
             zset_batches: combine::Combiner::default(),

@@ -22,6 +22,7 @@ pub fn is_container(cmd: Cmd) -> bool {
             | Cmd::Slowlog
             | Cmd::Latency
             | Cmd::Acl
+            | Cmd::Function
             | Cmd::Cluster
     )
 }

@@ -175,6 +175,24 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "3.0.0",
             O1,
         ),
+        FCall => (
+            "Invokes a function.",
+            "scripting",
+            "7.0.0",
+            "Depends on the function that is executed.",
+        ),
+        FCallRo => (
+            "Invokes a read-only function.",
+            "scripting",
+            "7.0.0",
+            "Depends on the function that is executed.",
+        ),
+        Function => (
+            "A container for function commands.",
+            "scripting",
+            "7.0.0",
+            "Depends on subcommand.",
+        ),
         Acl => (
             "A container for Access List Control commands.",
             "server",

@@ -12,10 +12,11 @@
 //! mode `SCRIPT LOAD` and `SCRIPT FLUSH` run on every agent.
 //!
 //! A script that loops is stopped by SCRIPT KILL (an instruction hook checks the flag)
-//! unless it has written, as in Redis. Not yet: `busy-script-time`, FUNCTION/FCALL,
-//! the `cjson`, `cmsgpack`, `bit` and `struct` libraries, scripts kept in the pool.
+//! unless it has written, as in Redis. Functions (FUNCTION, FCALL) run on the same
+//! machinery ([`functions`]). Not yet: `busy-script-time`, scripts kept in the pool.
 
 mod convert;
+pub mod functions;
 mod libs;
 mod msgpack;
 mod state;
@@ -58,7 +59,7 @@ impl Scripts {
     }
 }
 
-fn sha1_hex(body: &[u8]) -> String {
+pub(crate) fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
 }
 
@@ -89,8 +90,29 @@ pub async fn eval(
         });
     };
     let sha = engine.scripts.add(&body);
-    let keys = &args[3..3 + n];
-    let argv = &args[3 + n..];
+    run_body(
+        engine,
+        session,
+        &body,
+        &sha,
+        &args[3..3 + n],
+        &args[3 + n..],
+        read_only,
+    )
+    .await
+}
+
+/// Runs the script `body` with `keys` and `argv` (EVAL's work once its arguments are
+/// checked; FCALL runs its library this way).
+pub(crate) async fn run_body(
+    engine: &Engine,
+    session: &mut Session,
+    body: &Bytes,
+    sha: &str,
+    keys: &[Bytes],
+    argv: &[Bytes],
+    read_only: bool,
+) -> Reply {
     let Some(me) = engine.me.upgrade() else {
         return Reply::err("ERR the server is shutting down");
     };
@@ -102,8 +124,8 @@ pub async fn eval(
             me: running.clone(),
         };
         let script = Script {
-            body: &body,
-            sha: &sha,
+            body,
+            sha,
             keys,
             argv,
             read_only,
@@ -285,6 +307,23 @@ impl std::fmt::Display for CommandError {
 
 impl std::error::Error for CommandError {}
 
+/// SCRIPT KILL and FUNCTION KILL: stops the running scripts unless one has written.
+pub(crate) fn kill(engine: &Engine) -> Reply {
+    let running = engine.scripts.running.lock();
+    if running.is_empty() {
+        return Reply::err("NOTBUSY No scripts in execution right now.");
+    }
+    if running.iter().any(|r| r.wrote.load(Ordering::Acquire)) {
+        return Reply::err(
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+        );
+    }
+    for r in running.iter() {
+        r.killed.store(true, Ordering::Release);
+    }
+    Reply::ok()
+}
+
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP`.
 pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_uppercase();
@@ -308,21 +347,7 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
             engine.scripts.idle.lock().clear();
             Reply::ok()
         }
-        ("KILL", 2) => {
-            let running = engine.scripts.running.lock();
-            if running.is_empty() {
-                return Reply::err("NOTBUSY No scripts in execution right now.");
-            }
-            if running.iter().any(|r| r.wrote.load(Ordering::Acquire)) {
-                return Reply::err(
-                    "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
-                );
-            }
-            for r in running.iter() {
-                r.killed.store(true, Ordering::Release);
-            }
-            Reply::ok()
-        }
+        ("KILL", 2) => kill(engine),
         ("HELP", 2) => Reply::Array(
             [
                 "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -277,13 +277,16 @@ async fn command(
     args: MultiValue,
     protected: bool,
 ) -> mlua::Result<(Value, bool)> {
+    // The line `on @user_script:N` names: not known here (the call runs on the async
+    // call's own Lua thread, whose stack this callback does not see), so 1.
+    let line = 1;
     let refuse = |text: &str| -> mlua::Result<(Value, bool)> {
         if protected {
             return Ok((convert::error_table(lua, text)?, false));
         }
         Err(mlua::Error::external(CommandError {
             text: text.to_string(),
-            line: 1,
+            line,
         }))
     };
     let mut argv = Vec::with_capacity(args.len());
@@ -326,9 +329,7 @@ async fn command(
     .await;
     drop(s);
     match reply {
-        Reply::Error(e) if !protected => {
-            Err(mlua::Error::external(CommandError { text: e, line: 1 }))
-        }
+        Reply::Error(e) if !protected => Err(mlua::Error::external(CommandError { text: e, line })),
         other => Ok((convert::to_lua(lua, other, 0)?, write)),
     }
 }

@@ -98,6 +98,9 @@ pub enum Cmd {
     LastSave,
     Debug,
     Acl,
+    FCall,
+    FCallRo,
+    Function,
     Subscribe,
     Unsubscribe,
     PSubscribe,
@@ -184,7 +187,9 @@ impl Cmd {
             Object | Memory => Family::Introspect,
             Cluster | ReadOnly | ReadWrite | Asking => Family::Cluster,
             Multi | Exec | Discard | Watch | Unwatch => Family::Transactions,
-            Eval | EvalSha | EvalRo | EvalShaRo | Script => Family::Scripting,
+            Eval | EvalSha | EvalRo | EvalShaRo | Script | FCall | FCallRo | Function => {
+                Family::Scripting
+            }
             Subscribe | Unsubscribe | PSubscribe | PUnsubscribe | SSubscribe | SUnsubscribe
             | Publish | SPublish | PubSub => Family::PubSub,
             DmcPeer | DmcWarm => Family::Internal,
@@ -506,6 +511,9 @@ const CORE: &[Spec] = &[
     script_row("eval_ro", EVAL_RO, Cmd::EvalRo),
     script_row("evalsha_ro", EVAL_RO, Cmd::EvalShaRo),
     spec!("script", -2, &["noscript"], 0, 0, 0, Script),
+    script_row("fcall", EVAL, Cmd::FCall),
+    script_row("fcall_ro", EVAL_RO, Cmd::FCallRo),
+    spec!("function", -2, &["noscript"], 0, 0, 0, Function),
     spec!(
         "slowlog",
         -2,
