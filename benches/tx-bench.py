@@ -45,7 +45,7 @@ def command(*args):
 
 def unit(kind, key, sha):
     if kind == "multi":
-        return command("MULTI") + command("SET", key, "v" * 32) + command("EXEC"), 4
+        return command("MULTI") + command("SET", key, "v" * 32) + command("EXEC"), 3
     if kind == "evalsha":
         return command("EVALSHA", sha, "1", key), 1
     return command("FCALL", "get", "1", key), 1
