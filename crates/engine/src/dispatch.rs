@@ -92,6 +92,9 @@ pub async fn dispatch_at(
     if let Err(refused) = crate::acl_cmd::check(engine, session, spec, &args) {
         return refused;
     }
+    if let Some(busy) = crate::scripting::busy(engine, session, spec, &args) {
+        return (busy, Flow::Continue);
+    }
     if session.subscribed && session.proto < 3 {
         if !crate::pubsub::allowed_in_subscribed_mode(spec.cmd) {
             let name = match args.get(1) {

@@ -45,6 +45,14 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
             engine.timeout_secs.load(Ordering::Relaxed).to_string(),
         ),
         ("requirepass", engine.acl.requirepass()),
+        (
+            "busy-reply-threshold",
+            engine.scripts.busy_ms.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "lua-time-limit",
+            engine.scripts.busy_ms.load(Ordering::Relaxed).to_string(),
+        ),
     ]
     .into_iter()
     .chain(engine.limits.values())
@@ -482,6 +490,10 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Err(_) => return bad(),
                     },
                     "requirepass" => engine.acl.set_requirepass(&kv[1]),
+                    "busy-reply-threshold" | "lua-time-limit" => match value.parse::<u64>() {
+                        Ok(v) => engine.scripts.busy_ms.store(v, Ordering::Relaxed),
+                        Err(_) => return bad(),
+                    },
                     other => match engine
                         .limits
                         .set(other, &value)

@@ -273,6 +273,73 @@ async fn script_kill_stops_a_script_that_never_ends() {
     );
 }
 
+/// A script past `busy-reply-threshold` makes commands on its keys answer BUSY (as
+/// Redis answers every command then); commands on other keys run meanwhile, and after
+/// SCRIPT KILL the key is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_on_a_long_scripts_keys_answer_busy_past_the_threshold() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut other = engine.new_session("t:2".into(), "t:0".into(), -1);
+    assert_eq!(
+        run(
+            &engine,
+            &mut other,
+            &["CONFIG", "GET", "busy-reply-threshold"]
+        )
+        .await,
+        Reply::Map(vec![(
+            Reply::bulk("busy-reply-threshold"),
+            Reply::bulk("5000")
+        )])
+    );
+    let looping = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+            run(&engine, &mut s, &["EVAL", "while true do end", "1", "held"]).await
+        })
+    };
+    // Under the threshold a reader of the key is served (the committed value).
+    assert_eq!(
+        run(&engine, &mut other, &["GET", "held"]).await,
+        Reply::Null
+    );
+    assert_eq!(
+        run(
+            &engine,
+            &mut other,
+            &["CONFIG", "SET", "busy-reply-threshold", "0"]
+        )
+        .await,
+        Reply::ok()
+    );
+    let busy = Reply::err(
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while run(&engine, &mut other, &["GET", "held"]).await != busy {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key never answered BUSY"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Other keys are served meanwhile.
+    assert_eq!(
+        run(&engine, &mut other, &["SET", "free", "1"]).await,
+        Reply::ok()
+    );
+    assert_eq!(
+        run(&engine, &mut other, &["SCRIPT", "KILL"]).await,
+        Reply::ok()
+    );
+    let _ = looping.await;
+    assert_eq!(
+        run(&engine, &mut other, &["GET", "held"]).await,
+        Reply::Null
+    );
+}
+
 /// Scripts' `cjson` and `bit` libraries give what redis-server 7.0 gives (outputs taken
 /// from it; only cjson.decode's error text differs: serde_json reports its own).
 #[tokio::test]

@@ -13,7 +13,8 @@
 //!
 //! A script that loops is stopped by SCRIPT KILL (an instruction hook checks the flag)
 //! unless it has written, as in Redis. Functions (FUNCTION, FCALL) run on the same
-//! machinery ([`functions`]). Not yet: `busy-script-time`, scripts kept in the pool.
+//! machinery ([`functions`]). Past `busy-reply-threshold` a script's keys answer BUSY
+//! ([`busy`]). Not yet: scripts kept in the pool.
 
 mod convert;
 pub mod functions;
@@ -35,12 +36,61 @@ use crate::{Engine, Session, parse_i64};
 
 /// The scripts this agent has seen, by lowercase hex SHA-1; the ones running; idle
 /// prepared Lua states.
-#[derive(Default)]
 pub struct Scripts {
     by_sha: parking_lot::Mutex<HashMap<String, Bytes>>,
     /// Scripts running now, each with whether it has written yet.
     running: parking_lot::Mutex<Vec<Arc<Running>>>,
+    /// How many: the busy check reads this before taking the lock.
+    running_count: std::sync::atomic::AtomicUsize,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), in milliseconds.
+    pub busy_ms: std::sync::atomic::AtomicU64,
     idle: parking_lot::Mutex<Vec<State>>,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            by_sha: Default::default(),
+            running: Default::default(),
+            running_count: Default::default(),
+            busy_ms: std::sync::atomic::AtomicU64::new(5000),
+            idle: Default::default(),
+        }
+    }
+}
+
+/// `BUSY` for a command that needs a key a script has held longer than
+/// `busy-reply-threshold`, as Redis answers every command then. Other clients' commands
+/// on other keys run meanwhile (a script holds only its keys' locks), so only those
+/// that would wait for it are refused; SCRIPT KILL (or FUNCTION KILL) stops it.
+pub(crate) fn busy(
+    engine: &Engine,
+    session: &Session,
+    spec: &crate::table::Spec,
+    args: &[Bytes],
+) -> Option<Reply> {
+    if engine.scripts.running_count.load(Ordering::Acquire) == 0 || session.in_script {
+        return None;
+    }
+    let positions = spec.key_positions(args);
+    if positions.is_empty() {
+        return None;
+    }
+    let threshold =
+        std::time::Duration::from_millis(engine.scripts.busy_ms.load(Ordering::Relaxed));
+    let running = engine.scripts.running.lock();
+    running
+        .iter()
+        .filter(|r| r.started.elapsed() >= threshold)
+        .any(|r| {
+            positions
+                .iter()
+                .filter_map(|&i| args.get(i))
+                .any(|k| r.keys.contains(k))
+        })
+        .then(|| {
+            Reply::err("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.")
+        })
 }
 
 /// Idle states kept for reuse at most.
@@ -117,8 +167,9 @@ pub(crate) async fn run_body(
         return Reply::err("ERR the server is shutting down");
     };
     crate::multi::run_locked(engine, keys, async {
-        let running = Arc::new(Running::default());
+        let running = Arc::new(Running::new(keys));
         engine.scripts.running.lock().push(running.clone());
+        engine.scripts.running_count.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave {
             engine: me.clone(),
             me: running.clone(),
@@ -237,6 +288,10 @@ impl Drop for Leave {
             .running
             .lock()
             .retain(|r| !Arc::ptr_eq(r, me));
+        self.engine
+            .scripts
+            .running_count
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
 

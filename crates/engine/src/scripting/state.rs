@@ -30,15 +30,30 @@ const CHECK_EVERY: u32 = 10_000;
 /// must go on as a blocking section: 200 000 instructions, about a millisecond.
 const INLINE_CHECKS: u32 = 20;
 
-/// A running script, as SCRIPT KILL sees it.
-#[derive(Default)]
+/// A running script, as SCRIPT KILL and the busy check see it.
 pub struct Running {
     pub wrote: AtomicBool,
     pub killed: AtomicBool,
+    /// When it started, and the keys it declared (`busy-reply-threshold`).
+    pub started: std::time::Instant,
+    pub keys: Vec<bytes::Bytes>,
     /// Instruction checks so far.
     checks: AtomicU32,
     /// Stop at the budget (the first, inline, run).
     budgeted: AtomicBool,
+}
+
+impl Running {
+    pub fn new(keys: &[bytes::Bytes]) -> Running {
+        Running {
+            wrote: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            started: std::time::Instant::now(),
+            keys: keys.to_vec(),
+            checks: AtomicU32::new(0),
+            budgeted: AtomicBool::new(false),
+        }
+    }
 }
 
 /// A call's context, as the state's app data.
