@@ -21,7 +21,7 @@ use std::future::Future;
 use bytes::Bytes;
 use dmc_umo::{GlobalAddr, ObjectRef, ReadObject, Tx, TxOutcome, TxWrite, ValueKind};
 
-use super::{Change, Dht, DhtError, Found, Loc, MAX_RETRIES, SetCond, SetExpiry, SetOptions};
+use super::{Change, Dht, DhtError, Found, Loc, MAX_RETRIES, SetOptions};
 use super::{SetOutcome, Ttl};
 use crate::layout::{SLOTS_PER_BUCKET, SlotMeta, SlotWord};
 use crate::owner::Lease;
@@ -243,26 +243,9 @@ impl Dht {
         let lease = self.lease(loc.slot)?;
         let (_, found) = self.lookup(&loc, key, opts.get).await?;
         let (abs, now) = self.now();
-        let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
-        if opts.get && live.is_some_and(|f| f.kind != ValueKind::String) {
-            return Err(DhtError::WrongType);
-        }
-        let old = live.and_then(|f| f.value.clone());
-        let blocked = match opts.cond {
-            SetCond::Always => false,
-            SetCond::IfAbsent => live.is_some(),
-            SetCond::IfPresent => live.is_none(),
-        };
-        if blocked {
-            return Ok(SetOutcome {
-                written: false,
-                old,
-            });
-        }
-        let expire = match opts.expiry {
-            SetExpiry::Clear => 0,
-            SetExpiry::Keep => live.map(|f| f.meta.expire()).unwrap_or(0),
-            SetExpiry::At(at) => self.encode_expire(at),
+        let (expire, old) = match self.set_decision(found.as_ref(), &opts, abs)? {
+            Ok(go) => go,
+            Err(nothing) => return Ok(nothing),
         };
         let lfu = found.as_ref().map_or(policy::LFU_INIT, |f| f.meta.lfu());
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;

@@ -260,6 +260,42 @@ impl Dht {
         Err(early(DhtError::Contention(locs[0].slot)))
     }
 
+    /// What a SET with `opts` does to a key found as `found`: `Err` with its outcome
+    /// when it writes nothing (its condition is not met), else the new value's expiry
+    /// word and the previous value (for `GET`). A previous value of another type is
+    /// [`DhtError::WrongType`] when `opts.get` asks for it; `abs` is now (Unix ms).
+    /// Shared by the one-sided and
+    /// the staged (transaction) paths.
+    pub(super) fn set_decision(
+        &self,
+        found: Option<&Found>,
+        opts: &SetOptions,
+        abs: u64,
+    ) -> Result<Result<(u64, Option<bytes::Bytes>), SetOutcome>, DhtError> {
+        let live = found.filter(|f| !self.is_expired(f.meta, abs));
+        if opts.get && live.is_some_and(|f| f.kind != ValueKind::String) {
+            return Err(DhtError::WrongType);
+        }
+        let old = live.and_then(|f| f.value.clone());
+        let blocked = match opts.cond {
+            SetCond::Always => false,
+            SetCond::IfAbsent => live.is_some(),
+            SetCond::IfPresent => live.is_none(),
+        };
+        if blocked {
+            return Ok(Err(SetOutcome {
+                written: false,
+                old,
+            }));
+        }
+        let expire = match opts.expiry {
+            SetExpiry::Clear => 0,
+            SetExpiry::Keep => live.map(|f| f.meta.expire()).unwrap_or(0),
+            SetExpiry::At(at) => self.encode_expire(at),
+        };
+        Ok(Ok((expire, old)))
+    }
+
     async fn install(
         &self,
         loc: &Loc,
@@ -276,26 +312,9 @@ impl Dht {
                 continue;
             };
             let (abs, now) = self.now();
-            let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
-            if opts.get && live.is_some_and(|f| f.kind != ValueKind::String) {
-                return Err(DhtError::WrongType);
-            }
-            let old = live.and_then(|f| f.value.clone());
-            let blocked = match opts.cond {
-                SetCond::Always => false,
-                SetCond::IfAbsent => live.is_some(),
-                SetCond::IfPresent => live.is_none(),
-            };
-            if blocked {
-                return Ok(SetOutcome {
-                    written: false,
-                    old,
-                });
-            }
-            let expire = match opts.expiry {
-                SetExpiry::Clear => 0,
-                SetExpiry::Keep => live.map(|f| f.meta.expire()).unwrap_or(0),
-                SetExpiry::At(at) => self.encode_expire(at),
+            let (expire, old) = match self.set_decision(found.as_ref(), &opts, abs)? {
+                Ok(go) => go,
+                Err(nothing) => return Ok(nothing),
             };
             let lfu = found
                 .as_ref()

@@ -192,11 +192,10 @@ async fn load(engine: &Engine, session: &mut Session, args: &[Bytes]) -> Reply {
     functions.sort_by(|a, b| a.name.cmp(&b.name));
     let mut libs = engine.functions.libraries.lock();
     for f in &functions {
-        if let Some(other) = libs
+        if libs
             .iter()
-            .find(|(n, l)| **n != name && l.functions.iter().any(|g| g.name == f.name))
+            .any(|(n, l)| *n != name && l.functions.iter().any(|g| g.name == f.name))
         {
-            let _ = other;
             return Reply::Error(format!("ERR Function {} already exists", f.name));
         }
     }
@@ -225,15 +224,9 @@ pub async fn fcall(
     if read_only && !no_writes {
         return Reply::err("ERR Can not execute a script with write flag using *_ro command.");
     }
-    let Some(n) = crate::parse_i64(&args[2]) else {
-        return Reply::err("ERR value is not an integer or out of range");
-    };
-    let Some(n) = usize::try_from(n).ok().filter(|&n| n <= args.len() - 3) else {
-        return Reply::err(if n < 0 {
-            "ERR Number of keys can't be negative"
-        } else {
-            "ERR Number of keys can't be greater than number of args"
-        });
+    let n = match super::numkeys(args) {
+        Ok(n) => n,
+        Err(e) => return e,
     };
     let rest = match parse_header(&library.code) {
         Ok((_, rest)) => rest,

@@ -129,15 +129,9 @@ pub async fn eval(
     } else {
         args[1].clone()
     };
-    let Some(n) = parse_i64(&args[2]) else {
-        return Reply::err("ERR value is not an integer or out of range");
-    };
-    let Some(n) = usize::try_from(n).ok().filter(|&n| n <= args.len() - 3) else {
-        return Reply::err(if n < 0 {
-            "ERR Number of keys can't be negative"
-        } else {
-            "ERR Number of keys can't be greater than number of args"
-        });
+    let n = match numkeys(args) {
+        Ok(n) => n,
+        Err(e) => return e,
     };
     let sha = engine.scripts.add(&body);
     run_body(
@@ -150,6 +144,24 @@ pub async fn eval(
         read_only,
     )
     .await
+}
+
+/// The key count of `EVAL|FCALL name numkeys key... arg...` (`args[2]`), checked
+/// against the arguments there are, with Redis's errors.
+pub(crate) fn numkeys(args: &[Bytes]) -> Result<usize, Reply> {
+    let Some(n) = parse_i64(&args[2]) else {
+        return Err(Reply::err("ERR value is not an integer or out of range"));
+    };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= args.len() - 3)
+        .ok_or_else(|| {
+            Reply::err(if n < 0 {
+                "ERR Number of keys can't be negative"
+            } else {
+                "ERR Number of keys can't be greater than number of args"
+            })
+        })
 }
 
 /// Runs the script `body` with `keys` and `argv` (EVAL's work once its arguments are
