@@ -87,6 +87,9 @@ pub struct Config {
     /// `aclfile`: the ACL users, read at start and by ACL LOAD, written by ACL SAVE
     /// (empty: none). A standalone agent's; a cluster's users are the manager's.
     pub aclfile: String,
+    /// `notify-keyspace-events`: the keyspace notification classes published (Redis's
+    /// letters, e.g. `KEA`; empty: none). Per agent; `CONFIG SET` changes every agent's.
+    pub notify_keyspace_events: String,
     pub databases: u8,
     /// `client-query-buffer-limit`: a client whose unparsed input passes this is closed.
     pub client_query_buffer_limit: ByteSize,
@@ -145,6 +148,7 @@ impl Default for Config {
             timeout: 0,
             enable_debug_command: "no".into(),
             aclfile: String::new(),
+            notify_keyspace_events: String::new(),
             databases: 16,
             client_query_buffer_limit: ByteSize(1 << 30),
             proto_max_bulk_len: ByteSize(512 << 20),
@@ -209,6 +213,9 @@ pub struct Args {
     /// The ACL users file (ACL SAVE/LOAD; read at start when it exists).
     #[arg(long)]
     pub aclfile: Option<String>,
+    /// Keyspace notification classes, Redis's letters (e.g. KEA).
+    #[arg(long)]
+    pub notify_keyspace_events: Option<String>,
     /// Local DRAM cache size, e.g. 64mb (0 disables it; default: none over embedded
     /// and shm pools, whose memory is this host's, 64mb over tcp).
     #[arg(long)]
@@ -328,6 +335,9 @@ impl Args {
         if let Some(v) = &self.aclfile {
             cfg.aclfile = v.clone();
         }
+        if let Some(v) = &self.notify_keyspace_events {
+            cfg.notify_keyspace_events = v.clone();
+        }
         if let Some(v) = self.local_cache_size {
             cfg.local_cache_size = Some(v);
         }
@@ -405,6 +415,10 @@ impl Config {
         anyhow::ensure!(
             dmc_engine::debug::Access::parse(&self.enable_debug_command).is_some(),
             "enable-debug-command must be no, local or yes"
+        );
+        anyhow::ensure!(
+            dmc_engine::notify::parse(&self.notify_keyspace_events).is_some(),
+            "notify-keyspace-events: use Redis's class letters (Ag$lshzxeKEtmdn)"
         );
         if let Some(path) = self.aclfile_path() {
             // A bad aclfile stops the agent, as it stops Redis.

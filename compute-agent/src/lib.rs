@@ -165,6 +165,10 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         tls::peer_connector(&cfg.tls()).context("setting up TLS to peer agents")?,
     ));
     router.set_dialer(dialer.clone());
+    router.spawn_relay();
+    engine
+        .notifications
+        .set(dmc_engine::notify::parse(&cfg.notify_keyspace_events).unwrap_or(0));
     let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let region_used = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut me = None;

@@ -110,6 +110,22 @@ fn redis_py_pubsub_across_a_two_agent_proxy_cluster() {
 }
 
 #[test]
+fn redis_py_keyspace_notifications_on_a_standalone_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    // Redis 7.0's events for writes of every type, in its order; `evicted` too.
+    let out = py_check("notify_check.py", &[agent.port()]);
+    assert!(out.contains("EVICTED: ok"), "{out}");
+}
+
+#[test]
+fn redis_py_keyspace_notifications_across_a_two_agent_proxy_cluster() {
+    let (_c, ports) = two_agent_proxy_cluster();
+    // Writes through the first agent, the subscriber on the second: every key's events
+    // arrive, in Redis's order per key, whichever agent owns it.
+    py_check("notify_check.py", &ports);
+}
+
+#[test]
 fn a_reader_agent_never_sees_a_torn_collection_while_the_owner_rewrites_it() {
     let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
     c.scale(2).unwrap();

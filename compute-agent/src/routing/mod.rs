@@ -36,6 +36,7 @@
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
 //! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
 //! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
+//! | `relay.rs` | keyspace notifications and PUBLISH in EXEC/scripts to the other agents |
 //! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
 mod acl;
@@ -44,6 +45,7 @@ mod cluster_cmds;
 mod config_set;
 mod peers;
 mod pubsub;
+mod relay;
 mod transactions;
 mod warm;
 
@@ -391,6 +393,16 @@ impl Router {
             table::Cmd::Script => args.get(1).is_some_and(|sub| {
                 sub.eq_ignore_ascii_case(b"LOAD") || sub.eq_ignore_ascii_case(b"FLUSH")
             }),
+            // Keys change on the agent owning them: every agent announces them.
+            table::Cmd::Config => {
+                args.get(1)
+                    .is_some_and(|sub| sub.eq_ignore_ascii_case(b"SET"))
+                    && args
+                        .iter()
+                        .skip(2)
+                        .step_by(2)
+                        .any(|name| name.eq_ignore_ascii_case(b"notify-keyspace-events"))
+            }
             // So are the libraries, so FCALL works wherever its keys are owned.
             table::Cmd::Function => args.get(1).is_some_and(|sub| {
                 sub.eq_ignore_ascii_case(b"LOAD")

@@ -25,6 +25,6 @@ pub use dmc_umo::ValueKind;
 pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
-    Change, Dht, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
-    SlotRef, Staged, Ttl,
+    Change, Dht, DhtConfig, DhtError, DhtStats, Entry, Removal, SetCond, SetExpiry, SetOptions,
+    SetOutcome, SlotRef, Staged, Ttl,
 };

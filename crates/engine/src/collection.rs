@@ -28,12 +28,13 @@ impl From<Corrupt> for Reply {
 }
 
 /// Replaces `key` (of any type) with a `kind` holding the packed `value`, or deletes
-/// it when `None` (an empty result): the STORE forms. The caller holds the key's lock.
+/// it when `None` (an empty result): the STORE forms, which announce `event` (or `del`
+/// when an existing key went). The caller holds the key's lock.
 pub(crate) async fn store(
     engine: &Engine,
     db: u8,
     key: &[u8],
-    kind: ValueKind,
+    (kind, event): (ValueKind, &'static str),
     value: Option<Vec<u8>>,
 ) -> Result<(), Reply> {
     match value {
@@ -47,9 +48,12 @@ pub(crate) async fn store(
                 .set(db, key, &v, opts)
                 .await
                 .map_err(error_reply)?;
+            engine.notify(crate::notify::class_of(kind), event, db, key);
         }
         None => {
-            engine.dht.delete(db, key).await.map_err(error_reply)?;
+            if engine.dht.delete(db, key).await.map_err(error_reply)? {
+                engine.notify(crate::notify::GENERIC, "del", db, key);
+            }
         }
     }
     engine.wrote_typed(db, key, kind, None);

@@ -19,7 +19,7 @@ use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::HashCmd;
 use crate::tree::{Tree, TreeError};
-use crate::{Engine, NOT_INTEGER, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, Session, notify, parse_i64};
 
 const KIND: ValueKind = ValueKind::Hash;
 
@@ -318,6 +318,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
             }
             let op = HashOp::Set(args[2..].to_vec());
             let added = tri!(engine.hash_batches.submit(engine, db, key, op).await);
+            engine.notify(notify::HASH, "hset", db, key);
             if cmd == HashCmd::HSet {
                 Reply::Int(added)
             } else {
@@ -335,11 +336,18 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                 })
                 .await
             );
+            if set {
+                engine.notify(notify::HASH, "hset", db, key);
+            }
             Reply::Int(set as i64)
         }
         HashCmd::HDel => {
             let op = HashOp::Del(args[2..].to_vec());
             let removed = tri!(engine.hash_batches.submit(engine, db, key, op).await);
+            if removed > 0 {
+                engine.notify(notify::HASH, "hdel", db, key);
+                engine.notify_if_emptied(db, key).await;
+            }
             Reply::Int(removed)
         }
         HashCmd::HIncrBy => {
@@ -360,6 +368,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                 })
                 .await
             );
+            engine.notify(notify::HASH, "hincrby", db, key);
             Reply::Int(next)
         }
         HashCmd::HIncrByFloat => {
@@ -382,6 +391,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                 })
                 .await
             );
+            engine.notify(notify::HASH, "hincrbyfloat", db, key);
             Reply::Bulk(text)
         }
         _ => read(engine, s, db, cmd, args).await,

@@ -10,7 +10,7 @@ use dmc_dht::layout::HASH_SLOTS as SLOTS;
 use dmc_dht::{SetCond, SetExpiry, SetOptions};
 
 const HASH_SLOTS: u16 = SLOTS as u16;
-use crate::{Engine, NOT_INTEGER, Session, error_reply, parse_i64};
+use crate::{Engine, NOT_INTEGER, Session, error_reply, notify, parse_i64};
 
 macro_rules! tri {
     ($e:expr) => {
@@ -31,8 +31,12 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 // Under the key's write lock: a SET finishing meanwhile must not put its
                 // value back into the cache after this delete.
                 let _g = engine.lock_key(k).await;
-                n += tri!(dht.delete(db, k).await) as i64;
+                let deleted = tri!(dht.delete(db, k).await);
                 engine.wrote(db, k, None);
+                if deleted {
+                    n += 1;
+                    engine.notify(notify::GENERIC, "del", db, k);
+                }
             }
             Reply::Int(n)
         }
@@ -76,6 +80,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 Ttl::ExpiresAt(_) => {
                     let done = tri!(dht.expire(db, &args[1], None).await);
                     engine.wrote(db, &args[1], None);
+                    if done {
+                        engine.notify(notify::GENERIC, "persist", db, &args[1]);
+                    }
                     Reply::Int(done as i64)
                 }
                 _ => Reply::Int(0),
@@ -237,6 +244,8 @@ async fn rename(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     tri!(write_entry(engine, db, dst, &e, true).await);
     tri!(engine.dht.delete(db, src).await);
     engine.wrote(db, src, None);
+    engine.notify(notify::GENERIC, "rename_from", db, src);
+    engine.notify(notify::GENERIC, "rename_to", db, dst);
     if cmd == Cmd::RenameNx {
         Reply::Int(1)
     } else {
@@ -362,7 +371,11 @@ async fn copy(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     let Some(e) = tri!(engine.dht.get(src_db, src).await) else {
         return Reply::Int(0);
     };
-    Reply::Int(tri!(write_entry(engine, dst_db, dst, &e, replace).await) as i64)
+    let copied = tri!(write_entry(engine, dst_db, dst, &e, replace).await);
+    if copied {
+        engine.notify(notify::GENERIC, "copy_to", dst_db, dst);
+    }
+    Reply::Int(copied as i64)
 }
 
 /// `MOVE key db`: moves the key (value and expiry) unless the target has it already.
@@ -385,6 +398,8 @@ async fn move_key(engine: &Engine, s: &Session, args: &[Bytes]) -> Reply {
     }
     tri!(engine.dht.delete(src_db, key).await);
     engine.wrote(src_db, key, None);
+    engine.notify(notify::GENERIC, "move_from", src_db, key);
+    engine.notify(notify::GENERIC, "move_to", dst_db, key);
     Reply::Int(1)
 }
 
@@ -441,5 +456,14 @@ async fn expire(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     let at = at.max(0) as u64;
     let done = tri!(engine.dht.expire(db, &args[1], Some(at.max(1))).await);
     engine.wrote(db, &args[1], None);
+    if done {
+        // A time already past deleted the key.
+        let event = if at <= engine.now_ms() {
+            "del"
+        } else {
+            "expire"
+        };
+        engine.notify(notify::GENERIC, event, db, &args[1]);
+    }
     Reply::Int(done as i64)
 }

@@ -47,11 +47,13 @@ pub mod limits;
 pub mod lists;
 pub mod monitor;
 pub mod multi;
+pub mod notify;
 pub mod packed;
 pub mod pause;
 pub mod pipeline;
 pub mod pubsub;
 pub mod read;
+pub mod relay;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -240,6 +242,10 @@ pub struct Engine {
     pub slowlog: slowlog::SlowLog,
     /// CLIENT PAUSE.
     pub pause: pause::Pause,
+    /// `notify-keyspace-events`.
+    pub notifications: notify::Notifications,
+    /// Messages this agent publishes outside a client's PUBLISH, for the other agents.
+    pub relay: relay::Relay,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -250,11 +256,6 @@ impl Engine {
     pub fn new(dht: Arc<Dht>, clock: Arc<dyn Clock>, config: EngineConfig) -> Arc<Engine> {
         let cache = (config.local_cache_bytes > 0)
             .then(|| Arc::new(cache::LocalCache::new(config.local_cache_bytes)));
-        if let Some(c) = &cache {
-            // Keys the table evicts leave the cache too: it stays inclusive.
-            let c = c.clone();
-            dht.on_removed(move |db, key| c.remove(db, key));
-        }
         let limits = limits::ClientLimits::new(
             config.proto_max_bulk_len,
             config.client_query_buffer_limit,
@@ -268,7 +269,7 @@ impl Engine {
                 tracing::error!(error = %e, "the aclfile cannot be loaded; only the default user exists");
                 acl_cmd::AclState::with_users(Users::new(config.requirepass.as_deref()), None)
             });
-        Arc::new_cyclic(|me| Engine {
+        let engine = Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             list_batches: combine::Combiner::default(),
             scripts: scripting::Scripts::default(),
@@ -297,7 +298,18 @@ impl Engine {
             blocking: blocking::Blocking::default(),
             commits: tx_gate::CommitGate::default(),
             acl,
-        })
+            notifications: notify::Notifications::default(),
+            relay: relay::Relay::default(),
+        });
+        // Keys the table evicts or reclaims leave the cache too (it stays inclusive),
+        // and are announced.
+        let me = Arc::downgrade(&engine);
+        engine.dht.on_removed(move |db, key, why| {
+            if let Some(engine) = me.upgrade() {
+                engine.removed(db, key, why);
+            }
+        });
+        engine
     }
 
     /// A new connection's session, registered for `CLIENT LIST`/`KILL` until the

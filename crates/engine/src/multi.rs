@@ -62,6 +62,8 @@ struct Held {
 struct Effects {
     cache: Mutex<Vec<CacheWrite>>,
     wakes: Mutex<Vec<(u8, Bytes)>>,
+    /// Keyspace notifications: `(class, event, db, key)`.
+    notes: Mutex<Vec<(u32, &'static str, u8, Bytes)>>,
 }
 
 /// A write-through of the local cache (see [`Engine::wrote_typed`]).
@@ -111,6 +113,18 @@ pub(crate) fn defer_wake(db: u8, key: &[u8]) -> bool {
             .wakes
             .lock()
             .push((db, Bytes::copy_from_slice(key)))
+    })
+    .is_ok()
+}
+
+/// Inside a transaction: holds a keyspace notification until the commit (a failed
+/// commit announces nothing) and returns `true`.
+pub(crate) fn defer_notify(class: u32, event: &'static str, db: u8, key: &[u8]) -> bool {
+    HELD.try_with(|h| {
+        h.effects
+            .notes
+            .lock()
+            .push((class, event, db, Bytes::copy_from_slice(key)))
     })
     .is_ok()
 }
@@ -288,6 +302,10 @@ pub(crate) async fn run_locked<T>(
     let wakes = std::mem::take(&mut *effects.wakes.lock());
     for (db, key) in wakes {
         engine.blocking.wake(db, &key);
+    }
+    let notes = std::mem::take(&mut *effects.notes.lock());
+    for (class, event, db, key) in notes {
+        engine.notify(class, event, db, &key);
     }
     Ok(out)
 }

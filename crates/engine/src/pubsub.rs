@@ -515,8 +515,16 @@ pub fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply 
             s.subscribed = still;
             Reply::Several(replies)
         }
-        Cmd::Publish => Reply::Int(engine.pubsub.publish(false, &args[1], &args[2], limit)),
-        Cmd::SPublish => Reply::Int(engine.pubsub.publish(true, &args[1], &args[2], limit)),
+        Cmd::Publish | Cmd::SPublish => {
+            let shard = cmd == Cmd::SPublish;
+            let here = engine.pubsub.publish(shard, &args[1], &args[2], limit);
+            // The router sends a client's own PUBLISH to the other agents; inside EXEC
+            // or a script the relay does (the reply counts this agent's receivers).
+            if crate::multi::in_exec() {
+                engine.relay.push(shard, args[1].clone(), args[2].clone());
+            }
+            Reply::Int(here)
+        }
         _ => pubsub_command(engine, args),
     }
 }

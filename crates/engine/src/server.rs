@@ -50,6 +50,10 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
             engine.scripts.busy_ms.load(Ordering::Relaxed).to_string(),
         ),
         (
+            "notify-keyspace-events",
+            crate::notify::format(engine.notifications.flags()),
+        ),
+        (
             "lua-time-limit",
             engine.scripts.busy_ms.load(Ordering::Relaxed).to_string(),
         ),
@@ -490,6 +494,14 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Err(_) => return bad(),
                     },
                     "requirepass" => engine.acl.set_requirepass(&kv[1]),
+                    "notify-keyspace-events" => match crate::notify::parse(&value) {
+                        Some(flags) => engine.notifications.set(flags),
+                        None => {
+                            return Reply::Error(format!(
+                                "ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+                            ));
+                        }
+                    },
                     "busy-reply-threshold" | "lua-time-limit" => match value.parse::<u64>() {
                         Ok(v) => engine.scripts.busy_ms.store(v, Ordering::Relaxed),
                         Err(_) => return bad(),

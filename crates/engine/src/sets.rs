@@ -18,7 +18,7 @@ use crate::big;
 use crate::collection::{self, MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::SetCmd;
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
 
 const KIND: ValueKind = ValueKind::Set;
 /// Redis's `set-max-intset-entries`.
@@ -295,8 +295,21 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
     let db = engine.physical_db(s.db);
     let key = &args[1];
     match cmd {
-        SetCmd::SAdd => Reply::Int(tri!(add(engine, db, key, &args[2..], false).await)),
-        SetCmd::SRem => Reply::Int(tri!(remove(engine, db, key, &args[2..], false).await)),
+        SetCmd::SAdd => {
+            let added = tri!(add(engine, db, key, &args[2..], false).await);
+            if added > 0 {
+                engine.notify(notify::SET, "sadd", db, key);
+            }
+            Reply::Int(added)
+        }
+        SetCmd::SRem => {
+            let removed = tri!(remove(engine, db, key, &args[2..], false).await);
+            if removed > 0 {
+                engine.notify(notify::SET, "srem", db, key);
+                engine.notify_if_emptied(db, key).await;
+            }
+            Reply::Int(removed)
+        }
         SetCmd::SPop => {
             let count = match args.get(2) {
                 None => None,
@@ -356,6 +369,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
                 )
                 .await
             );
+            if !popped.is_empty() {
+                engine.notify(notify::SET, "spop", db, key);
+                engine.notify_if_emptied(db, key).await;
+            }
             match count {
                 Some(_) => set_reply(popped),
                 None => popped.into_iter().next().map_or(Reply::Null, Reply::Bulk),
@@ -372,7 +389,10 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
             }
             let moved = tri!(remove(engine, db, src, &args[3..4], true).await) > 0;
             if moved {
+                engine.notify(notify::SET, "srem", db, src);
+                engine.notify_if_emptied(db, src).await;
                 tri!(add(engine, db, dst, std::slice::from_ref(m), true).await);
+                engine.notify(notify::SET, "sadd", db, dst);
             }
             Reply::Int(moved as i64)
         }
@@ -387,7 +407,12 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: SetCmd, args: &[Bytes]) 
             let result = tri!(algebra(engine, db, op, &args[2..]).await);
             let n = result.len() as i64;
             let value = (n > 0).then(|| SetValue::from_members(result).encode());
-            tri!(collection::store(engine, db, dst, KIND, value).await);
+            let event = match op {
+                Algebra::Inter => "sinterstore",
+                Algebra::Union => "sunionstore",
+                Algebra::Diff => "sdiffstore",
+            };
+            tri!(collection::store(engine, db, dst, (KIND, event), value).await);
             Reply::Int(n)
         }
         _ => read(engine, db, cmd, args).await,

@@ -5,7 +5,7 @@ use dmc_dht::{SetCond, SetExpiry, SetOptions};
 use dmc_resp::Reply;
 
 use crate::table::Cmd;
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
 
 /// Redis's `proto-max-bulk-len`: the longest string a command may build.
 const MAX_STRING: u64 = 512 << 20;
@@ -58,6 +58,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let written = tri!(dht.set(db, &args[1], &args[2], opts).await).written;
             if written {
                 engine.wrote(db, &args[1], Some((&args[2][..], None)));
+                engine.notify(notify::STRING, "set", db, &args[1]);
             }
             Reply::Int(written as i64)
         }
@@ -78,6 +79,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             let _g = engine.lock_key(&args[1]).await;
             tri!(dht.set(db, &args[1], &args[3], opts).await);
             engine.wrote(db, &args[1], Some((&args[3][..], Some(at))));
+            engine.notify(notify::STRING, "set", db, &args[1]);
+            engine.notify(notify::GENERIC, "expire", db, &args[1]);
             Reply::ok()
         }
         Cmd::GetSet => {
@@ -88,6 +91,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             };
             let old = tri!(dht.set(db, &args[1], &args[2], opts).await).old;
             engine.wrote(db, &args[1], Some((&args[2][..], None)));
+            engine.notify(notify::STRING, "set", db, &args[1]);
             match old {
                 Some(v) => Reply::Bulk(v),
                 None => Reply::Null,
@@ -99,6 +103,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 Some(v) => {
                     tri!(dht.delete(db, &args[1]).await);
                     engine.wrote(db, &args[1], None);
+                    engine.notify(notify::GENERIC, "del", db, &args[1]);
                     Reply::Bulk(v)
                 }
                 None => Reply::Null,
@@ -147,6 +152,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                         engine.wrote(db, k, Some((v, None)));
                     }
                 }
+                for (k, _) in &pairs {
+                    engine.notify(notify::STRING, "set", db, k);
+                }
             }
             if cmd == Cmd::MSetNx {
                 return Reply::Int(written as i64);
@@ -167,7 +175,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 },
             };
             let mut next = 0i64;
-            let updated = update(engine, db, &args[1], |cur| {
+            let updated = update(engine, db, &args[1], "incrby", |cur| {
                 let n = match cur {
                     Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
                     None => 0,
@@ -192,7 +200,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::err("ERR value is not a valid float");
             };
             let mut text = String::new();
-            let updated = update(engine, db, &args[1], |cur| {
+            let updated = update(engine, db, &args[1], "incrbyfloat", |cur| {
                 let cur = match cur {
                     Some(v) => parse(v).ok_or("ERR value is not a valid float")?,
                     None => 0.0,
@@ -209,7 +217,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         }
         Cmd::Append => {
             let mut len = 0usize;
-            let updated = update(engine, db, &args[1], |cur| {
+            let updated = update(engine, db, &args[1], "append", |cur| {
                 let cur = cur.unwrap_or_default();
                 if cur.len() as u64 + args[2].len() as u64 > MAX_STRING {
                     return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
@@ -252,7 +260,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
             }
             let mut len = 0usize;
-            let updated = update(engine, db, &args[1], |cur| {
+            let updated = update(engine, db, &args[1], "setrange", |cur| {
                 let mut v = cur.unwrap_or_default().to_vec();
                 let end = offset as usize + value.len();
                 if v.len() < end {
@@ -271,17 +279,20 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
 
 /// A read-modify-write of `key` under its lock, in one probe of the table (INCR and its
 /// kin): `f` makes the new value from the current one (`None`: absent) or refuses with
-/// an error text. On success the cached copy is dropped; the `Err` is the reply.
+/// an error text. On success the cached copy is dropped and `event` announced; the
+/// `Err` is the reply.
 async fn update(
     engine: &Engine,
     db: u8,
     key: &Bytes,
+    event: &'static str,
     f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
 ) -> Result<(), Reply> {
     let _g = engine.lock_key(key).await;
     match engine.dht.update(db, key, f).await {
         Ok(Ok(())) => {
             engine.wrote(db, key, None);
+            engine.notify(notify::STRING, event, db, key);
             Ok(())
         }
         Ok(Err(text)) => Err(Reply::err(text)),
@@ -345,6 +356,10 @@ pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
             SetExpiry::Keep => None, // the kept expiry is not known here: drop the copy
         };
         engine.wrote(db, &args[1], cached);
+        engine.notify(notify::STRING, "set", db, &args[1]);
+        if let SetExpiry::At(_) = opts.expiry {
+            engine.notify(notify::GENERIC, "expire", db, &args[1]);
+        }
     }
     if opts.get {
         return out.old.map(Reply::Bulk).unwrap_or(Reply::Null);
@@ -379,8 +394,16 @@ async fn getex(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         return Reply::Null;
     };
     if let Some(at) = expiry {
-        tri!(engine.dht.expire(db, &args[1], at).await);
+        let existed = tri!(engine.dht.expire(db, &args[1], at).await);
         engine.wrote(db, &args[1], None);
+        match at {
+            Some(at) if at <= engine.now_ms() => {
+                engine.notify(notify::GENERIC, "del", db, &args[1])
+            }
+            Some(_) => engine.notify(notify::GENERIC, "expire", db, &args[1]),
+            None if existed => engine.notify(notify::GENERIC, "persist", db, &args[1]),
+            None => {}
+        }
     }
     Reply::Bulk(value)
 }

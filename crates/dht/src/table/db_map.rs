@@ -18,6 +18,14 @@ impl Dht {
         self.db_map[db as usize].load(Ordering::Relaxed)
     }
 
+    /// The logical database (the one clients select) stored as `physical`: the inverse
+    /// of [`physical_db`](Self::physical_db).
+    pub fn logical_db(&self, physical: u8) -> u8 {
+        (0..self.db_map.len())
+            .find(|&db| self.db_map[db].load(Ordering::Relaxed) == physical)
+            .map_or(physical, |db| db as u8)
+    }
+
     async fn read_db_map(&self) -> Result<[u8; layout::DB_MAP_LEN], DhtError> {
         let mut map = [0u8; layout::DB_MAP_LEN];
         self.pool

@@ -88,6 +88,7 @@ impl Dht {
             {
                 if !live {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    self.removed(loc.db, key, super::Removal::Expired);
                 }
                 return Ok(live);
             }

@@ -11,21 +11,22 @@ use bytes::Bytes;
 use dmc_umo::{GlobalAddr, ObjectRef, UmoError, ValueKind};
 
 use super::probe::Probe;
-use super::{Dht, DhtError, Found, MAX_RETRIES};
+use super::{Dht, DhtError, Found, MAX_RETRIES, Removal};
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
 use crate::policy::{Now, Policy};
 use crate::rng;
 
 impl Dht {
     /// Registers a function told of every key this client evicts or reclaims as
-    /// expired, so copies of it elsewhere (the agent's cache) can be dropped.
-    pub fn on_removed(&self, f: impl Fn(u8, &[u8]) + Send + Sync + 'static) {
+    /// expired (stored database, key, why), so copies of it elsewhere (the agent's
+    /// cache, trackers) can be dropped and keyspace notifications sent.
+    pub fn on_removed(&self, f: impl Fn(u8, &[u8], Removal) + Send + Sync + 'static) {
         *self.removed.write() = Some(Box::new(f));
     }
 
-    fn removed(&self, db: u8, key: &[u8]) {
+    pub(super) fn removed(&self, db: u8, key: &[u8], why: Removal) {
         if let Some(f) = self.removed.read().as_ref() {
-            f(db, key);
+            f(db, key, why);
         }
     }
 
@@ -150,7 +151,7 @@ impl Dht {
         }
         self.counters.evicted.fetch_add(1, Ordering::Relaxed);
         if let Some(o) = &key {
-            self.removed(o.db, &o.key);
+            self.removed(o.db, &o.key, Removal::Evicted);
         }
         Ok(Some(key.map(|o| (o.db, o.key))))
     }

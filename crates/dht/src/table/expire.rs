@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use dmc_umo::{Tx, TxOutcome, TxWrite};
 
 use super::probe::Probe;
-use super::{Dht, DhtError, Found, Loc, MAX_RETRIES};
+use super::{Dht, DhtError, Found, Loc, MAX_RETRIES, Removal};
 
 impl Dht {
-    pub(super) async fn reclaim_expired(&self, loc: &Loc, probe: &Probe, f: &Found) {
+    pub(super) async fn reclaim_expired(&self, loc: &Loc, key: &[u8], probe: &Probe, f: &Found) {
         if self.owner.lease(loc.slot).is_some()
             && let Ok(true) = self
                 .clear(
@@ -26,6 +26,7 @@ impl Dht {
                 .await
         {
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
+            self.removed(loc.db, key, Removal::Expired);
         }
     }
 
@@ -47,7 +48,7 @@ impl Dht {
             };
             let abs = self.clock.now_ms();
             if self.is_expired(f.meta, abs) {
-                self.reclaim_expired(&loc, &probe, &f).await;
+                self.reclaim_expired(&loc, key, &probe, &f).await;
                 return Ok(false);
             }
             if let Some(at) = at
@@ -105,12 +106,16 @@ impl Dht {
                 if !self.is_expired(f.meta, abs) {
                     continue;
                 }
-                let db = match f.word.object() {
-                    Some(obj) => self.pool.read_any(obj).await?.map(|o| o.db),
+                let object = match f.word.object() {
+                    Some(obj) => self.pool.read_any(obj).await?,
                     None => None,
                 };
+                let db = object.as_ref().map(|o| o.db);
                 if self.clear(slot, (bucket, header), &f, db, true).await? {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    if let Some(o) = &object {
+                        self.removed(o.db, &o.key, Removal::Expired);
+                    }
                     n += 1;
                 }
             }

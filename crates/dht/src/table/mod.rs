@@ -164,7 +164,16 @@ pub struct Dht {
     db_map: Box<[std::sync::atomic::AtomicU8]>,
 }
 
-type RemovedHook = Box<dyn Fn(u8, &[u8]) + Send + Sync>;
+type RemovedHook = Box<dyn Fn(u8, &[u8], Removal) + Send + Sync>;
+
+/// Why the table removed a key on its own (not a client's delete).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Evicted for room (the policy's pick, or a segment being emptied).
+    Evicted,
+    /// Reclaimed past its expiry (by a reader, a writer or active expiry).
+    Expired,
+}
 
 fn policy_index(p: RedisPolicy) -> u8 {
     RedisPolicy::ALL.iter().position(|q| *q == p).unwrap_or(0) as u8

@@ -119,7 +119,7 @@ impl Dht {
         if self.is_expired(f.meta, abs) {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             if let Some(p) = &probe {
-                self.reclaim_expired(&loc, p, &f).await;
+                self.reclaim_expired(&loc, key, p, &f).await;
             }
             return Ok(None);
         }

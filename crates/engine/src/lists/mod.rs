@@ -22,7 +22,7 @@ use crate::collection::{MAX_LISTPACK_ENTRIES, MAX_LISTPACK_VALUE};
 use crate::packed::{Corrupt, Packed, Writer, element_len};
 use crate::table::ListCmd;
 use crate::tree::{Tree, TreeError};
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
 
 const KIND: ValueKind = ValueKind::List;
 
@@ -135,9 +135,27 @@ pub(crate) async fn pop(
     count: usize,
 ) -> Result<Option<Vec<Bytes>>, Reply> {
     match edit::edit(engine, db, key, ListOp::Pop { end, count }).await? {
-        Outcome::Popped(p) => Ok(p),
+        Outcome::Popped(p) => {
+            if p.as_ref().is_some_and(|items| !items.is_empty()) {
+                announce_pop(engine, db, key, end).await;
+            }
+            Ok(p)
+        }
         _ => Ok(None),
     }
+}
+
+/// Announces a pop from `end` of `key`, and its deletion if that emptied it.
+async fn announce_pop(engine: &Engine, db: u8, key: &[u8], end: End) {
+    let event = if end == End::Left { "lpop" } else { "rpop" };
+    engine.notify(notify::LIST, event, db, key);
+    engine.notify_if_emptied(db, key).await;
+}
+
+/// Announces a push onto `end` of `key`.
+fn announce_push(engine: &Engine, db: u8, key: &[u8], end: End) {
+    let event = if end == End::Left { "lpush" } else { "rpush" };
+    engine.notify(notify::LIST, event, db, key);
 }
 
 /// Pushes `items` (in order) onto `end` of `key`; with `only_existing`, nothing happens
@@ -161,6 +179,7 @@ pub(crate) async fn push(
         _ => 0,
     };
     if len > 0 {
+        announce_push(engine, db, key, end);
         engine.blocking.wake(db, key);
     }
     Ok(len)
@@ -202,6 +221,9 @@ pub(crate) async fn move_one(
         only_existing: false,
     };
     edit::edit_locked(engine, db, dst, push).await?;
+    // Redis announces the push before the pop.
+    announce_push(engine, db, dst, to);
+    announce_pop(engine, db, src, from).await;
     engine.blocking.wake(db, dst);
     Ok(Some(item))
 }
@@ -258,6 +280,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
                 item: args[3].clone(),
             };
             tri!(edit::edit(engine, db, key, op).await);
+            engine.notify(notify::LIST, "lset", db, key);
             Reply::ok()
         }
         ListCmd::LTrim => {
@@ -265,6 +288,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
                 return Reply::err(NOT_INTEGER);
             };
             tri!(edit::edit(engine, db, key, ListOp::Trim { start, stop }).await);
+            engine.notify(notify::LIST, "ltrim", db, key);
+            engine.notify_if_emptied(db, key).await;
             Reply::ok()
         }
         ListCmd::LRem => {
@@ -276,7 +301,13 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
                 item: args[3].clone(),
             };
             match tri!(edit::edit(engine, db, key, op).await) {
-                Outcome::Removed(n) => Reply::Int(n),
+                Outcome::Removed(n) => {
+                    if n > 0 {
+                        engine.notify(notify::LIST, "lrem", db, key);
+                        engine.notify_if_emptied(db, key).await;
+                    }
+                    Reply::Int(n)
+                }
                 _ => Reply::Int(0),
             }
         }
@@ -294,7 +325,12 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ListCmd, args: &[Bytes])
                 item: args[4].clone(),
             };
             match tri!(edit::edit(engine, db, key, op).await) {
-                Outcome::Len(n) => Reply::Int(n),
+                Outcome::Len(n) => {
+                    if n > 0 {
+                        engine.notify(notify::LIST, "linsert", db, key);
+                    }
+                    Reply::Int(n)
+                }
                 _ => Reply::Int(0),
             }
         }

@@ -227,7 +227,7 @@ pub(super) async fn store(engine: &Engine, db: u8, cmd: ZSetCmd, args: &[Bytes])
         .lock_keys(std::iter::once(&dst[..]).chain(q.keys.iter().map(|k| &k[..])))
         .await;
     match compute(engine, db, op, &q).await {
-        Ok(items) => super::store(engine, db, dst, items).await,
+        Ok(items) => super::store(engine, db, dst, items, name).await,
         Err(e) => e,
     }
 }

@@ -23,7 +23,7 @@ use crate::collection;
 use crate::packed::Packed;
 use crate::table::ZSetCmd;
 use crate::tree::TreeError;
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
 pub(crate) use ops::ZSetOp;
 use ops::ZSetOut;
 use range::{Form, RangeQuery};
@@ -73,7 +73,17 @@ pub(crate) async fn pop(
     count: usize,
 ) -> Result<Option<Vec<(Bytes, f64)>>, Reply> {
     match ops::apply(engine, db, key, ZSetOp::Pop { end, count }, false).await? {
-        ZSetOut::Popped(p) => Ok(p),
+        ZSetOut::Popped(p) => {
+            if p.as_ref().is_some_and(|items| !items.is_empty()) {
+                let event = match end {
+                    Extreme::Min => "zpopmin",
+                    Extreme::Max => "zpopmax",
+                };
+                engine.notify(notify::ZSET, event, db, key);
+                engine.notify_if_emptied(db, key).await;
+            }
+            Ok(p)
+        }
         _ => Ok(None),
     }
 }
@@ -97,9 +107,23 @@ fn scored(items: Vec<(Bytes, f64)>, pairs: bool) -> Reply {
 }
 
 /// Applies a change and takes the number it answers.
-async fn count(engine: &Engine, db: u8, key: &[u8], op: ZSetOp) -> Result<i64, Reply> {
+/// Removes what `op` names from `key`; announces `event` (and the key's deletion if
+/// that emptied it) when anything went. Answers how many went.
+async fn count(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: ZSetOp,
+    event: &'static str,
+) -> Result<i64, Reply> {
     match ops::apply(engine, db, key, op, false).await? {
-        ZSetOut::Removed(n) => Ok(n),
+        ZSetOut::Removed(n) => {
+            if n > 0 {
+                engine.notify(notify::ZSET, event, db, key);
+                engine.notify_if_emptied(db, key).await;
+            }
+            Ok(n)
+        }
         _ => Ok(0),
     }
 }
@@ -121,21 +145,23 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
                 ZSetOut::Score(next) => next,
                 _ => return Reply::err("ERR internal: ZINCRBY answered no score"),
             };
+            engine.notify(notify::ZSET, "zincr", db, key);
             engine.blocking.wake(db, key);
             Reply::Double(next)
         }
         ZSetCmd::ZRem => {
             let op = ZSetOp::Remove(args[2..].to_vec());
-            Reply::Int(tri!(count(engine, db, key, op).await))
+            Reply::Int(tri!(count(engine, db, key, op, "zrem").await))
         }
         ZSetCmd::ZRemRangeByRank | ZSetCmd::ZRemRangeByScore | ZSetCmd::ZRemRangeByLex => {
-            let form = match cmd {
-                ZSetCmd::ZRemRangeByRank => Form::Range,
-                ZSetCmd::ZRemRangeByScore => Form::ByScore { rev: false },
-                _ => Form::ByLex { rev: false },
+            let (form, event) = match cmd {
+                ZSetCmd::ZRemRangeByRank => (Form::Range, "zremrangebyrank"),
+                ZSetCmd::ZRemRangeByScore => (Form::ByScore { rev: false }, "zremrangebyscore"),
+                _ => (Form::ByLex { rev: false }, "zremrangebylex"),
             };
             let q = tri!(range::parse(form, &args[2..4]));
-            Reply::Int(tri!(count(engine, db, key, ZSetOp::RemoveRange(q)).await))
+            let op = ZSetOp::RemoveRange(q);
+            Reply::Int(tri!(count(engine, db, key, op, event).await))
         }
         ZSetCmd::ZPopMin | ZSetCmd::ZPopMax => {
             let end = if cmd == ZSetCmd::ZPopMin {
@@ -170,7 +196,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
             let (dst, src) = (&args[1], &args[2]);
             let _held = engine.lock_keys([&dst[..], &src[..]].into_iter()).await;
             let picked = tri!(selected(engine, db, src, &q).await);
-            store(engine, db, dst, picked).await
+            store(engine, db, dst, picked, "zrangestore").await
         }
         ZSetCmd::ZUnionStore | ZSetCmd::ZInterStore | ZSetCmd::ZDiffStore => {
             algebra::store(engine, db, cmd, args).await
@@ -179,15 +205,21 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: ZSetCmd, args: &[Bytes])
     }
 }
 
-/// Replaces `dst` with a sorted set of `items` (deleted when empty); the caller holds
-/// its lock. Answers the new cardinality.
-pub(crate) async fn store(engine: &Engine, db: u8, dst: &[u8], items: Vec<(Bytes, f64)>) -> Reply {
+/// Replaces `dst` with a sorted set of `items` (deleted when empty) and announces
+/// `event`; the caller holds its lock. Answers the new cardinality.
+pub(crate) async fn store(
+    engine: &Engine,
+    db: u8,
+    dst: &[u8],
+    items: Vec<(Bytes, f64)>,
+    event: &'static str,
+) -> Reply {
     let mut z = ZSetValue::default();
     for (m, s) in items {
         z.insert(m, s);
     }
     let n = z.len() as i64;
-    tri!(stored::store(engine, db, dst, z).await);
+    tri!(stored::store(engine, db, dst, z, event).await);
     if n > 0 {
         engine.blocking.wake(db, dst);
     }
@@ -255,6 +287,10 @@ async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     };
     if added > 0 {
         engine.blocking.wake(db, key);
+    }
+    if added > 0 || changed > 0 {
+        let event = if f.incr { "zincr" } else { "zadd" };
+        engine.notify(notify::ZSET, event, db, key);
     }
     if f.incr {
         return incr_result.map_or(Reply::Null, Reply::Double);

@@ -498,14 +498,23 @@ impl<'p> Writer<'p> {
 }
 
 /// Replaces `key` (of any type; the caller holds its lock) with a sorted set of `z`,
-/// or deletes it when `z` is empty: the STORE forms.
-pub async fn store(engine: &Engine, db: u8, key: &[u8], z: ZSetValue) -> Result<(), Reply> {
+/// or deletes it when `z` is empty: the STORE forms, announcing `event` (or `del`).
+pub async fn store(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    z: ZSetValue,
+    event: &'static str,
+) -> Result<(), Reply> {
     let v = z.encode();
     if z.is_empty() || v.len() <= big::TREE_AT {
-        return crate::collection::store(engine, db, key, KIND, (!z.is_empty()).then_some(v)).await;
+        let value = (!z.is_empty()).then_some(v);
+        return crate::collection::store(engine, db, key, (KIND, event), value).await;
     }
     let trees = ZSet::trees_of(engine, db, key, &z).into_trees();
-    big::store_trees(engine, db, key, KIND, trees).await
+    big::store_trees(engine, db, key, KIND, trees).await?;
+    engine.notify(crate::notify::ZSET, event, db, key);
+    Ok(())
 }
 
 #[cfg(test)]
