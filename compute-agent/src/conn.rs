@@ -83,6 +83,7 @@ pub(crate) async fn serve_conn(
         fn drop(&mut self) {
             self.0.clients.unregister(self.1);
             self.0.pubsub.remove_client(self.1);
+            self.0.forget_tracker(self.1);
         }
     }
     let _registered = Registered(engine, session.id);
@@ -147,9 +148,11 @@ fn deliver_messages(session: &mut dmc_engine::Session, out: &mut BytesMut) {
         return;
     };
     for m in mailbox.take() {
-        m.reply().encode(session.proto, out);
+        if let Some(reply) = m.reply(session.proto) {
+            reply.encode(session.proto, out);
+        }
     }
-    if !session.subscribed && !session.monitoring {
+    if !session.subscribed && !session.monitoring && session.tracking.is_none() {
         session.mailbox = None;
     }
 }
@@ -301,13 +304,30 @@ async fn serve_session(
                 );
                 if family == Some(Family::Internal) {
                     let cmd = index.and_then(|i| table::TABLE.get(i)).map(|s| s.cmd);
-                    if cmd == Some(table::Cmd::DmcWarm) {
-                        // A cache update from a primary this agent backs up: only
-                        // another agent of the cluster may send one.
-                        let reply = if peer {
-                            router.warm(&args)
-                        } else {
-                            Reply::err("NOPERM DMC.WARM is for the cluster's agents")
+                    if let Some(
+                        cmd @ (table::Cmd::DmcWarm
+                        | table::Cmd::DmcTracking
+                        | table::Cmd::DmcInvalidate
+                        | table::Cmd::DmcOrigin),
+                    ) = cmd
+                    {
+                        // A cache update from a primary this agent backs up, or
+                        // tracking news: only another agent of the cluster may send one.
+                        let reply = match (peer, cmd) {
+                            (false, _) => Reply::err("NOPERM DMC.* is for the cluster's agents"),
+                            (true, table::Cmd::DmcWarm) => router.warm(&args),
+                            (true, table::Cmd::DmcOrigin) => {
+                                match args.get(2).and_then(|id| dmc_engine::parse_i64(id)) {
+                                    Some(id) if args.len() == 3 => {
+                                        session.origin = Some((args[1].clone(), id as u64));
+                                        Reply::ok()
+                                    }
+                                    _ => Reply::err(
+                                        "ERR DMC.ORIGIN expects an address and a client id",
+                                    ),
+                                }
+                            }
+                            (true, _) => router.tracking_news(&args),
                         };
                         reply.encode(session.proto, &mut out);
                         continue;

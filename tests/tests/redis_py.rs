@@ -126,6 +126,20 @@ fn redis_py_keyspace_notifications_across_a_two_agent_proxy_cluster() {
 }
 
 #[test]
+fn redis_py_client_tracking_on_a_standalone_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    py_check("tracking_check.py", &[agent.port()]);
+}
+
+#[test]
+fn redis_py_client_tracking_across_a_two_agent_proxy_cluster() {
+    let (_c, ports) = two_agent_proxy_cluster();
+    // Trackers on the second agent, writes through the first: a key owned by either
+    // agent invalidates the second agent's trackers.
+    py_check("tracking_check.py", &[ports[1].clone(), ports[0].clone()]);
+}
+
+#[test]
 fn a_reader_agent_never_sees_a_torn_collection_while_the_owner_rewrites_it() {
     let c = dmc_e2e::TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
     c.scale(2).unwrap();

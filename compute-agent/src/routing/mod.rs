@@ -36,7 +36,8 @@
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
 //! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
 //! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
-//! | `relay.rs` | keyspace notifications and PUBLISH in EXEC/scripts to the other agents |
+//! | `relay.rs` | keyspace notifications, PUBLISH in EXEC/scripts and changed keys to the other agents |
+//! | `tracking.rs` | CLIENT TRACKING across agents: announcing trackers, taking invalidations |
 //! | `warm.rs` | feeding the backup agents of this agent's shards; `DMC.WARM` from primaries |
 
 mod acl;
@@ -46,6 +47,7 @@ mod config_set;
 mod peers;
 mod pubsub;
 mod relay;
+mod tracking;
 mod transactions;
 mod warm;
 
@@ -249,6 +251,16 @@ impl Router {
             .unwrap_or_default()
     }
 
+    /// This agent's address in the current map (what the others dial).
+    fn my_address(&self) -> Option<String> {
+        let me = self.me.load(Ordering::Acquire);
+        self.map()?
+            .agents
+            .iter()
+            .find(|a| a.id == me)
+            .map(|a| a.listen.clone())
+    }
+
     /// Counts a completed takeover and wakes the commands waiting for one.
     fn took_over(&self) {
         self.taken_over.fetch_add(1, Ordering::AcqRel);
@@ -346,6 +358,15 @@ impl Router {
             return self.engine.execute_at(session, index, args).await;
         }
         let spec = index.and_then(|i| table::TABLE.get(i));
+        if spec.is_some_and(|s| s.cmd == table::Cmd::Client)
+            && args
+                .get(1)
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"TRACKING"))
+        {
+            let done = self.engine.execute_at(session, index, args).await;
+            Box::pin(self.after_client_tracking(session)).await;
+            return done;
+        }
         // The client's ACL user decides here, before anything is forwarded (the agent
         // a command is forwarded to trusts its peers).
         if !peer

@@ -82,11 +82,24 @@ impl Router {
         session: &Session,
         args: &[Bytes],
     ) -> std::io::Result<Reply> {
+        // A NOLOOP tracker's write: the owner is told whose it is, so the invalidation
+        // it sends back skips the writer.
+        let origin = match &session.tracking {
+            Some(mode) if mode.noloop => self.my_address().map(|me| {
+                [
+                    Bytes::from_static(b"DMC.ORIGIN"),
+                    Bytes::from(me),
+                    Bytes::from(session.id.to_string()),
+                ]
+            }),
+            _ => None,
+        };
+        let commands: Vec<&[Bytes]> = origin.iter().map(|o| &o[..]).chain([args]).collect();
         let mut replies = self
             .forward_many_within(
                 addr,
                 (session.db, session.proto),
-                &[args],
+                &commands,
                 forward_timeout(args),
             )
             .await?;

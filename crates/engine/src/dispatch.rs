@@ -43,7 +43,21 @@ impl Engine {
         args: Vec<Bytes>,
     ) -> (Reply, Flow) {
         self.stats.commands.fetch_add(1, Ordering::Relaxed);
-        let (reply, flow) = dispatch_at(self, session, index, args).await;
+        // Its own changes are not sent to a NOLOOP tracker: they run knowing it (or the
+        // tracker of another agent that forwarded this command).
+        let noloop = match session.origin.take() {
+            Some((addr, id)) => Some(crate::tracking::Modifier::Peer(addr, id)),
+            None if session.tracking.as_ref().is_some_and(|m| m.noloop) => {
+                Some(crate::tracking::Modifier::Here(session.id))
+            }
+            None => None,
+        };
+        let (reply, flow) = if let Some(modifier) = noloop {
+            let run = dispatch_at(self, session, index, args);
+            Box::pin(crate::tracking::MODIFIER.scope(modifier, run)).await
+        } else {
+            dispatch_at(self, session, index, args).await
+        };
         if matches!(reply, Reply::Error(_)) {
             self.stats.error_replies.fetch_add(1, Ordering::Relaxed);
         }
@@ -202,6 +216,9 @@ pub async fn dispatch_at(
     };
     // After the command, as Redis does (SELECT shows the new database).
     crate::monitor::feed(engine, session, spec, &args);
+    if session.tracking.is_some() {
+        engine.after_tracked_command(session, spec, &args);
+    }
     if let Some(started) = started {
         // The one clock read after the command: the connection's latency metric takes
         // it too (`Session::took`).

@@ -120,22 +120,14 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             {
                 return Reply::err(crate::SYNTAX);
             }
-            // The hash slots this agent writes (all of them standalone); in a cluster
-            // every agent flushes its own, and a proxy-mode agent asks the others to.
-            let own = dht.ownership();
-            for slot in 0..HASH_SLOTS {
-                if !own.owns_all() && own.lease(slot).is_none() {
-                    continue;
-                }
-                // Expired keys not reclaimed yet go too: DBSIZE counts them.
-                for (kdb, k) in tri!(dht.scan_slot_with_expired(slot).await) {
-                    if cmd == Cmd::FlushAll || kdb == db {
-                        let _g = engine.lock_key(&k).await;
-                        tri!(dht.delete(kdb, &k).await);
-                        engine.wrote(kdb, &k, None);
-                    }
-                }
-            }
+            // Trackers are told once that everything changed, not key by key.
+            let all = if cmd == Cmd::FlushAll { None } else { Some(db) };
+            tri!(
+                crate::tracking::FLUSHING
+                    .scope((), flush(engine, all))
+                    .await
+            );
+            engine.key_changed(None, None);
             Reply::ok()
         }
         Cmd::Rename | Cmd::RenameNx => rename(engine, db, cmd, args).await,
@@ -157,6 +149,28 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
         }
         _ => Reply::err("ERR command not in the keyspace family"),
     }
+}
+
+/// Deletes every key of `db` (`None`: of every database) in the hash slots this agent
+/// writes (all of them standalone); in a cluster every agent flushes its own, and a
+/// proxy-mode agent asks the others to.
+async fn flush(engine: &Engine, db: Option<u8>) -> Result<(), dmc_dht::DhtError> {
+    let dht = &engine.dht;
+    let own = dht.ownership();
+    for slot in 0..HASH_SLOTS {
+        if !own.owns_all() && own.lease(slot).is_none() {
+            continue;
+        }
+        // Expired keys not reclaimed yet go too: DBSIZE counts them.
+        for (kdb, k) in dht.scan_slot_with_expired(slot).await? {
+            if db.is_none_or(|db| kdb == db) {
+                let _g = engine.lock_key(&k).await;
+                dht.delete(kdb, &k).await?;
+                engine.wrote(kdb, &k, None);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Live keys of `db` in one hash slot.

@@ -32,6 +32,7 @@ pub mod acl_cmd;
 pub mod big;
 pub mod blocking;
 pub mod cache;
+pub mod client_cmd;
 pub mod clients;
 pub mod collection;
 pub(crate) mod combine;
@@ -62,6 +63,7 @@ pub mod stats;
 pub mod strings;
 pub mod subcommands;
 pub mod table;
+pub mod tracking;
 pub mod tree;
 pub mod tx_gate;
 pub mod warm;
@@ -154,6 +156,11 @@ pub struct Session {
     pub monitoring: bool,
     /// A script's session: its commands show as `lua` in MONITOR.
     pub in_script: bool,
+    /// CLIENT TRACKING's options while it is on (boxed: most clients never track).
+    pub tracking: Option<Box<tracking::Mode>>,
+    /// On a peer connection: the NOLOOP tracker (agent address, client id) the next
+    /// command was forwarded for (`DMC.ORIGIN`).
+    pub origin: Option<(Bytes, u64)>,
     /// When the connection began running the current command, for the slow log (the
     /// connection reads the clock per command anyway; dispatch takes it) ...
     pub started: Option<std::time::Instant>,
@@ -174,10 +181,14 @@ impl Session {
     }
 
     /// Whether the pipelined fast paths may take this client's commands: it is
-    /// authenticated, not queuing a MULTI, and not in RESP2 subscribed mode (each of
+    /// authenticated, not queuing a MULTI, not tracking keys (its reads are
+    /// remembered by dispatch), and not in RESP2 subscribed mode (each of
     /// its commands is checked by [`dispatch`]); [`Engine::plain`] adds its ACL user.
     pub fn plain(&self) -> bool {
-        self.authenticated && !self.tx.in_multi() && !(self.subscribed && self.proto < 3)
+        self.authenticated
+            && !self.tx.in_multi()
+            && !(self.subscribed && self.proto < 3)
+            && self.tracking.is_none()
     }
 }
 
@@ -246,6 +257,8 @@ pub struct Engine {
     pub notifications: notify::Notifications,
     /// Messages this agent publishes outside a client's PUBLISH, for the other agents.
     pub relay: relay::Relay,
+    /// CLIENT TRACKING.
+    pub tracking: tracking::Tracking,
 }
 
 const KEY_LOCKS: usize = 1024;
@@ -300,6 +313,7 @@ impl Engine {
             acl,
             notifications: notify::Notifications::default(),
             relay: relay::Relay::default(),
+            tracking: tracking::Tracking::new(),
         });
         // Keys the table evicts or reclaims leave the cache too (it stays inclusive),
         // and are announced.
@@ -334,6 +348,8 @@ impl Engine {
             mailbox: None,
             monitoring: false,
             in_script: false,
+            tracking: None,
+            origin: None,
             started: None,
             took: None,
         }

@@ -187,6 +187,7 @@ impl Engine {
         if let Some(c) = &self.cache {
             c.remove(db, key);
         }
+        self.key_changed(Some(key), None);
         match why {
             dmc_dht::Removal::Expired => self.notify(EXPIRED, "expired", db, key),
             dmc_dht::Removal::Evicted => self.notify(EVICTED, "evicted", db, key),

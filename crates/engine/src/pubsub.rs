@@ -64,6 +64,14 @@ pub enum Message {
     SMessage { channel: Bytes, payload: Bytes },
     /// To a MONITOR client: a command this agent ran, as Redis prints it.
     Monitor(String),
+    /// To a client tracking keys (CLIENT TRACKING) or its redirect target: these keys
+    /// changed (`None`: every key, a flush). `redirected`: sent to another client.
+    Invalidate {
+        keys: Option<Vec<Bytes>>,
+        redirected: bool,
+    },
+    /// To a tracking client whose redirect target is gone.
+    RedirectBroken(u64),
 }
 
 impl Message {
@@ -79,14 +87,21 @@ impl Message {
                 payload,
             } => pattern.len() + channel.len() + payload.len(),
             Message::Monitor(line) => line.len(),
+            Message::Invalidate { keys, .. } => keys
+                .as_ref()
+                .map_or(0, |k| k.iter().map(|k| k.len() + 8).sum()),
+            Message::RedirectBroken(_) => 8,
         };
         n as u64 + 32
     }
 
-    /// The push frame the subscriber receives (an array in RESP2).
-    pub fn reply(&self) -> Reply {
+    /// The push frame a client speaking `proto` receives (an array in RESP2), or
+    /// nothing: a RESP2 connection cannot take an invalidation of its own keys (only a
+    /// redirect target in subscribed mode gets them, as `__redis__:invalidate`
+    /// messages), as in Redis.
+    pub fn reply(&self, proto: u8) -> Option<Reply> {
         let b = |x: &Bytes| Reply::Bulk(x.clone());
-        match self {
+        Some(match self {
             Message::Message { channel, payload } => {
                 Reply::Push(vec![Reply::bulk("message"), b(channel), b(payload)])
             }
@@ -104,7 +119,27 @@ impl Message {
                 Reply::Push(vec![Reply::bulk("smessage"), b(channel), b(payload)])
             }
             Message::Monitor(line) => Reply::Status(line.clone()),
-        }
+            Message::Invalidate { keys, redirected } => {
+                let keys = match keys {
+                    Some(keys) => Reply::Array(keys.iter().map(b).collect()),
+                    None => Reply::Null,
+                };
+                match (proto, redirected) {
+                    (3.., _) => Reply::Push(vec![Reply::bulk("invalidate"), keys]),
+                    (_, true) => Reply::Push(vec![
+                        Reply::bulk("message"),
+                        Reply::bulk(crate::tracking::CHANNEL),
+                        keys,
+                    ]),
+                    (_, false) => return None,
+                }
+            }
+            Message::RedirectBroken(id) if proto >= 3 => Reply::Push(vec![
+                Reply::bulk("tracking-redir-broken"),
+                Reply::Int(*id as i64),
+            ]),
+            Message::RedirectBroken(_) => return None,
+        })
     }
 }
 
@@ -125,7 +160,7 @@ struct Queue {
 }
 
 impl Mailbox {
-    fn new(client: Arc<Client>) -> Mailbox {
+    pub(crate) fn new(client: Arc<Client>) -> Mailbox {
         Mailbox {
             client,
             queue: Mutex::new(Queue::default()),
@@ -134,7 +169,7 @@ impl Mailbox {
     }
 
     /// Queues `m`, or disconnects the subscriber if its queue is over `limit`.
-    fn deliver(&self, m: Message, limit: OutputLimit) {
+    pub(crate) fn deliver(&self, m: Message, limit: OutputLimit) {
         let mut q = self.queue.lock();
         q.bytes += m.size();
         q.messages.push_back(m);
@@ -319,6 +354,16 @@ impl PubSub {
         r.monitors.insert(id, mailbox.clone());
         self.monitoring.store(r.monitors.len(), Ordering::Relaxed);
         mailbox
+    }
+
+    /// The mailbox of client `id` if it subscribes to anything (a RESP2 redirect
+    /// target of CLIENT TRACKING must be in subscribed mode).
+    pub fn mailbox_of(&self, id: u64) -> Option<Arc<Mailbox>> {
+        self.registry
+            .lock()
+            .clients
+            .get(&id)
+            .map(|c| c.mailbox.clone())
     }
 
     /// Whether any client monitors this agent.

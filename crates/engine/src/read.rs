@@ -169,9 +169,12 @@ impl Engine {
         kind: ValueKind,
         now: Option<(&[u8], Option<u64>)>,
     ) {
-        if self.cache.is_some() && crate::multi::defer_cache_write(db, key, kind, now) {
+        if (self.cache.is_some() || self.tracking.active())
+            && crate::multi::defer_cache_write(db, key, kind, now)
+        {
             return;
         }
+        self.key_changed(Some(key), crate::tracking::modifier());
         if let Some(c) = &self.cache {
             if now.is_some() && !self.owns(key) {
                 c.remove(db, key);

@@ -1,6 +1,7 @@
 //! The relay: messages published on this agent by something other than a client's own
-//! PUBLISH (keyspace notifications, PUBLISH or SPUBLISH inside EXEC or a script), on
-//! their way to the other agents of the instance. The agent's router publishes a
+//! PUBLISH (keyspace notifications, PUBLISH or SPUBLISH inside EXEC or a script), and
+//! keys that changed here for the agents whose clients track keys (CLIENT TRACKING),
+//! on their way to the other agents of the instance. The agent's router publishes a
 //! client's PUBLISH on every agent itself; these arise deep in the engine, where no
 //! peer connection is at hand, so they queue here, in order, and one task of the
 //! router sends them on (`compute-agent/src/routing/relay.rs`).
@@ -19,8 +20,19 @@ use tokio::sync::Notify;
 /// Messages held for the peers at most.
 pub const CAPACITY: usize = 65_536;
 
-/// One message for the other agents: `(shard channel?, channel, payload)`.
-pub type Relayed = (bool, Bytes, Bytes);
+/// One message for the other agents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relayed {
+    /// PUBLISH (or SPUBLISH: `shard`) `channel payload`, for every agent.
+    Publish {
+        shard: bool,
+        channel: Bytes,
+        payload: Bytes,
+    },
+    /// This key changed (`None`: a flush), for the agents with tracking clients; by
+    /// this NOLOOP client, if any.
+    Invalidate(Option<Bytes>, Option<crate::tracking::Modifier>),
+}
 
 #[derive(Debug, Default)]
 pub struct Relay {
@@ -41,6 +53,19 @@ impl Relay {
 
     /// Queues a message for the other agents (nothing without a sender attached).
     pub fn push(&self, shard: bool, channel: Bytes, payload: Bytes) {
+        self.queue(Relayed::Publish {
+            shard,
+            channel,
+            payload,
+        });
+    }
+
+    /// Queues a changed key for the agents that track keys.
+    pub fn push_invalidation(&self, key: Option<Bytes>, by: Option<crate::tracking::Modifier>) {
+        self.queue(Relayed::Invalidate(key, by));
+    }
+
+    fn queue(&self, m: Relayed) {
         if !self.attached.load(Ordering::Acquire) {
             return;
         }
@@ -49,7 +74,7 @@ impl Relay {
             q.pop_front();
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        q.push_back((shard, channel, payload));
+        q.push_back(m);
         drop(q);
         self.ready.notify_one();
     }
@@ -84,7 +109,13 @@ mod tests {
         }
         assert_eq!(r.dropped.load(Ordering::Relaxed), 2);
         let first = r.take(3).await;
-        let payloads: Vec<&[u8]> = first.iter().map(|m| &m.2[..]).collect();
+        let payloads: Vec<&[u8]> = first
+            .iter()
+            .filter_map(|m| match m {
+                Relayed::Publish { payload, .. } => Some(&payload[..]),
+                Relayed::Invalidate(..) => None,
+            })
+            .collect();
         assert_eq!(payloads, [&b"2"[..], b"3", b"4"]);
         assert_eq!(r.take(usize::MAX).await.len(), CAPACITY - 3);
     }

@@ -496,4 +496,7 @@ pub const COMMANDS: &[Entry] = &[
     // Commands between DMC processes: like Redis's REPLCONF and PSYNC, @admin.
     e("dmc.peer", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.warm", ADMIN | SLOW | DANGEROUS, &[]),
+    e("dmc.tracking", ADMIN | SLOW | DANGEROUS, &[]),
+    e("dmc.invalidate", ADMIN | SLOW | DANGEROUS, &[]),
+    e("dmc.origin", ADMIN | SLOW | DANGEROUS, &[]),
 ];

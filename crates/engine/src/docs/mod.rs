@@ -277,6 +277,24 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "0.1.0",
             O1,
         ),
+        DmcTracking => (
+            "Announces an agent with CLIENT TRACKING clients (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
+        DmcInvalidate => (
+            "A key changed on another agent, for this agent's tracking clients (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
+        DmcOrigin => (
+            "Names the NOLOOP tracker a forwarded command is for (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
         Object => (
             "A container for object introspection commands.",
             "generic",

@@ -115,6 +115,15 @@ pub enum Cmd {
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
     /// (peer connections only).
     DmcWarm,
+    /// `DMC.TRACKING addr`: the agent at `addr` has CLIENT TRACKING clients (peer
+    /// connections only).
+    DmcTracking,
+    /// `DMC.INVALIDATE [key]`: a key changed on the sending agent, for this agent's
+    /// tracking clients (none: a flush; peer connections only).
+    DmcInvalidate,
+    /// `DMC.ORIGIN addr id`: the next command on this peer connection was forwarded
+    /// for NOLOOP tracker `id` of the agent at `addr`.
+    DmcOrigin,
     /// The hash family.
     Hash(HashCmd),
     /// The list family.
@@ -192,7 +201,7 @@ impl Cmd {
             }
             Subscribe | Unsubscribe | PSubscribe | PUnsubscribe | SSubscribe | SUnsubscribe
             | Publish | SPublish | PubSub => Family::PubSub,
-            DmcPeer | DmcWarm => Family::Internal,
+            DmcPeer | DmcWarm | DmcTracking | DmcInvalidate | DmcOrigin => Family::Internal,
             Hash(_) => Family::Hashes,
             List(_) => Family::Lists,
             Sets(_) => Family::Sets,
@@ -591,6 +600,33 @@ const CORE: &[Spec] = &[
         0,
         0,
         DmcWarm
+    ),
+    spec!(
+        "dmc.tracking",
+        2,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcTracking
+    ),
+    spec!(
+        "dmc.invalidate",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcInvalidate
+    ),
+    spec!(
+        "dmc.origin",
+        3,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcOrigin
     ),
 ];
 
