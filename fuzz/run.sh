@@ -11,7 +11,7 @@ secs=${1:-20}
 shift || true
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
-  targets=(resp_request resp_reply rpc_frame glob hash_table)
+  targets=(resp_request resp_reply rpc_frame glob hash_table rdb_payload)
 fi
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O

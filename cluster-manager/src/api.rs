@@ -19,6 +19,8 @@
 //! | `POST /v1/instances/{name}/regions` `{region?}` | grant it a region (agents call this as the pool fills) |
 //! | `GET /v1/instances/{name}/acl` | its ACL users (ACL file lines) and their version |
 //! | `PUT /v1/instances/{name}/acl` `{base, users}` | replace them if still at version `base` (agents' ACL SETUSER/DELUSER) |
+//! | `GET /v1/instances/{name}/functions` | its function libraries (each one's code) and their version |
+//! | `PUT /v1/instances/{name}/functions` `{base, libraries}` | replace them if still at version `base` (agents' FUNCTION LOAD/DELETE/FLUSH/RESTORE) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
 //! | `POST /v1/regions/{id}/migrate` `{to}` | move the region's primary role to node `to`, which holds a backup (copy-free; writes to it wait while the roles swap) |
 //! | `POST /v1/regions/{id}/copies` `{node, rate?}` | fill a new copy of the region on `node` while it serves, at `rate` bytes/s |
@@ -142,6 +144,14 @@ fn noeviction() -> String {
 pub struct PutAcl {
     pub base: u64,
     pub users: String,
+}
+
+/// `PUT /v1/instances/{name}/functions`: the instance's libraries, based on version
+/// `base`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PutFunctions {
+    pub base: u64,
+    pub libraries: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -425,6 +435,17 @@ pub fn router(app: Arc<App>) -> Router {
             .put(
                 |State(app): Shared, Path(name): Path<String>, Json(a): Json<PutAcl>| async move {
                     Ok::<_, ApiError>(Json(app.manager.set_acl(&name, a.base, a.users)?))
+                },
+            ),
+        )
+        .route(
+            "/v1/instances/{name}/functions",
+            get(|State(app): Shared, Path(name): Path<String>| async move {
+                Ok::<_, ApiError>(Json(app.manager.functions(&name)?))
+            })
+            .put(
+                |State(app): Shared, Path(name): Path<String>, Json(f): Json<PutFunctions>| async move {
+                    Ok::<_, ApiError>(Json(app.manager.set_functions(&name, f.base, f.libraries)?))
                 },
             ),
         )

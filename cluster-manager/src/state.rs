@@ -82,6 +82,12 @@ pub struct Instance {
     pub acl: String,
     #[serde(default)]
     pub acl_version: u64,
+    /// The instance's function libraries (a JSON array of their code) and their version
+    /// (0: never set).
+    #[serde(default)]
+    pub functions: String,
+    #[serde(default)]
+    pub functions_version: u64,
 }
 
 impl Instance {
@@ -101,6 +107,8 @@ impl Instance {
             backups: 0,
             acl: String::new(),
             acl_version: 0,
+            functions: String::new(),
+            functions_version: 0,
         }
     }
 }

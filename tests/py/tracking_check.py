@@ -136,6 +136,11 @@ def resp3(port: int, other: int) -> None:
     c.send("CLIENT", "TRACKING", "on", "REDIRECT", gone_id)
     c.until(b"+OK\r\n")
     gone.s.close()
+    # Until the server has seen it go.
+    probe = redis.Redis(port=port)
+    end = time.time() + DEADLINE
+    while probe.client_list(client_id=[gone_id]) and time.time() < end:
+        time.sleep(0.02)
     c.send("GET", "tk")
     c.until(b"_\r\n")
     w.set("tk", "3")

@@ -30,15 +30,7 @@ fn redis_py_round_trips_every_command() {
 /// Runs the redis-py check `tests/py/SCRIPT` against `ports` and returns its output,
 /// failing the test with the script's output unless it passed over RESP2 and RESP3.
 fn py_check(script: &str, ports: &[String]) -> String {
-    let script = format!("{}/py/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(script)
-        .args(ports)
-        .output()
-        .expect("python3");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "redis-py failed:\n{stdout}\n{stderr}");
+    let stdout = py_run(script, ports);
     assert!(
         stdout.contains("RESP2: ok") && stdout.contains("RESP3: ok"),
         "{stdout}"
@@ -137,6 +129,35 @@ fn redis_py_client_tracking_across_a_two_agent_proxy_cluster() {
     // Trackers on the second agent, writes through the first: a key owned by either
     // agent invalidates the second agent's trackers.
     py_check("tracking_check.py", &[ports[1].clone(), ports[0].clone()]);
+}
+
+#[test]
+fn function_dump_and_restore_move_libraries_between_redis_and_an_agent() {
+    let agent = Agent::start(&[]).unwrap();
+    let out = py_run("function_dump_check.py", &[agent.port()]);
+    assert!(out.contains("DUMP: ok"), "{out}");
+}
+
+#[test]
+fn a_function_restore_through_one_agent_is_callable_through_the_other() {
+    let (_c, ports) = two_agent_proxy_cluster();
+    let out = py_run("function_dump_check.py", &ports);
+    assert!(out.contains("DUMP: ok"), "{out}");
+}
+
+/// Runs `tests/py/SCRIPT` with `args` and returns its output, failing the test with
+/// the script's output unless it exits successfully.
+fn py_run(script: &str, args: &[String]) -> String {
+    let script = format!("{}/py/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    stdout
 }
 
 #[test]

@@ -8,6 +8,25 @@ use dmc_proto::ByteSize;
 use super::{Manager, ManagerError};
 use crate::state::Instance;
 
+/// A versioned text of an instance that agents change by compare-and-set and install
+/// from the pushed map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// The ACL users (ACL file lines).
+    Acl,
+    /// The function libraries (a JSON array of their code).
+    Functions,
+}
+
+impl Shared {
+    fn of(self, inst: &mut Instance) -> (&mut String, &mut u64) {
+        match self {
+            Shared::Acl => (&mut inst.acl, &mut inst.acl_version),
+            Shared::Functions => (&mut inst.functions, &mut inst.functions_version),
+        }
+    }
+}
+
 /// What [`Manager::set_acl`] did: the users it holds now, at `version`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AclUsers {
@@ -18,55 +37,113 @@ pub struct AclUsers {
     pub users: String,
 }
 
+/// What [`Manager::set_functions`] did: the libraries it holds now, at `version`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Libraries {
+    /// Whether the caller's libraries were stored (false: based on an older version;
+    /// these are the current ones).
+    pub applied: bool,
+    pub version: u64,
+    /// Each library's code (`#!lua name=...` first).
+    pub libraries: Vec<String>,
+}
+
+/// The libraries kept as text (a JSON array; empty: none).
+fn parse_libraries(text: &str) -> Vec<String> {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
 impl Manager {
     /// Replaces instance `name`'s ACL users with `users` if they are based on the
     /// current version `base` (compare-and-set: two agents changing users at once do
     /// not lose either change; the one that lost applies its change to the winner's
     /// users and tries again). Agents install them from the pushed map.
     pub fn set_acl(&self, name: &str, base: u64, users: String) -> Result<AclUsers, ManagerError> {
-        let current = self.acl(name)?;
-        if current.version != base {
-            return Ok(current);
+        let (applied, version, users) = self.set_shared(name, Shared::Acl, base, users)?;
+        Ok(AclUsers {
+            applied,
+            version,
+            users,
+        })
+    }
+
+    /// Instance `name`'s ACL users.
+    pub fn acl(&self, name: &str) -> Result<AclUsers, ManagerError> {
+        let (version, users) = self.shared(name, Shared::Acl)?;
+        Ok(AclUsers {
+            applied: false,
+            version,
+            users,
+        })
+    }
+
+    /// Replaces instance `name`'s function libraries (each one's code) if they are
+    /// based on version `base`, as [`set_acl`](Self::set_acl) does the users: FUNCTION
+    /// LOAD, DELETE, FLUSH and RESTORE on any agent, kept here so an agent that joins
+    /// later has them.
+    pub fn set_functions(
+        &self,
+        name: &str,
+        base: u64,
+        libraries: Vec<String>,
+    ) -> Result<Libraries, ManagerError> {
+        let text = serde_json::to_string(&libraries)
+            .map_err(|e| ManagerError::Invalid(format!("libraries: {e}")))?;
+        let (applied, version, text) = self.set_shared(name, Shared::Functions, base, text)?;
+        Ok(Libraries {
+            applied,
+            version,
+            libraries: parse_libraries(&text),
+        })
+    }
+
+    /// Instance `name`'s function libraries.
+    pub fn functions(&self, name: &str) -> Result<Libraries, ManagerError> {
+        let (version, text) = self.shared(name, Shared::Functions)?;
+        Ok(Libraries {
+            applied: false,
+            version,
+            libraries: parse_libraries(&text),
+        })
+    }
+
+    /// Compare-and-set of one shared text: `(applied, version, text)` after it.
+    fn set_shared(
+        &self,
+        name: &str,
+        which: Shared,
+        base: u64,
+        text: String,
+    ) -> Result<(bool, u64, String), ManagerError> {
+        let (version, current) = self.shared(name, which)?;
+        if version != base {
+            return Ok((false, version, current));
         }
         self.update(|s| {
             let inst = s
                 .instances
                 .get_mut(name)
                 .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
-            if inst.acl_version != base {
-                return Ok(AclUsers {
-                    applied: false,
-                    version: inst.acl_version,
-                    users: inst.acl.clone(),
-                });
+            let (stored, version) = which.of(inst);
+            if *version != base {
+                return Ok((false, *version, stored.clone()));
             }
-            inst.acl = users;
-            inst.acl_version += 1;
-            tracing::info!(
-                instance = name,
-                version = inst.acl_version,
-                "ACL users changed"
-            );
-            Ok(AclUsers {
-                applied: true,
-                version: inst.acl_version,
-                users: inst.acl.clone(),
-            })
+            *stored = text;
+            *version += 1;
+            tracing::info!(instance = name, version = *version, ?which, "changed");
+            Ok((true, *version, stored.clone()))
         })
     }
 
-    /// Instance `name`'s ACL users.
-    pub fn acl(&self, name: &str) -> Result<AclUsers, ManagerError> {
-        let state = self.state.lock();
+    /// One shared text of instance `name` and its version.
+    fn shared(&self, name: &str, which: Shared) -> Result<(u64, String), ManagerError> {
+        let mut state = self.state.lock();
         let inst = state
             .instances
-            .get(name)
+            .get_mut(name)
             .ok_or_else(|| ManagerError::NotFound(format!("instance {name}")))?;
-        Ok(AclUsers {
-            applied: false,
-            version: inst.acl_version,
-            users: inst.acl.clone(),
-        })
+        let (text, version) = which.of(inst);
+        Ok((*version, text.clone()))
     }
 
     /// Creates an instance: its superblock region id is reserved now (the first agent

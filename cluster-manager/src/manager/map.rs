@@ -66,6 +66,8 @@ impl Manager {
                 super_region: inst.super_region,
                 acl: inst.acl.clone(),
                 acl_version: inst.acl_version,
+                functions: inst.functions.clone(),
+                functions_version: inst.functions_version,
             },
         })
     }

@@ -34,6 +34,7 @@
 //! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
+//! | `functions.rs` | FUNCTION LOAD/DELETE/FLUSH/RESTORE stored at the manager, for every agent |
 //! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
 //! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
 //! | `relay.rs` | keyspace notifications, PUBLISH in EXEC/scripts and changed keys to the other agents |
@@ -44,6 +45,7 @@ mod acl;
 mod apply;
 mod cluster_cmds;
 mod config_set;
+mod functions;
 mod peers;
 mod pubsub;
 mod relay;
@@ -396,6 +398,11 @@ impl Router {
         {
             return done;
         }
+        if spec.is_some_and(|s| s.cmd == table::Cmd::Function && s.arity_ok(args.len()))
+            && let Some(done) = Box::pin(self.function_change(session, index, &args, peer)).await
+        {
+            return done;
+        }
         if let Some(done) = self.transaction(session, spec, index, &args, peer).await {
             return done;
         }
@@ -429,6 +436,7 @@ impl Router {
                 sub.eq_ignore_ascii_case(b"LOAD")
                     || sub.eq_ignore_ascii_case(b"DELETE")
                     || sub.eq_ignore_ascii_case(b"FLUSH")
+                    || sub.eq_ignore_ascii_case(b"RESTORE")
             }),
             _ => false,
         });

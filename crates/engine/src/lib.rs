@@ -53,6 +53,7 @@ pub mod packed;
 pub mod pause;
 pub mod pipeline;
 pub mod pubsub;
+pub mod rdb;
 pub mod read;
 pub mod relay;
 pub mod scripting;
@@ -238,7 +239,7 @@ pub struct Engine {
     /// Lua scripts seen, by SHA-1.
     pub(crate) scripts: scripting::Scripts,
     /// FUNCTION's libraries.
-    pub(crate) functions: scripting::functions::Functions,
+    pub functions: scripting::functions::Functions,
     /// Same-key batches of list changes.
     pub(crate) list_batches: combine::Combiner<lists::ListOp>,
     /// Same-key batches of set changes (SADD, SREM).

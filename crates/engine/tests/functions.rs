@@ -141,3 +141,63 @@ async fn functions_load_list_call_and_go_as_redis_does() {
         Reply::Array(vec![])
     );
 }
+
+/// FUNCTION DUMP of `mylib` from redis-server 7.0.15 (its code LZF-compressed).
+const REDIS_DUMP: &[u8] = b"\xf5\xc3@V@[\x1f#!lua name=mylib\nredis.register_\x0bfunction('my@\x0b\x02', @\x06`\x12\x11keys, args) return`\x0c\x07[1] end)\n\x00\x8dY6\xad\xc6\xe7\x07\xda";
+
+#[tokio::test]
+async fn a_redis_dump_restores_and_a_dump_round_trips() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut s = engine.new_session("t:1".into(), "t:0".into(), -1);
+    let restore = |payload: &[u8], policy: Option<&str>| {
+        let mut args = vec![
+            Bytes::from_static(b"FUNCTION"),
+            Bytes::from_static(b"RESTORE"),
+            Bytes::copy_from_slice(payload),
+        ];
+        args.extend(policy.map(|p| Bytes::copy_from_slice(p.as_bytes())));
+        args
+    };
+    let (reply, _) = engine.execute(&mut s, restore(REDIS_DUMP, None)).await;
+    assert_eq!(reply, Reply::ok());
+    assert_eq!(
+        run(&engine, &mut s, &["FCALL", "myfunc", "0", "hello"]).await,
+        bulk("hello")
+    );
+    // Loaded already: APPEND refuses, nothing changes.
+    let (reply, _) = engine
+        .execute(&mut s, restore(REDIS_DUMP, Some("append")))
+        .await;
+    assert_eq!(reply, err("ERR Library mylib already exists"));
+    assert_eq!(
+        run(&engine, &mut s, &["FUNCTION", "LOAD", LIB]).await,
+        bulk("lib")
+    );
+    let Reply::Bulk(dump) = run(&engine, &mut s, &["FUNCTION", "DUMP"]).await else {
+        panic!("FUNCTION DUMP");
+    };
+    let listed = run(&engine, &mut s, &["FUNCTION", "LIST", "WITHCODE"]).await;
+    run(&engine, &mut s, &["FUNCTION", "FLUSH"]).await;
+    let (reply, _) = engine.execute(&mut s, restore(&dump, Some("FLUSH"))).await;
+    assert_eq!(reply, Reply::ok());
+    assert_eq!(
+        run(&engine, &mut s, &["FUNCTION", "LIST", "WITHCODE"]).await,
+        listed
+    );
+    // A damaged payload, a payload of something else, a bad policy.
+    let mut damaged = dump.to_vec();
+    damaged[3] ^= 1;
+    let (reply, _) = engine.execute(&mut s, restore(&damaged, None)).await;
+    assert_eq!(reply, err("ERR DUMP payload version or checksum are wrong"));
+    let mut other = vec![0u8];
+    dmc_engine::rdb::write_string(&mut other, b"x");
+    let (reply, _) = engine
+        .execute(&mut s, restore(&dmc_engine::rdb::finish(other), None))
+        .await;
+    assert_eq!(reply, err("ERR given type is not a function"));
+    let (reply, _) = engine.execute(&mut s, restore(&dump, Some("MERGE"))).await;
+    assert_eq!(
+        reply,
+        err("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.")
+    );
+}

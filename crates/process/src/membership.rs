@@ -288,6 +288,31 @@ pub fn put_acl(
     json_reply("the ACL change", &b, r)
 }
 
+/// The manager's answer to a change of an instance's function libraries: whether it
+/// stored them, and the libraries it holds now with their version.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Libraries {
+    pub applied: bool,
+    pub version: u64,
+    pub libraries: Vec<String>,
+}
+
+/// Replaces `instance`'s function libraries (each one's code) if they are still at
+/// version `base` (what FUNCTION LOAD/DELETE/FLUSH/RESTORE on an agent of a cluster
+/// does).
+pub fn put_functions(
+    url: &str,
+    instance: &str,
+    version: u64,
+    libraries: &[String],
+) -> Result<Libraries, ManagerCallError> {
+    let b = base(url);
+    let r = http(Duration::from_secs(10))
+        .put(format!("{b}/v1/instances/{instance}/functions"))
+        .send_json(json!({ "base": version, "libraries": libraries }));
+    json_reply("the functions change", &b, r)
+}
+
 /// Whether agent `id` may write the shards it gained in map `version`: every other
 /// agent of its instance applied that map (releasing what it held of them) or lost its
 /// lease.

@@ -62,6 +62,13 @@ pub struct InstanceSpec {
     pub acl: String,
     #[serde(default)]
     pub acl_version: u64,
+    /// The instance's function libraries (a JSON array of each library's code) and
+    /// their version: every agent installs them (0: none stored, each agent keeps what
+    /// it loaded).
+    #[serde(default)]
+    pub functions: String,
+    #[serde(default)]
+    pub functions_version: u64,
 }
 
 impl Default for InstanceSpec {
@@ -73,6 +80,8 @@ impl Default for InstanceSpec {
             super_region: DEFAULT_SUPER_REGION,
             acl: String::new(),
             acl_version: 0,
+            functions: String::new(),
+            functions_version: 0,
         }
     }
 }

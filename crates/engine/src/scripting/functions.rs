@@ -38,7 +38,10 @@ pub struct Function {
 /// The libraries of this agent, by name.
 #[derive(Default)]
 pub struct Functions {
-    libraries: parking_lot::Mutex<BTreeMap<String, Library>>,
+    pub(super) libraries: parking_lot::Mutex<BTreeMap<String, Library>>,
+    /// The version of the instance's libraries (kept by the cluster manager) these
+    /// are; 0 standalone or before any was stored.
+    version: std::sync::atomic::AtomicU64,
 }
 
 /// The flags `register_function` accepts (Redis 7.0).
@@ -110,6 +113,20 @@ fn call_tail(name: &str) -> String {
 }
 
 impl Functions {
+    /// Each library's code, by name.
+    pub fn codes(&self) -> Vec<String> {
+        self.libraries
+            .lock()
+            .values()
+            .map(|l| String::from_utf8_lossy(&l.code).into_owned())
+            .collect()
+    }
+
+    /// The version of the instance's libraries these are.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The library holding function `name`, and that function.
     fn find(&self, name: &str) -> Option<(Library, Function)> {
         self.libraries.lock().values().find_map(|l| {
@@ -134,13 +151,50 @@ async fn load(engine: &Engine, session: &mut Session, args: &[Bytes]) -> Reply {
         }
         _ => return Reply::err("ERR wrong number of arguments for 'function|load' command"),
     };
-    let (name, rest) = match parse_header(code) {
-        Ok(h) => h,
+    let name = match parse_header(code) {
+        Ok((name, _)) => name,
         Err(e) => return e,
     };
     if !replace && engine.functions.libraries.lock().contains_key(&name) {
         return Reply::Error(format!("ERR Library '{name}' already exists"));
     }
+    let library = match compile(engine, session, code).await {
+        Ok((_, library)) => library,
+        Err(e) => return e,
+    };
+    let mut libs = engine.functions.libraries.lock();
+    if let Some(taken) = taken_function(&libs, &name, &library) {
+        return Reply::Error(format!("ERR Function {taken} already exists"));
+    }
+    libs.insert(name.clone(), library);
+    Reply::Bulk(Bytes::from(name))
+}
+
+/// A function of `library` (to be named `name`) that another library of `libs`
+/// already has.
+pub(super) fn taken_function<'a>(
+    libs: &BTreeMap<String, Library>,
+    name: &str,
+    library: &'a Library,
+) -> Option<&'a str> {
+    library
+        .functions
+        .iter()
+        .find(|f| {
+            libs.iter()
+                .any(|(n, l)| n != name && l.functions.iter().any(|g| g.name == f.name))
+        })
+        .map(|f| f.name.as_str())
+}
+
+/// Runs a library's code once to learn its name and functions (FUNCTION LOAD and
+/// RESTORE), with Redis's errors.
+pub(super) async fn compile(
+    engine: &Engine,
+    session: &mut Session,
+    code: &Bytes,
+) -> Result<(String, Library), Reply> {
+    let (name, rest) = parse_header(code)?;
     let body = wrapped(rest, LIST_TAIL);
     let sha = super::sha1_hex(&body);
     let registered = match super::run_body(engine, session, &body, &sha, &[], &[], true).await {
@@ -149,12 +203,16 @@ async fn load(engine: &Engine, session: &mut Session, args: &[Bytes]) -> Reply {
             // The library's own error, without the wrapper's script SHA, as Redis
             // words it.
             let text = e.split(" script: ").next().unwrap_or(&e);
-            return Reply::Error(format!(
+            return Err(Reply::Error(format!(
                 "ERR Error registering functions: {}",
                 text.replace("user_script:", "user_function:")
-            ));
+            )));
         }
-        other => return Reply::Error(format!("ERR the library did not load: {other:?}")),
+        other => {
+            return Err(Reply::Error(format!(
+                "ERR the library did not load: {other:?}"
+            )));
+        }
     };
     let mut functions = Vec::new();
     for item in registered {
@@ -174,7 +232,9 @@ async fn load(engine: &Engine, session: &mut Session, args: &[Bytes]) -> Reply {
             _ => Vec::new(),
         };
         if flags.iter().any(|f| !FLAGS.contains(&f.as_str())) {
-            return Reply::err("ERR Error registering functions: ERR unknown flag given");
+            return Err(Reply::err(
+                "ERR Error registering functions: ERR unknown flag given",
+            ));
         }
         let description = match parts.get(2) {
             Some(Reply::Bulk(d)) => Some(String::from_utf8_lossy(d).into_owned()),
@@ -187,26 +247,53 @@ async fn load(engine: &Engine, session: &mut Session, args: &[Bytes]) -> Reply {
         });
     }
     if functions.is_empty() {
-        return Reply::err("ERR No functions registered");
+        return Err(Reply::err("ERR No functions registered"));
     }
     functions.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut libs = engine.functions.libraries.lock();
-    for f in &functions {
-        if libs
-            .iter()
-            .any(|(n, l)| *n != name && l.functions.iter().any(|g| g.name == f.name))
-        {
-            return Reply::Error(format!("ERR Function {} already exists", f.name));
-        }
-    }
-    libs.insert(
-        name.clone(),
+    Ok((
+        name,
         Library {
             code: code.clone(),
             functions,
         },
-    );
-    Reply::Bulk(Bytes::from(name))
+    ))
+}
+
+impl Engine {
+    /// Makes this agent's libraries the instance's `codes` of `version` (from the
+    /// cluster map, or the manager's answer to a change): nothing if these are that
+    /// version already; a library that does not compile is left out and logged.
+    pub async fn install_functions(&self, codes: &[String], version: u64) {
+        if version <= self.functions.version() {
+            return;
+        }
+        let same = {
+            let mut now = self.functions.codes();
+            let mut wanted = codes.to_vec();
+            now.sort();
+            wanted.sort();
+            now == wanted
+        };
+        if !same {
+            let mut session = self.new_session("dmc:functions".into(), String::new(), -1);
+            let mut next = BTreeMap::new();
+            for code in codes {
+                match compile(self, &mut session, &Bytes::from(code.clone())).await {
+                    Ok((name, library)) => {
+                        next.insert(name, library);
+                    }
+                    Err(e) => {
+                        tracing::error!(version, error = ?e, "a library of the instance does not load here")
+                    }
+                }
+            }
+            self.clients.unregister(session.id);
+            *self.functions.libraries.lock() = next;
+        }
+        self.functions
+            .version
+            .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// `FCALL` and `FCALL_RO name numkeys key... arg...`.
@@ -309,19 +396,23 @@ pub async fn function(engine: &Engine, session: &mut Session, args: &[Bytes]) ->
             ])
         }
         ("KILL", 2) => super::kill(engine),
+        ("DUMP", 2) => super::function_dump::dump(engine),
+        ("RESTORE", 3 | 4) => super::function_dump::restore(engine, session, args).await,
         ("HELP", 2) => Reply::Array(
             HELP.iter()
                 .map(|l| Reply::Status((*l).to_string()))
                 .collect(),
         ),
-        ("DELETE" | "FLUSH" | "STATS" | "KILL" | "HELP", _) => Reply::Error(format!(
+        ("DELETE" | "FLUSH" | "STATS" | "KILL" | "HELP" | "DUMP", _) => Reply::Error(format!(
             "ERR wrong number of arguments for 'function|{}' command",
             sub.to_ascii_lowercase()
         )),
         _ => crate::subcommands::refused(
             "FUNCTION",
             &args[1],
-            &["LOAD", "LIST", "DELETE", "FLUSH", "STATS", "KILL", "HELP"],
+            &[
+                "LOAD", "LIST", "DELETE", "FLUSH", "STATS", "KILL", "HELP", "DUMP", "RESTORE",
+            ],
         ),
     }
 }

@@ -17,6 +17,7 @@
 //! ([`busy`]). Not yet: scripts kept in the pool.
 
 mod convert;
+mod function_dump;
 pub mod functions;
 mod libs;
 mod msgpack;
