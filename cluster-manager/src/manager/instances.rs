@@ -330,4 +330,37 @@ mod tests {
         assert_eq!(m.snapshot(), before);
         assert_eq!(m.instance_of(b2).as_deref(), Some("b"));
     }
+
+    #[test]
+    fn libraries_change_by_compare_and_set_reach_the_map_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let lease = Duration::from_secs(5);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        let lib = |n: &str| {
+            format!("#!lua name={n}\nredis.register_function('{n}', function() return 1 end)")
+        };
+        let first = m.set_functions(D, 0, vec![lib("a")]).unwrap();
+        assert!(first.applied);
+        assert_eq!(
+            (first.version, first.libraries.clone()),
+            (1, vec![lib("a")])
+        );
+        // Based on version 0 still: refused, with what is there now.
+        let lost = m.set_functions(D, 0, vec![lib("b")]).unwrap();
+        assert!(!lost.applied);
+        assert_eq!((lost.version, lost.libraries), (1, vec![lib("a")]));
+        let second = m.set_functions(D, 1, vec![lib("a"), lib("b")]).unwrap();
+        assert!(second.applied && second.version == 2);
+        let map = m.map(D).unwrap();
+        assert_eq!(map.instance.functions_version, 2);
+        let listed: Vec<String> = serde_json::from_str(&map.instance.functions).unwrap();
+        assert_eq!(listed, vec![lib("a"), lib("b")]);
+        // The users are a separate text with their own version.
+        assert_eq!(m.acl(D).unwrap().version, 0);
+        drop(m);
+        let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
+        assert_eq!(m.functions(D).unwrap().libraries, vec![lib("a"), lib("b")]);
+        assert!(m.functions("nope").is_err());
+    }
 }
