@@ -83,8 +83,13 @@ pub enum RoutingMode {
 /// connection: commands on it are never forwarded again.
 pub const PEER_HELLO: &[u8] = b"DMC.PEER";
 
-/// Attempts at running a command while the cluster map changes under it.
-const ATTEMPTS: usize = 12;
+/// How long a command may keep waiting for the cluster map (or a takeover) to settle
+/// before it answers TRYAGAIN. Time, not a count of tries: while many slots change
+/// hands (a scale-in), every other slot's takeover wakes the waiting command too, and a
+/// count would run out before its own slot is taken over.
+const ROUTE_PATIENCE: Duration = Duration::from_secs(10);
+/// A bound on the tries within that time.
+const ATTEMPTS: usize = 256;
 
 /// Where a command runs.
 #[derive(Debug, PartialEq, Eq)]
@@ -447,8 +452,9 @@ impl Router {
         {
             return self.everywhere(session, index, args).await;
         }
+        let patience = std::time::Instant::now() + ROUTE_PATIENCE;
         for attempt in 0..ATTEMPTS {
-            let last = attempt + 1 == ATTEMPTS;
+            let last = attempt + 1 == ATTEMPTS || std::time::Instant::now() >= patience;
             let seen = self.version();
             match self.route_spec(spec, &args) {
                 Route::Local => {
