@@ -4,6 +4,12 @@ use anyhow::Result;
 use clap::Parser;
 use compute_agent::Args;
 
+/// mimalloc, not glibc's malloc: scripts allocate on every call (Lua values, tables),
+/// and with two runtime threads glibc's arena locks and consolidation showed in the
+/// profile of EVALSHA (docs/benchmarks.md, "Scripts and transactions").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     // Fail points named in FAILPOINTS take effect (test builds only).
     #[cfg(feature = "failpoints")]

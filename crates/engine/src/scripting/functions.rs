@@ -33,6 +33,10 @@ pub struct Function {
     pub name: String,
     pub flags: Vec<String>,
     pub description: Option<String>,
+    /// The script FCALL runs for it (the library wrapped to call it) and its SHA,
+    /// made once at load.
+    call: Bytes,
+    sha: String,
 }
 
 /// The libraries of this agent, by name.
@@ -127,14 +131,12 @@ impl Functions {
         self.version.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The library holding function `name`, and that function.
-    fn find(&self, name: &str) -> Option<(Library, Function)> {
-        self.libraries.lock().values().find_map(|l| {
-            l.functions
-                .iter()
-                .find(|f| f.name == name)
-                .map(|f| (l.clone(), f.clone()))
-        })
+    /// Function `name`.
+    fn find(&self, name: &str) -> Option<Function> {
+        self.libraries
+            .lock()
+            .values()
+            .find_map(|l| l.functions.iter().find(|f| f.name == name).cloned())
     }
 }
 
@@ -240,10 +242,14 @@ pub(super) async fn compile(
             Some(Reply::Bulk(d)) => Some(String::from_utf8_lossy(d).into_owned()),
             _ => None,
         };
+        let call = wrapped(rest, &call_tail(&name));
+        let sha = super::sha1_hex(&call);
         functions.push(Function {
             name,
             flags,
             description,
+            call,
+            sha,
         });
     }
     if functions.is_empty() {
@@ -304,7 +310,7 @@ pub async fn fcall(
     read_only: bool,
 ) -> Reply {
     let name = String::from_utf8_lossy(&args[1]).into_owned();
-    let Some((library, function)) = engine.functions.find(&name) else {
+    let Some(function) = engine.functions.find(&name) else {
         return Reply::err("ERR Function not found");
     };
     let no_writes = function.flags.iter().any(|f| f == "no-writes");
@@ -315,17 +321,11 @@ pub async fn fcall(
         Ok(n) => n,
         Err(e) => return e,
     };
-    let rest = match parse_header(&library.code) {
-        Ok((_, rest)) => rest,
-        Err(e) => return e,
-    };
-    let body = wrapped(rest, &call_tail(&name));
-    let sha = super::sha1_hex(&body);
     let reply = super::run_body(
         engine,
         session,
-        &body,
-        &sha,
+        &function.call,
+        &function.sha,
         &args[3..3 + n],
         &args[3 + n..],
         no_writes,

@@ -104,9 +104,11 @@ impl Scripts {
         sha
     }
 
-    fn get(&self, sha: &[u8]) -> Option<Bytes> {
+    /// The script of SHA `sha` (any case), with its SHA as stored.
+    fn get(&self, sha: &[u8]) -> Option<(String, Bytes)> {
         let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-        self.by_sha.lock().get(&sha).cloned()
+        let body = self.by_sha.lock().get(&sha).cloned()?;
+        Some((sha, body))
     }
 }
 
@@ -122,19 +124,19 @@ pub async fn eval(
     by_sha: bool,
     read_only: bool,
 ) -> Reply {
-    let body = if by_sha {
-        match engine.scripts.get(&args[1]) {
-            Some(b) => b,
-            None => return Reply::err("NOSCRIPT No matching script. Please use EVAL."),
-        }
-    } else {
-        args[1].clone()
-    };
     let n = match numkeys(args) {
         Ok(n) => n,
         Err(e) => return e,
     };
-    let sha = engine.scripts.add(&body);
+    // EVALSHA names a script known already (no hashing); EVAL's is hashed and kept.
+    let (sha, body) = if by_sha {
+        match engine.scripts.get(&args[1]) {
+            Some(found) => found,
+            None => return Reply::err("NOSCRIPT No matching script. Please use EVAL."),
+        }
+    } else {
+        (engine.scripts.add(&args[1]), args[1].clone())
+    };
     run_body(
         engine,
         session,
