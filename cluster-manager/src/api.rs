@@ -20,7 +20,9 @@
 //! | `GET /v1/instances/{name}/acl` | its ACL users (ACL file lines) and their version |
 //! | `PUT /v1/instances/{name}/acl` `{base, users}` | replace them if still at version `base` (agents' ACL SETUSER/DELUSER) |
 //! | `GET /v1/instances/{name}/functions` | its function libraries (each one's code) and their version |
-//! | `PUT /v1/instances/{name}/functions` `{base, libraries}` | replace them if still at version `base` (agents' FUNCTION LOAD/DELETE/FLUSH/RESTORE) |
+//! | `PUT /v1/instances/{name}/functions` `{base, items}` | replace them if still at version `base` (agents' FUNCTION LOAD/DELETE/FLUSH/RESTORE) |
+//! | `GET /v1/instances/{name}/scripts` | its SCRIPT LOAD scripts (each one's body) and their version |
+//! | `PUT /v1/instances/{name}/scripts` `{base, items}` | replace them if still at version `base` (agents' SCRIPT LOAD/FLUSH) |
 //! | `GET /v1/regions` | every granted region and where its copies are |
 //! | `POST /v1/regions/{id}/migrate` `{to}` | move the region's primary role to node `to`, which holds a backup (copy-free; writes to it wait while the roles swap) |
 //! | `POST /v1/regions/{id}/copies` `{node, rate?}` | fill a new copy of the region on `node` while it serves, at `rate` bytes/s |
@@ -40,7 +42,7 @@ use dmc_proto::ByteSize;
 use serde::{Deserialize, Serialize};
 
 use crate::launcher::Launcher;
-use crate::manager::{Manager, ManagerError, Member};
+use crate::manager::{Kept, Manager, ManagerError, Member};
 use crate::metrics;
 use crate::scale::{ScaleTimes, scale};
 
@@ -146,12 +148,12 @@ pub struct PutAcl {
     pub users: String,
 }
 
-/// `PUT /v1/instances/{name}/functions`: the instance's libraries, based on version
-/// `base`.
+/// `PUT /v1/instances/{name}/functions` or `.../scripts`: the instance's libraries or
+/// loaded scripts, based on version `base`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PutFunctions {
+pub struct PutList {
     pub base: u64,
-    pub libraries: Vec<String>,
+    pub items: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -441,11 +443,24 @@ pub fn router(app: Arc<App>) -> Router {
         .route(
             "/v1/instances/{name}/functions",
             get(|State(app): Shared, Path(name): Path<String>| async move {
-                Ok::<_, ApiError>(Json(app.manager.functions(&name)?))
+                Ok::<_, ApiError>(Json(app.manager.list(&name, Kept::Functions)?))
             })
             .put(
-                |State(app): Shared, Path(name): Path<String>, Json(f): Json<PutFunctions>| async move {
-                    Ok::<_, ApiError>(Json(app.manager.set_functions(&name, f.base, f.libraries)?))
+                |State(app): Shared, Path(name): Path<String>, Json(f): Json<PutList>| async move {
+                    let listed = app.manager.set_list(&name, Kept::Functions, f.base, f.items)?;
+                    Ok::<_, ApiError>(Json(listed))
+                },
+            ),
+        )
+        .route(
+            "/v1/instances/{name}/scripts",
+            get(|State(app): Shared, Path(name): Path<String>| async move {
+                Ok::<_, ApiError>(Json(app.manager.list(&name, Kept::Scripts)?))
+            })
+            .put(
+                |State(app): Shared, Path(name): Path<String>, Json(f): Json<PutList>| async move {
+                    let listed = app.manager.set_list(&name, Kept::Scripts, f.base, f.items)?;
+                    Ok::<_, ApiError>(Json(listed))
                 },
             ),
         )

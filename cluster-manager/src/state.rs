@@ -88,6 +88,12 @@ pub struct Instance {
     pub functions: String,
     #[serde(default)]
     pub functions_version: u64,
+    /// The scripts loaded with SCRIPT LOAD (a JSON array of their bodies) and their
+    /// version (0: never set).
+    #[serde(default)]
+    pub scripts: String,
+    #[serde(default)]
+    pub scripts_version: u64,
 }
 
 impl Instance {
@@ -109,6 +115,8 @@ impl Instance {
             acl_version: 0,
             functions: String::new(),
             functions_version: 0,
+            scripts: String::new(),
+            scripts_version: 0,
         }
     }
 }

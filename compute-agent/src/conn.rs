@@ -23,6 +23,8 @@ const GET_BATCH: usize = 32;
 const SET_BATCH: usize = 32;
 /// Pipelined writes to one other agent are forwarded together, at most this many.
 const FORWARD_BATCH: usize = 64;
+/// The read buffer of a connection before its first bytes.
+const FIRST_READ: usize = 512;
 
 /// A client's place in `connected_clients`: taken when its connection is accepted and
 /// given back when the connection's task ends, however it ends (a panic included), so
@@ -175,7 +177,13 @@ async fn serve_session(
     // Input read while a blocking command waited, not parsed yet.
     let mut unparsed = false;
     loop {
-        buf.reserve(4096);
+        // A connection that has sent nothing yet holds a small buffer (ten thousand
+        // idle clients cost their buffers' bytes each); one that talks, 4 KiB per read.
+        buf.reserve(if buf.capacity() == 0 {
+            FIRST_READ
+        } else {
+            4096
+        });
         // Redis's `timeout`: an idle client is closed (read at every wait, so CONFIG SET
         // applies to open connections too).
         let idle = match engine.timeout_secs.load(Ordering::Relaxed) {
@@ -308,7 +316,8 @@ async fn serve_session(
                         cmd @ (table::Cmd::DmcWarm
                         | table::Cmd::DmcTracking
                         | table::Cmd::DmcInvalidate
-                        | table::Cmd::DmcOrigin),
+                        | table::Cmd::DmcOrigin
+                        | table::Cmd::DmcKeep),
                     ) = cmd
                     {
                         // A cache update from a primary this agent backs up, or
@@ -316,6 +325,7 @@ async fn serve_session(
                         let reply = match (peer, cmd) {
                             (false, _) => Reply::err("NOPERM DMC.* is for the cluster's agents"),
                             (true, table::Cmd::DmcWarm) => router.warm(&args),
+                            (true, table::Cmd::DmcKeep) => router.keep_news(&args).await,
                             (true, table::Cmd::DmcOrigin) => {
                                 match args.get(2).and_then(|id| dmc_engine::parse_i64(id)) {
                                     Some(id) if args.len() == 3 => {

@@ -91,11 +91,13 @@ def main() -> None:
         eq(caller.fcall("one", 0), 1)
         eq(listing(agent), listing(ref))
         # The policies, with Redis's texts (checked on redis-server first).
+        # Which library Redis names depends on its dict's seeded hash order: either.
+        exists = {"Library mathlib already exists", "Library tiny already exists"}
         for server in (ref, agent):
-            eq(error_of(lambda: server.function_restore(payload)),
-               "Library mathlib already exists")
-            eq(error_of(lambda: server.function_restore(payload, "APPEND")),
-               "Library mathlib already exists")
+            got = error_of(lambda: server.function_restore(payload))
+            assert got in exists, got
+            got = error_of(lambda: server.function_restore(payload, "APPEND"))
+            assert got in exists, got
             eq(error_of(lambda: server.execute_command("FUNCTION", "RESTORE", payload, "BAD")),
                "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.")
             eq(error_of(lambda: server.function_restore(payload[:-1] + b"x")),

@@ -10,7 +10,9 @@ an `evicted` event under maxmemory too.
 
     python3 notify_check.py PORT [OTHER_PORT]
 
-Prints "RESP2: ok" and "RESP3: ok" (and "EVICTED: ok" with one port).
+A PUBLISH inside MULTI/EXEC or a script reaches the other agent's subscriber too.
+
+Prints "RESP2: ok", "RESP3: ok", "INSIDE: ok" (and "EVICTED: ok" with one port).
 """
 import sys
 import time
@@ -158,11 +160,34 @@ def evicted(port: int) -> None:
     print("EVICTED: ok", flush=True)
 
 
+def published_inside(port: int, other: int) -> None:
+    """A PUBLISH inside MULTI/EXEC and inside a script reaches a subscriber on the
+    other agent too (the relay), in order."""
+    r = redis.Redis(port=port, decode_responses=True)
+    sub = redis.Redis(port=other, decode_responses=True).pubsub()
+    sub.subscribe("inside")
+    eq(sub.get_message(timeout=5)["type"], "subscribe")
+    pipe = r.pipeline(transaction=True)
+    pipe.publish("inside", "from exec")
+    pipe.execute()
+    r.eval("redis.call('PUBLISH', 'inside', 'from a script')", 0)
+    got = []
+    end = time.time() + 10
+    while len(got) < 2 and time.time() < end:
+        m = sub.get_message(timeout=0.5)
+        if m is not None and m["type"] == "message":
+            got.append(m["data"])
+    eq(got, ["from exec", "from a script"])
+    sub.close()
+    print("INSIDE: ok", flush=True)
+
+
 def main() -> None:
     port = int(sys.argv[1])
     other = int(sys.argv[2]) if len(sys.argv) > 2 else port
     for proto in (2, 3):
         check(port, other, proto)
+    published_inside(port, other)
     if port == other:
         evicted(port)
 

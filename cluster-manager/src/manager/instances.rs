@@ -16,6 +16,8 @@ pub enum Shared {
     Acl,
     /// The function libraries (a JSON array of their code).
     Functions,
+    /// The scripts loaded with SCRIPT LOAD (a JSON array of their bodies).
+    Scripts,
 }
 
 impl Shared {
@@ -23,6 +25,7 @@ impl Shared {
         match self {
             Shared::Acl => (&mut inst.acl, &mut inst.acl_version),
             Shared::Functions => (&mut inst.functions, &mut inst.functions_version),
+            Shared::Scripts => (&mut inst.scripts, &mut inst.scripts_version),
         }
     }
 }
@@ -37,19 +40,19 @@ pub struct AclUsers {
     pub users: String,
 }
 
-/// What [`Manager::set_functions`] did: the libraries it holds now, at `version`.
+/// What [`Manager::set_list`] did: the libraries (each one's code) or scripts (each
+/// one's body) it holds now, at `version`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Libraries {
-    /// Whether the caller's libraries were stored (false: based on an older version;
-    /// these are the current ones).
+pub struct Listed {
+    /// Whether the caller's list was stored (false: based on an older version; this
+    /// is the current one).
     pub applied: bool,
     pub version: u64,
-    /// Each library's code (`#!lua name=...` first).
-    pub libraries: Vec<String>,
+    pub items: Vec<String>,
 }
 
-/// The libraries kept as text (a JSON array; empty: none).
-fn parse_libraries(text: &str) -> Vec<String> {
+/// A list kept as text (a JSON array; empty: none).
+fn parse_list(text: &str) -> Vec<String> {
     serde_json::from_str(text).unwrap_or_default()
 }
 
@@ -77,33 +80,35 @@ impl Manager {
         })
     }
 
-    /// Replaces instance `name`'s function libraries (each one's code) if they are
-    /// based on version `base`, as [`set_acl`](Self::set_acl) does the users: FUNCTION
-    /// LOAD, DELETE, FLUSH and RESTORE on any agent, kept here so an agent that joins
-    /// later has them.
-    pub fn set_functions(
+    /// Replaces instance `name`'s function libraries (each one's code) or loaded
+    /// scripts (`which`) if they are based on version `base`, as
+    /// [`set_acl`](Self::set_acl) does the users: FUNCTION LOAD, DELETE, FLUSH and
+    /// RESTORE, or SCRIPT LOAD and FLUSH, on any agent, kept here so an agent that
+    /// joins later has them.
+    pub fn set_list(
         &self,
         name: &str,
+        which: Shared,
         base: u64,
-        libraries: Vec<String>,
-    ) -> Result<Libraries, ManagerError> {
-        let text = serde_json::to_string(&libraries)
-            .map_err(|e| ManagerError::Invalid(format!("libraries: {e}")))?;
-        let (applied, version, text) = self.set_shared(name, Shared::Functions, base, text)?;
-        Ok(Libraries {
+        items: Vec<String>,
+    ) -> Result<Listed, ManagerError> {
+        let text = serde_json::to_string(&items)
+            .map_err(|e| ManagerError::Invalid(format!("{which:?}: {e}")))?;
+        let (applied, version, text) = self.set_shared(name, which, base, text)?;
+        Ok(Listed {
             applied,
             version,
-            libraries: parse_libraries(&text),
+            items: parse_list(&text),
         })
     }
 
-    /// Instance `name`'s function libraries.
-    pub fn functions(&self, name: &str) -> Result<Libraries, ManagerError> {
-        let (version, text) = self.shared(name, Shared::Functions)?;
-        Ok(Libraries {
+    /// Instance `name`'s function libraries or loaded scripts.
+    pub fn list(&self, name: &str, which: Shared) -> Result<Listed, ManagerError> {
+        let (version, text) = self.shared(name, which)?;
+        Ok(Listed {
             applied: false,
             version,
-            libraries: parse_libraries(&text),
+            items: parse_list(&text),
         })
     }
 
@@ -333,6 +338,8 @@ mod tests {
 
     #[test]
     fn libraries_change_by_compare_and_set_reach_the_map_and_survive_a_restart() {
+        use crate::manager::instances::Shared;
+        const F: Shared = Shared::Functions;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let lease = Duration::from_secs(5);
@@ -340,27 +347,33 @@ mod tests {
         let lib = |n: &str| {
             format!("#!lua name={n}\nredis.register_function('{n}', function() return 1 end)")
         };
-        let first = m.set_functions(D, 0, vec![lib("a")]).unwrap();
+        let first = m.set_list(D, F, 0, vec![lib("a")]).unwrap();
         assert!(first.applied);
-        assert_eq!(
-            (first.version, first.libraries.clone()),
-            (1, vec![lib("a")])
-        );
+        assert_eq!((first.version, first.items.clone()), (1, vec![lib("a")]));
         // Based on version 0 still: refused, with what is there now.
-        let lost = m.set_functions(D, 0, vec![lib("b")]).unwrap();
+        let lost = m.set_list(D, F, 0, vec![lib("b")]).unwrap();
         assert!(!lost.applied);
-        assert_eq!((lost.version, lost.libraries), (1, vec![lib("a")]));
-        let second = m.set_functions(D, 1, vec![lib("a"), lib("b")]).unwrap();
+        assert_eq!((lost.version, lost.items), (1, vec![lib("a")]));
+        let second = m.set_list(D, F, 1, vec![lib("a"), lib("b")]).unwrap();
         assert!(second.applied && second.version == 2);
         let map = m.map(D).unwrap();
         assert_eq!(map.instance.functions_version, 2);
         let listed: Vec<String> = serde_json::from_str(&map.instance.functions).unwrap();
         assert_eq!(listed, vec![lib("a"), lib("b")]);
-        // The users are a separate text with their own version.
+        // The users and the scripts are separate texts with their own versions.
         assert_eq!(m.acl(D).unwrap().version, 0);
+        let scripts = m
+            .set_list(D, Shared::Scripts, 0, vec!["return 1".into()])
+            .unwrap();
+        assert!(scripts.applied && scripts.version == 1);
+        assert_eq!(m.map(D).unwrap().instance.scripts_version, 1);
         drop(m);
         let m = Manager::open(StateFile::new(&path), 8, lease, PoolSettings::default()).unwrap();
-        assert_eq!(m.functions(D).unwrap().libraries, vec![lib("a"), lib("b")]);
-        assert!(m.functions("nope").is_err());
+        assert_eq!(m.list(D, F).unwrap().items, vec![lib("a"), lib("b")]);
+        assert_eq!(
+            m.list(D, Shared::Scripts).unwrap().items,
+            vec!["return 1".to_string()]
+        );
+        assert!(m.list("nope", F).is_err());
     }
 }

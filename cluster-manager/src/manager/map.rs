@@ -68,6 +68,8 @@ impl Manager {
                 acl_version: inst.acl_version,
                 functions: inst.functions.clone(),
                 functions_version: inst.functions_version,
+                scripts: inst.scripts.clone(),
+                scripts_version: inst.scripts_version,
             },
         })
     }

@@ -22,6 +22,7 @@ mod balance;
 mod copies;
 mod drain;
 mod instances;
+pub use instances::Shared as Kept;
 mod map;
 mod members;
 mod node_failover;

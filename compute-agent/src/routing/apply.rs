@@ -127,13 +127,21 @@ impl Router {
         {
             tracing::error!(version = map.instance.acl_version, error = %e, "the cluster map's ACL users cannot be installed");
         }
-        // The instance's function libraries (FUNCTION LOAD etc. on any agent).
+        // The instance's function libraries and loaded scripts (FUNCTION LOAD, SCRIPT
+        // LOAD etc. on any agent).
         if map.instance.functions_version > 0 {
             let codes: Vec<String> =
                 serde_json::from_str(&map.instance.functions).unwrap_or_default();
             self.engine
                 .install_functions(&codes, map.instance.functions_version)
                 .await;
+        }
+        if map.instance.scripts_version > 0 {
+            let bodies: Vec<String> =
+                serde_json::from_str(&map.instance.scripts).unwrap_or_default();
+            self.engine
+                .scripts
+                .install(&bodies, map.instance.scripts_version);
         }
         // The instance's limit and policy (a resize or CONFIG SET on any agent).
         let dht = &self.engine.dht;

@@ -34,7 +34,7 @@
 //! | `peers.rs` | pooled connections to other agents; forwarding single commands and runs |
 //! | `cluster_cmds.rs` | CLUSTER, READONLY, READWRITE, ASKING answered from the map |
 //! | `config_set.rs` | CONFIG SET of instance-wide settings through the manager |
-//! | `functions.rs` | FUNCTION LOAD/DELETE/FLUSH/RESTORE stored at the manager, for every agent |
+//! | `functions.rs` | FUNCTION LOAD/DELETE/FLUSH/RESTORE and SCRIPT LOAD/FLUSH stored at the manager, for every agent |
 //! | `transactions.rs` | MULTI/EXEC: queued here, run where all the keys are owned |
 //! | `pubsub.rs` | PUBLISH and PUBSUB's counts on every agent of the instance |
 //! | `relay.rs` | keyspace notifications, PUBLISH in EXEC/scripts and changed keys to the other agents |
@@ -212,8 +212,8 @@ impl Router {
 
     /// FLUSHALL, FLUSHDB and DBSIZE in proxy mode: this agent runs the command for the
     /// slots it owns and asks every other agent to run it for theirs; the first error
-    /// is the answer, integers (DBSIZE) are added up, else this agent's reply. SCRIPT
-    /// LOAD and FLUSH go everywhere too (each agent keeps the scripts).
+    /// is the answer, integers (DBSIZE) are added up, else this agent's reply. CONFIG
+    /// SET notify-keyspace-events goes everywhere too: every agent announces its keys.
     async fn everywhere(
         &self,
         session: &mut Session,
@@ -403,8 +403,9 @@ impl Router {
         {
             return done;
         }
-        if spec.is_some_and(|s| s.cmd == table::Cmd::Function && s.arity_ok(args.len()))
-            && let Some(done) = Box::pin(self.function_change(session, index, &args, peer)).await
+        if spec.is_some_and(|s| {
+            matches!(s.cmd, table::Cmd::Function | table::Cmd::Script) && s.arity_ok(args.len())
+        }) && let Some(done) = Box::pin(self.kept_change(session, index, &args, peer)).await
         {
             return done;
         }
@@ -422,10 +423,6 @@ impl Router {
         // it owns: in proxy mode the client's agent asks every agent and adds up.
         let everywhere = spec.is_some_and(|s| match s.cmd {
             table::Cmd::FlushAll | table::Cmd::FlushDb | table::Cmd::Dbsize => true,
-            // Every agent keeps the scripts, so EVALSHA works wherever it runs.
-            table::Cmd::Script => args.get(1).is_some_and(|sub| {
-                sub.eq_ignore_ascii_case(b"LOAD") || sub.eq_ignore_ascii_case(b"FLUSH")
-            }),
             // Keys change on the agent owning them: every agent announces them.
             table::Cmd::Config => {
                 args.get(1)
@@ -436,13 +433,6 @@ impl Router {
                         .step_by(2)
                         .any(|name| name.eq_ignore_ascii_case(b"notify-keyspace-events"))
             }
-            // So are the libraries, so FCALL works wherever its keys are owned.
-            table::Cmd::Function => args.get(1).is_some_and(|sub| {
-                sub.eq_ignore_ascii_case(b"LOAD")
-                    || sub.eq_ignore_ascii_case(b"DELETE")
-                    || sub.eq_ignore_ascii_case(b"FLUSH")
-                    || sub.eq_ignore_ascii_case(b"RESTORE")
-            }),
             _ => false,
         });
         if everywhere

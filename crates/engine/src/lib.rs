@@ -237,7 +237,7 @@ pub struct Engine {
     /// This engine, for tasks it starts (same-key batch workers).
     me: std::sync::Weak<Engine>,
     /// Lua scripts seen, by SHA-1.
-    pub(crate) scripts: scripting::Scripts,
+    pub scripts: scripting::Scripts,
     /// FUNCTION's libraries.
     pub functions: scripting::functions::Functions,
     /// Same-key batches of list changes.

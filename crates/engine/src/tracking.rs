@@ -433,48 +433,42 @@ impl Engine {
     pub fn invalidate_here(&self, key: Option<&[u8]>, modifier: Option<u64>) {
         let t = &self.tracking;
         let limit = self.limits.output().pubsub;
-        let mut sends: Vec<(u64, Option<Vec<Bytes>>)> = Vec::new();
-        let st = {
+        // Each tracker to tell: its own mailbox, its redirect target, the keys.
+        let mut sends: Vec<(Arc<Mailbox>, u64, Option<Vec<Bytes>>)> = Vec::new();
+        {
             let mut st = t.state.lock();
+            let skip = |id: u64, tr: &Tracker| tr.noloop && modifier == Some(id);
             match key {
                 None => {
                     st.keys.clear();
-                    sends.extend(st.trackers.keys().map(|id| (*id, None)));
+                    sends.extend(
+                        st.trackers
+                            .values()
+                            .map(|tr| (tr.mailbox.clone(), tr.redirect, None)),
+                    );
                 }
                 Some(key) => {
-                    let readers = st.keys.remove(key).unwrap_or_default();
-                    for id in readers {
+                    let one = || Some(vec![Bytes::copy_from_slice(key)]);
+                    for id in st.keys.remove(key).unwrap_or_default() {
                         if let Some(tr) = st.trackers.get(&id)
                             && !tr.bcast
-                            && !(tr.noloop && modifier == Some(id))
+                            && !skip(id, tr)
                         {
-                            sends.push((id, Some(vec![Bytes::copy_from_slice(key)])));
+                            sends.push((tr.mailbox.clone(), tr.redirect, one()));
                         }
                     }
-                    for (id, tr) in &st.trackers {
+                    for (&id, tr) in &st.trackers {
                         if tr.bcast
-                            && !(tr.noloop && modifier == Some(*id))
+                            && !skip(id, tr)
                             && tr.prefixes.iter().any(|p| key.starts_with(p))
                         {
-                            sends.push((*id, Some(vec![Bytes::copy_from_slice(key)])));
+                            sends.push((tr.mailbox.clone(), tr.redirect, one()));
                         }
                     }
                 }
             }
-            if sends.is_empty() {
-                return;
-            }
-            // Each tracker's mailbox and redirect, looked up once.
-            sends
-                .iter()
-                .filter_map(|(id, _)| {
-                    st.trackers
-                        .get(id)
-                        .map(|tr| (*id, tr.mailbox.clone(), tr.redirect))
-                })
-                .collect::<Vec<_>>()
-        };
-        for ((_, keys), (_, own, redirect)) in sends.into_iter().zip(st) {
+        }
+        for (own, redirect, keys) in sends {
             let (mailbox, redirected) = match redirect {
                 0 => (Some(own.clone()), false),
                 target => (self.mailbox_of(target), true),

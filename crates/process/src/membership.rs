@@ -288,29 +288,30 @@ pub fn put_acl(
     json_reply("the ACL change", &b, r)
 }
 
-/// The manager's answer to a change of an instance's function libraries: whether it
-/// stored them, and the libraries it holds now with their version.
+/// The manager's answer to a change of an instance's function libraries or loaded
+/// scripts: whether it stored them, and the list it holds now with its version.
 #[derive(Debug, Clone, serde::Deserialize)]
-pub struct Libraries {
+pub struct Listed {
     pub applied: bool,
     pub version: u64,
-    pub libraries: Vec<String>,
+    pub items: Vec<String>,
 }
 
-/// Replaces `instance`'s function libraries (each one's code) if they are still at
-/// version `base` (what FUNCTION LOAD/DELETE/FLUSH/RESTORE on an agent of a cluster
-/// does).
-pub fn put_functions(
+/// Replaces `instance`'s `what` (`functions`: each library's code; `scripts`: each
+/// SCRIPT LOAD body) if still at version `base` (what FUNCTION LOAD/DELETE/FLUSH/
+/// RESTORE and SCRIPT LOAD/FLUSH on an agent of a cluster do).
+pub fn put_list(
     url: &str,
     instance: &str,
+    what: &str,
     version: u64,
-    libraries: &[String],
-) -> Result<Libraries, ManagerCallError> {
+    items: &[String],
+) -> Result<Listed, ManagerCallError> {
     let b = base(url);
     let r = http(Duration::from_secs(10))
-        .put(format!("{b}/v1/instances/{instance}/functions"))
-        .send_json(json!({ "base": version, "libraries": libraries }));
-    json_reply("the functions change", &b, r)
+        .put(format!("{b}/v1/instances/{instance}/{what}"))
+        .send_json(json!({ "base": version, "items": items }));
+    json_reply("the change of the instance's scripts", &b, r)
 }
 
 /// Whether agent `id` may write the shards it gained in map `version`: every other

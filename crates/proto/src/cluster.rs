@@ -69,6 +69,12 @@ pub struct InstanceSpec {
     pub functions: String,
     #[serde(default)]
     pub functions_version: u64,
+    /// The scripts loaded with SCRIPT LOAD (a JSON array of their bodies) and their
+    /// version: every agent installs them (0: none stored).
+    #[serde(default)]
+    pub scripts: String,
+    #[serde(default)]
+    pub scripts_version: u64,
 }
 
 impl Default for InstanceSpec {
@@ -82,6 +88,8 @@ impl Default for InstanceSpec {
             acl_version: 0,
             functions: String::new(),
             functions_version: 0,
+            scripts: String::new(),
+            scripts_version: 0,
         }
     }
 }

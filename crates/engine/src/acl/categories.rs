@@ -499,4 +499,5 @@ pub const COMMANDS: &[Entry] = &[
     e("dmc.tracking", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.invalidate", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.origin", ADMIN | SLOW | DANGEROUS, &[]),
+    e("dmc.keep", ADMIN | SLOW | DANGEROUS, &[]),
 ];

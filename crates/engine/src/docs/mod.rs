@@ -289,6 +289,12 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "0.1.0",
             O1,
         ),
+        DmcKeep => (
+            "The instance's libraries or loaded scripts from the agent that changed them (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
         DmcOrigin => (
             "Names the NOLOOP tracker a forwarded command is for (internal).",
             "connection",

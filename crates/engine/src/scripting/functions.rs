@@ -10,8 +10,9 @@
 //! function with `KEYS` and `ARGV` — so its line numbers are the library's, it is
 //! compiled once per state (by its SHA) and it is atomic as any script (one commit).
 //! A function flagged `no-writes` runs as a read-only script, and FCALL_RO refuses the
-//! others as Redis does. Libraries are kept per agent; in proxy mode LOAD, DELETE and
-//! FLUSH run on every agent (the router), as SCRIPT LOAD does.
+//! others as Redis does. Libraries are kept per agent; a cluster's are the instance's,
+//! installed by every agent ([`Engine::install_functions`]; the router's
+//! `functions.rs`).
 
 use std::collections::BTreeMap;
 
@@ -46,6 +47,9 @@ pub struct Functions {
     /// The version of the instance's libraries (kept by the cluster manager) these
     /// are; 0 standalone or before any was stored.
     version: std::sync::atomic::AtomicU64,
+    /// Held while a list is installed (it compiles, awaiting): one at a time, so an
+    /// older list never lands after a newer one.
+    installing: tokio::sync::Mutex<()>,
 }
 
 /// The flags `register_function` accepts (Redis 7.0).
@@ -270,6 +274,7 @@ impl Engine {
     /// cluster map, or the manager's answer to a change): nothing if these are that
     /// version already; a library that does not compile is left out and logged.
     pub async fn install_functions(&self, codes: &[String], version: u64) {
+        let _one = self.functions.installing.lock().await;
         if version <= self.functions.version() {
             return;
         }

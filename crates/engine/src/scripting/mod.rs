@@ -8,13 +8,13 @@
 //!
 //! A script is atomic as an EXEC is ([`crate::multi`]): it runs holding the write
 //! locks of the keys it declares, its commands take no lock of their own for them,
-//! and blocking commands do not block. Scripts are cached per agent by SHA-1; in proxy
-//! mode `SCRIPT LOAD` and `SCRIPT FLUSH` run on every agent.
+//! and blocking commands do not block. Scripts are cached per agent by SHA-1.
 //!
 //! A script that loops is stopped by SCRIPT KILL (an instruction hook checks the flag)
 //! unless it has written, as in Redis. Functions (FUNCTION, FCALL) run on the same
 //! machinery ([`functions`]). Past `busy-reply-threshold` a script's keys answer BUSY
-//! ([`busy`]). Not yet: scripts kept in the pool.
+//! ([`busy`]). In a cluster the SCRIPT LOAD scripts are the instance's, kept by the manager
+//! ([`Scripts::install`], `compute-agent/src/routing/functions.rs`).
 
 mod convert;
 mod function_dump;
@@ -46,6 +46,10 @@ pub struct Scripts {
     /// `busy-reply-threshold` (alias `lua-time-limit`), in milliseconds.
     pub busy_ms: std::sync::atomic::AtomicU64,
     idle: parking_lot::Mutex<Vec<State>>,
+    /// The scripts SCRIPT LOAD named (a cluster keeps them for agents that join later).
+    loaded: parking_lot::Mutex<Vec<Bytes>>,
+    /// The version of the instance's loaded scripts these are (0 standalone).
+    loaded_version: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Scripts {
@@ -56,6 +60,8 @@ impl Default for Scripts {
             running_count: Default::default(),
             busy_ms: std::sync::atomic::AtomicU64::new(5000),
             idle: Default::default(),
+            loaded: Default::default(),
+            loaded_version: Default::default(),
         }
     }
 }
@@ -92,6 +98,57 @@ pub(crate) fn busy(
         .then(|| {
             Reply::err("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.")
         })
+}
+
+impl Scripts {
+    /// Forgets every script (SCRIPT FLUSH).
+    fn flush(&self) {
+        self.by_sha.lock().clear();
+        self.loaded.lock().clear();
+        // The states keep each script compiled: start over with new ones.
+        self.idle.lock().clear();
+    }
+
+    /// The bodies SCRIPT LOAD named, in order (those that are UTF-8: the cluster map
+    /// carries text; another is kept on this agent only).
+    pub fn loaded(&self) -> Vec<String> {
+        self.loaded
+            .lock()
+            .iter()
+            .filter_map(|b| std::str::from_utf8(b).ok().map(str::to_string))
+            .collect()
+    }
+
+    /// The version of the instance's loaded scripts these are.
+    pub fn loaded_version(&self) -> u64 {
+        self.loaded_version.load(Ordering::Acquire)
+    }
+
+    /// Makes the instance's loaded scripts `bodies` of `version` (from the cluster map,
+    /// or the manager's answer to a change) this agent's: scripts no longer in the list
+    /// went with a SCRIPT FLUSH somewhere, so everything goes first then.
+    pub fn install(&self, bodies: &[String], version: u64) {
+        if version <= self.loaded_version() {
+            return;
+        }
+        let flushed = self
+            .loaded
+            .lock()
+            .iter()
+            .any(|b| !bodies.iter().any(|n| n.as_bytes() == &b[..]));
+        if flushed {
+            self.flush();
+        }
+        for body in bodies {
+            let body = Bytes::from(body.clone());
+            self.add(&body);
+            let mut loaded = self.loaded.lock();
+            if !loaded.contains(&body) {
+                loaded.push(body);
+            }
+        }
+        self.loaded_version.fetch_max(version, Ordering::AcqRel);
+    }
 }
 
 /// Idle states kept for reuse at most.
@@ -398,7 +455,14 @@ pub(crate) fn kill(engine: &Engine) -> Reply {
 pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_uppercase();
     match (sub.as_str(), args.len()) {
-        ("LOAD", 3) => Reply::bulk(engine.scripts.add(&args[2])),
+        ("LOAD", 3) => {
+            let sha = engine.scripts.add(&args[2]);
+            let mut loaded = engine.scripts.loaded.lock();
+            if !loaded.contains(&args[2]) {
+                loaded.push(args[2].clone());
+            }
+            Reply::bulk(sha)
+        }
         ("EXISTS", n) if n >= 3 => Reply::Array(
             args[2..]
                 .iter()
@@ -412,9 +476,7 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
                     return Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
                 }
             }
-            engine.scripts.by_sha.lock().clear();
-            // The states keep each script compiled: start over with new ones.
-            engine.scripts.idle.lock().clear();
+            engine.scripts.flush();
             Reply::ok()
         }
         ("KILL", 2) => kill(engine),

@@ -124,6 +124,10 @@ pub enum Cmd {
     /// `DMC.ORIGIN addr id`: the next command on this peer connection was forwarded
     /// for NOLOOP tracker `id` of the agent at `addr`.
     DmcOrigin,
+    /// `DMC.KEEP functions|scripts version json`: the instance's libraries or loaded
+    /// scripts of that version, from the agent that changed them (peer connections
+    /// only).
+    DmcKeep,
     /// The hash family.
     Hash(HashCmd),
     /// The list family.
@@ -201,7 +205,9 @@ impl Cmd {
             }
             Subscribe | Unsubscribe | PSubscribe | PUnsubscribe | SSubscribe | SUnsubscribe
             | Publish | SPublish | PubSub => Family::PubSub,
-            DmcPeer | DmcWarm | DmcTracking | DmcInvalidate | DmcOrigin => Family::Internal,
+            DmcPeer | DmcWarm | DmcTracking | DmcInvalidate | DmcOrigin | DmcKeep => {
+                Family::Internal
+            }
             Hash(_) => Family::Hashes,
             List(_) => Family::Lists,
             Sets(_) => Family::Sets,
@@ -627,6 +633,15 @@ const CORE: &[Spec] = &[
         0,
         0,
         DmcOrigin
+    ),
+    spec!(
+        "dmc.keep",
+        4,
+        &["noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+        DmcKeep
     ),
 ];
 
