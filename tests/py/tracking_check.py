@@ -93,7 +93,11 @@ def resp3(port: int, other: int) -> None:
     eq(c.until(b"\r\n2\r\n"), b"$1\r\n2\r\n")
     w.flushall()
     null = b">2\r\n$10\r\ninvalidate\r\n_\r\n"
-    eq(c.until(null), null)
+    # Across agents the invalidation of `SET tk 2` travels after the write's reply and
+    # may land after the GET above re-tracked tk: an extra `invalidate [tk]` first is
+    # allowed (never a missing one).
+    got = c.until(null)
+    assert got in (null, push("tk") + null), got
     # In a cluster every agent flushes its own keys and tells every tracker: one null
     # per agent.
     assert set(c.quiet().split(null)) <= {b""}, "only nulls after a flush"
