@@ -130,18 +130,8 @@ impl Router {
             Bytes::from(version.to_string()),
             Bytes::from(json),
         ];
-        let sends = self.other_agents().into_iter().map(|addr| {
-            let command = &command;
-            async move {
-                match self.forward_many(&addr, (0, 2), &[&command[..]]).await {
-                    Ok(replies) if replies.iter().all(|r| !matches!(r, Reply::Error(_))) => {}
-                    other => {
-                        tracing::warn!(%addr, ?other, "a peer did not take the instance's scripts")
-                    }
-                }
-            }
-        });
-        futures::future::join_all(sends).await;
+        self.tell_other_agents(&command, "the instance's scripts")
+            .await;
     }
 
     /// `DMC.KEEP functions|scripts version json` from the agent that changed them.

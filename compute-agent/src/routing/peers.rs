@@ -108,6 +108,19 @@ impl Router {
             .ok_or_else(|| std::io::Error::other("no reply from the owner"))
     }
 
+    /// Sends `command` to every other agent of the instance at once and waits for all
+    /// (an agent that does not answer within the peer timeout is logged as missing
+    /// `what`).
+    pub(super) async fn tell_other_agents(&self, command: &[Bytes], what: &str) {
+        let sends = self.other_agents().into_iter().map(|addr| async move {
+            match self.forward_many(&addr, (0, 2), &[command]).await {
+                Ok(replies) if replies.iter().all(|r| !matches!(r, Reply::Error(_))) => {}
+                other => tracing::warn!(%addr, ?other, "a peer did not take {what}"),
+            }
+        });
+        futures::future::join_all(sends).await;
+    }
+
     /// Sends commands of database `db` to the agent at `addr` pipelined on one pooled
     /// connection and reads their replies, in order.
     pub(super) async fn forward_many(

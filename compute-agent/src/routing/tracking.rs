@@ -63,15 +63,8 @@ impl Router {
             return;
         };
         let command = [Bytes::from_static(b"DMC.TRACKING"), Bytes::from(me)];
-        let sends = self.other_agents().into_iter().map(|addr| {
-            let command = &command;
-            async move {
-                if let Err(e) = self.forward_many(&addr, (0, 2), &[&command[..]]).await {
-                    tracing::warn!(%addr, error = %e, "a peer missed a tracking announcement");
-                }
-            }
-        });
-        futures::future::join_all(sends).await;
+        self.tell_other_agents(&command, "a tracking announcement")
+            .await;
     }
 
     /// Announces this agent again every few seconds while it has tracking clients.

@@ -21,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::acl::{self, AclError, AclLog, Context, Denied, LogEntry, User, Users};
 use crate::table::Spec;
+use crate::upper;
 use crate::{Engine, Flow, Session};
 
 /// The users of this agent and what it logged about them.
@@ -331,10 +332,6 @@ const HELP: &[&str] = &[
 ];
 
 const NO_FILE: &str = "ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis configuration file set) in order to store users in the Redis configuration.";
-
-fn upper(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_ascii_uppercase()
-}
 
 /// Whether `ACL <sub>` changes the users (in a cluster it goes to the manager).
 pub fn is_change(args: &[Bytes]) -> bool {

@@ -6,11 +6,8 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 
 use crate::clients::KillFilter;
+use crate::upper;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, parse_i64};
-
-fn upper(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_uppercase()
-}
 
 /// Redis's rule for client names: printable ASCII without spaces.
 pub(crate) fn check_name(name: &[u8]) -> Result<(), Reply> {

@@ -6,11 +6,8 @@ use dmc_dht::RedisPolicy;
 use dmc_resp::Reply;
 
 use crate::subcommands::{help, refused};
+use crate::upper;
 use crate::{Engine, NOT_INTEGER, Session, error_reply, parse_i64};
-
-fn upper(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_uppercase()
-}
 
 /// Redis's encoding of a string value: `int` for a canonical 64-bit integer, `embstr`
 /// up to 44 bytes, `raw` above.

@@ -441,6 +441,11 @@ pub fn error_reply(e: DhtError) -> Reply {
     }
 }
 
+/// An argument in upper case (subcommand and option names), lossy for non-UTF-8.
+pub(crate) fn upper(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).to_ascii_uppercase()
+}
+
 /// Parses a Redis integer argument.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(arg).ok()?;

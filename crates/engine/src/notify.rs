@@ -120,6 +120,14 @@ impl Notifications {
     pub fn set(&self, flags: u32) {
         self.flags.store(flags, Ordering::Relaxed);
     }
+
+    /// The flags, if events of `class` are published (the class is on, and a channel
+    /// kind).
+    #[inline]
+    fn wanted(&self, class: u32) -> Option<u32> {
+        let flags = self.flags();
+        (flags & class != 0 && flags & (KEYSPACE | KEYEVENT) != 0).then_some(flags)
+    }
 }
 
 /// `__keyspace@<db>__:<key>` or `__keyevent@<db>__:<event>`.
@@ -137,10 +145,9 @@ impl Engine {
     /// of `class` is published if enabled.
     #[inline]
     pub(crate) fn notify(&self, class: u32, event: &'static str, db: u8, key: &[u8]) {
-        let flags = self.notifications.flags();
-        if flags & class == 0 || flags & (KEYSPACE | KEYEVENT) == 0 {
+        let Some(flags) = self.notifications.wanted(class) else {
             return;
-        }
+        };
         if crate::multi::defer_notify(class, event, db, key) {
             return;
         }
@@ -150,8 +157,7 @@ impl Engine {
     /// After elements were removed from collection `key`: `del` if that emptied it
     /// (and so deleted it). Looks only when `del` would be published.
     pub(crate) async fn notify_if_emptied(&self, db: u8, key: &[u8]) {
-        let flags = self.notifications.flags();
-        if flags & GENERIC == 0 || flags & (KEYSPACE | KEYEVENT) == 0 {
+        if self.notifications.wanted(GENERIC).is_none() {
             return;
         }
         if let Ok(false) = self.dht.exists(db, key).await {

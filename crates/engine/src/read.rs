@@ -174,7 +174,10 @@ impl Engine {
         {
             return;
         }
-        self.key_changed(Some(key), crate::tracking::modifier());
+        // The NOLOOP writer is looked up (a task-local) only when someone tracks.
+        if self.tracking.active() {
+            self.key_changed(Some(key), crate::tracking::modifier());
+        }
         if let Some(c) = &self.cache {
             if now.is_some() && !self.owns(key) {
                 c.remove(db, key);

@@ -12,15 +12,12 @@ use dmc_resp::Reply;
 use crate::docs;
 use crate::glob::glob;
 use crate::table::{self, Cmd, TABLE};
+use crate::upper;
 use crate::{Engine, NOT_INTEGER, Session, parse_i64, stats};
 
 /// The Redis version reported to clients (they switch features on it).
 pub const REDIS_VERSION: &str = "7.2.4";
 pub const DMC_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-fn upper(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_uppercase()
-}
 
 fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
     let dht = &engine.dht;

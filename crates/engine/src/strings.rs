@@ -5,6 +5,7 @@ use dmc_dht::{SetCond, SetExpiry, SetOptions};
 use dmc_resp::Reply;
 
 use crate::table::Cmd;
+use crate::upper;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
 
 /// Redis's `proto-max-bulk-len`: the longest string a command may build.
@@ -34,10 +35,6 @@ pub(crate) fn expiry_at(engine: &Engine, unit: &str, arg: &[u8], cmd: &str) -> R
         _ => Some(n),
     };
     at.map(|a| a as u64).ok_or_else(invalid)
-}
-
-fn upper(a: &[u8]) -> String {
-    String::from_utf8_lossy(a).to_ascii_uppercase()
 }
 
 pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> Reply {
