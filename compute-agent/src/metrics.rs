@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 13],
+    by_family: [Histogram; 17],
 }
 
 impl CommandTimers {
@@ -36,6 +36,10 @@ impl CommandTimers {
                 h("transactions"),
                 h("scripting"),
                 h("pubsub"),
+                h("bitmaps"),
+                h("hyperloglog"),
+                h("geo"),
+                h("sort"),
             ],
         }
     }
@@ -56,6 +60,10 @@ impl CommandTimers {
             Family::Transactions => 10,
             Family::Scripting => 11,
             Family::PubSub => 12,
+            Family::Bitmaps => 13,
+            Family::HyperLogLog => 14,
+            Family::Geo => 15,
+            Family::Sort => 16,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -147,6 +147,23 @@ fn a_function_restore_through_one_agent_is_callable_through_the_other() {
     assert!(out.contains("DUMP: ok"), "{out}");
 }
 
+/// Bitmaps, HyperLogLog, geo and SORT: every reply as redis-server 7 gives it
+/// (`tests/py/differential_check.py` starts one and sends both the same commands).
+#[test]
+fn a_standalone_agent_answers_the_data_model_commands_as_redis_does() {
+    let agent = Agent::start(&[]).unwrap();
+    let out = py_run("differential_check.py", &[agent.port()]);
+    assert!(out.contains("bitmaps: ok"), "{out}");
+}
+
+/// The same through one agent of a proxy cluster, every read asked of both agents.
+#[test]
+fn two_agents_answer_the_data_model_commands_as_redis_does() {
+    let (_c, ports) = two_agent_proxy_cluster();
+    let out = py_run("differential_check.py", &ports);
+    assert!(out.contains("bitmaps: ok"), "{out}");
+}
+
 /// Runs `tests/py/SCRIPT` with `args` and returns its output, failing the test with
 /// the script's output unless it exits successfully.
 fn py_run(script: &str, args: &[String]) -> String {

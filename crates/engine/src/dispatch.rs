@@ -170,6 +170,12 @@ pub async fn dispatch_at(
             Cmd::ZSet(z) => Box::pin(zsets::run(engine, session, z, &args)).await,
             _ => unknown(&args),
         },
+        Family::Bitmaps => match spec.cmd {
+            Cmd::Bit(b) => Box::pin(crate::bitmaps::run(engine, session, b, &args)).await,
+            _ => unknown(&args),
+        },
+        // Not in the table yet.
+        Family::HyperLogLog | Family::Geo | Family::Sort => unknown(&args),
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
         Family::Introspect if spec.cmd == Cmd::Object => {
             introspect::object(engine, session, &args).await

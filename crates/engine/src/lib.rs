@@ -30,6 +30,7 @@
 pub mod acl;
 pub mod acl_cmd;
 pub mod big;
+pub mod bitmaps;
 pub mod blocking;
 pub mod cache;
 pub mod client_cmd;

@@ -118,11 +118,8 @@ const SORTEDSET: Categories = Category::SortedSet.bit();
 const LIST: Categories = Category::List.bit();
 const HASH: Categories = Category::Hash.bit();
 const STRING: Categories = Category::String.bit();
-#[allow(dead_code)] // no command of DMC's is in it yet
 const BITMAP: Categories = Category::Bitmap.bit();
-#[allow(dead_code)] // no command of DMC's is in it yet
 const HYPERLOGLOG: Categories = Category::HyperLogLog.bit();
-#[allow(dead_code)] // no command of DMC's is in it yet
 const GEO: Categories = Category::Geo.bit();
 #[allow(dead_code)] // no command of DMC's is in it yet
 const STREAM: Categories = Category::Stream.bit();
@@ -201,6 +198,11 @@ pub const COMMANDS: &[Entry] = &[
     e("append", WRITE | STRING | FAST, &[KEY_W]),
     e("asking", FAST | CONNECTION, &[]),
     e("auth", FAST | CONNECTION, &[]),
+    e("bitcount", READ | BITMAP | SLOW, &[KEY_R]),
+    e("bitfield", WRITE | BITMAP | SLOW, &[KEY_RW]),
+    e("bitfield_ro", READ | BITMAP | FAST, &[KEY_R]),
+    e("bitop", WRITE | BITMAP | SLOW, &[KEY_W, KEY_R]),
+    e("bitpos", READ | BITMAP | SLOW, &[KEY_R]),
     e("blmove", WRITE | LIST | SLOW | BLOCKING, &[KEY_RW, KEY_W]),
     e("blmpop", WRITE | LIST | SLOW | BLOCKING, &[KEY_RW]),
     e("blpop", WRITE | LIST | SLOW | BLOCKING, &[KEY_RW]),
@@ -311,7 +313,22 @@ pub const COMMANDS: &[Entry] = &[
     e("expiretime", KEYSPACE | READ | FAST, &[KEY_R]),
     e("flushall", KEYSPACE | WRITE | SLOW | DANGEROUS, &[]),
     e("flushdb", KEYSPACE | WRITE | SLOW | DANGEROUS, &[]),
+    e("geoadd", WRITE | GEO | SLOW, &[KEY_W]),
+    e("geodist", READ | GEO | SLOW, &[KEY_R]),
+    e("geohash", READ | GEO | SLOW, &[KEY_R]),
+    e("geopos", READ | GEO | SLOW, &[KEY_R]),
+    e("georadius", WRITE | GEO | SLOW, &[KEY_R, KEY_W, KEY_W]),
+    e("georadius_ro", READ | GEO | SLOW, &[KEY_R]),
+    e(
+        "georadiusbymember",
+        WRITE | GEO | SLOW,
+        &[KEY_R, KEY_W, KEY_W],
+    ),
+    e("georadiusbymember_ro", READ | GEO | SLOW, &[KEY_R]),
+    e("geosearch", READ | GEO | SLOW, &[KEY_R]),
+    e("geosearchstore", WRITE | GEO | SLOW, &[KEY_W, KEY_R]),
     e("get", READ | STRING | FAST, &[KEY_R]),
+    e("getbit", READ | BITMAP | FAST, &[KEY_R]),
     e("getdel", WRITE | STRING | FAST, &[KEY_RW]),
     e("getex", WRITE | STRING | FAST, &[KEY_RW]),
     e("getrange", READ | STRING | SLOW, &[KEY_R]),
@@ -384,6 +401,14 @@ pub const COMMANDS: &[Entry] = &[
     e("pexpire", KEYSPACE | WRITE | FAST, &[KEY_W]),
     e("pexpireat", KEYSPACE | WRITE | FAST, &[KEY_W]),
     e("pexpiretime", KEYSPACE | READ | FAST, &[KEY_R]),
+    e("pfadd", WRITE | HYPERLOGLOG | FAST, &[KEY_W]),
+    e("pfcount", READ | HYPERLOGLOG | SLOW, &[KEY_R]),
+    e(
+        "pfdebug",
+        WRITE | HYPERLOGLOG | ADMIN | SLOW | DANGEROUS,
+        &[KEY_R],
+    ),
+    e("pfmerge", WRITE | HYPERLOGLOG | SLOW, &[KEY_RW, KEY_R]),
     e("ping", FAST | CONNECTION, &[]),
     e("psetex", WRITE | STRING | SLOW, &[KEY_W]),
     e("psubscribe", PUBSUB | SLOW, &[]),
@@ -422,6 +447,7 @@ pub const COMMANDS: &[Entry] = &[
     e("sdiffstore", WRITE | SET | SLOW, &[KEY_W, KEY_R]),
     e("select", FAST | CONNECTION, &[]),
     e("set", WRITE | STRING | SLOW, &[KEY_RW]),
+    e("setbit", WRITE | BITMAP | SLOW, &[KEY_RW]),
     e("setex", WRITE | STRING | SLOW, &[KEY_W]),
     e("setnx", WRITE | STRING | FAST, &[KEY_W]),
     e("setrange", WRITE | STRING | SLOW, &[KEY_W]),
@@ -437,6 +463,16 @@ pub const COMMANDS: &[Entry] = &[
     e("smembers", READ | SET | SLOW, &[KEY_R]),
     e("smismember", READ | SET | FAST, &[KEY_R]),
     e("smove", WRITE | SET | FAST, &[KEY_RW, KEY_W]),
+    e(
+        "sort",
+        WRITE | SET | SORTEDSET | LIST | SLOW | DANGEROUS,
+        &[KEY_R, KEY_W],
+    ),
+    e(
+        "sort_ro",
+        READ | SET | SORTEDSET | LIST | SLOW | DANGEROUS,
+        &[KEY_R],
+    ),
     e("spop", WRITE | SET | FAST, &[KEY_RW]),
     e("spublish", PUBSUB | FAST, &[NOT_KEY]),
     e("srandmember", READ | SET | SLOW, &[KEY_R]),

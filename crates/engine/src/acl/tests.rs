@@ -92,6 +92,7 @@ fn categories_are_redis_7s() {
     assert_eq!(cats("eval_ro"), "slow scripting");
     assert_eq!(cats("flushall"), "keyspace write slow dangerous");
     assert!(categories_of("xadd").is_none(), "not a DMC command");
+    assert_eq!(cats("bitop"), "write bitmap slow");
 }
 
 fn sorted(mut v: Vec<&str>) -> Vec<&str> {

@@ -5,6 +5,7 @@
 use dmc_resp::Reply;
 
 mod collections;
+mod data_model;
 
 use crate::table::{Cmd, Spec};
 
@@ -18,6 +19,11 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
         List(l) => collections::list_doc(l),
         Sets(c) => collections::set_doc(c),
         ZSet(z) => collections::zset_doc(z),
+        Bit(b) => data_model::bit_doc(b),
+        Hll(h) => data_model::hll_doc(h),
+        Geo(g) => data_model::geo_doc(g),
+        Sort => data_model::sort_doc(false),
+        SortRo => data_model::sort_doc(true),
         Ping => (
             "Returns the server's liveliness response.",
             "connection",

@@ -8,10 +8,12 @@
 //! leaf: every command family imports its types from here, and it imports no family.
 
 mod collections;
+mod data_model;
 
 use std::sync::OnceLock;
 
 pub use collections::{HashCmd, ListCmd, SetCmd, ZSetCmd};
+pub use data_model::{BitCmd, GeoCmd, HllCmd};
 
 /// Which handler runs a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +138,16 @@ pub enum Cmd {
     Sets(SetCmd),
     /// The sorted set family.
     ZSet(ZSetCmd),
+    /// Bit operations on strings.
+    Bit(BitCmd),
+    /// HyperLogLog.
+    Hll(HllCmd),
+    /// Geo on sorted sets.
+    Geo(GeoCmd),
+    /// `SORT` (may store its result).
+    Sort,
+    /// `SORT_RO`.
+    SortRo,
 }
 
 /// The module that runs a command: the families never import each other, and
@@ -154,6 +166,14 @@ pub enum Family {
     Sets,
     /// Sorted sets ([`crate::zsets`]).
     ZSets,
+    /// Bitmaps ([`crate::bitmaps`]).
+    Bitmaps,
+    /// HyperLogLog ([`crate::hyperloglog`]).
+    HyperLogLog,
+    /// Geo ([`crate::geo`]).
+    Geo,
+    /// SORT and SORT_RO ([`crate::sort`]).
+    Sort,
     /// The keyspace ([`crate::keys`]).
     Keys,
     /// OBJECT and MEMORY ([`crate::introspect`]).
@@ -212,6 +232,10 @@ impl Cmd {
             List(_) => Family::Lists,
             Sets(_) => Family::Sets,
             ZSet(_) => Family::ZSets,
+            Bit(_) => Family::Bitmaps,
+            Hll(_) => Family::HyperLogLog,
+            Geo(_) => Family::Geo,
+            Sort | SortRo => Family::Sort,
         }
     }
 }
@@ -263,6 +287,16 @@ impl Spec {
         {
             keys.extend(counted_key_positions(args, at));
         }
+        let store = match self.cmd {
+            Cmd::Sort => {
+                data_model::store_key_position(args, 2, &["store"], data_model::sort_option_width)
+            }
+            Cmd::Geo(GeoCmd::GeoRadius | GeoCmd::GeoRadiusByMember) => {
+                data_model::store_key_position(args, 5, &["store", "storedist"], |_| 0)
+            }
+            _ => None,
+        };
+        keys.extend(store);
         keys
     }
 
@@ -365,6 +399,7 @@ macro_rules! spec {
 pub static TABLE: std::sync::LazyLock<Vec<Spec>> = std::sync::LazyLock::new(|| {
     CORE.iter()
         .chain(collections::ROWS.iter())
+        .chain(data_model::ROWS.iter())
         .copied()
         .collect()
 });

