@@ -207,10 +207,77 @@ def bitmap_cases(p: Pair, rng: random.Random):
             r("DEL", k)
 
 
+# --------------------------------------------------------------------------- SORT
+
+def sort_cases(p: Pair, rng: random.Random):
+    r = p.run
+    r("RPUSH", "{t}l", 3, 1, 2, 10, "1.5", -4, 2)
+    r("RPUSH", "{t}words", "pear", "apple", "fig", "Banana", "apple2", "")
+    r("SADD", "{t}s", 5, 3, 9, 1, 7)
+    r("ZADD", "{t}z", 3, "c", 1, "a", 2, "b", 5, "e", 4, "d")
+    r("RPUSH", "{t}bad", 1, "x", 2)
+    for i, w in enumerate([5, 1, 4, 2, 3, 0, 6]):
+        r("SET", f"{{t}}w_{i}", w)
+        r("HSET", f"{{t}}h_{i}", "f", 10 - i, "name", f"n{i}")
+    r("RPUSH", "{t}ids", 0, 1, 2, 3, 4, 5, 6, 7)
+    for args in [("{t}l",), ("{t}l", "DESC"), ("{t}l", "LIMIT", 1, 3), ("{t}l", "LIMIT", -5, 2),
+                 ("{t}l", "LIMIT", 100, 2), ("{t}l", "LIMIT", 0, 0), ("{t}l", "LIMIT", 2, -1),
+                 ("{t}l", "limit", "x", 1), ("{t}l", "ALPHA"), ("{t}words", "ALPHA"),
+                 ("{t}words", "ALPHA", "DESC", "LIMIT", 1, 2), ("{t}words",), ("{t}bad",),
+                 ("{t}s",), ("{t}s", "DESC"), ("{t}z",), ("{t}z", "ALPHA", "DESC"),
+                 ("{t}z", "BY", "nosort"), ("{t}z", "BY", "nosort", "DESC", "LIMIT", 1, 2),
+                 ("{t}l", "BY", "nosort"), ("{t}l", "BY", "nosort", "DESC"),
+                 ("{t}l", "BY", "nosort", "LIMIT", 2, 3),
+                 ("{t}ids", "BY", "{t}w_*"), ("{t}ids", "BY", "{t}w_*", "DESC"),
+                 ("{t}ids", "BY", "{t}h_*->f"), ("{t}ids", "BY", "{t}h_*->f", "LIMIT", 1, 3),
+                 ("{t}ids", "BY", "{t}w_*", "GET", "#", "GET", "{t}h_*->name", "GET", "{t}w_*"),
+                 ("{t}ids", "GET", "{t}nothing_*"), ("{t}ids", "GET", "{t}w_"),
+                 ("{t}ids", "GET", "{t}h_*->"), ("{t}ids", "GET", "{t}h_*->nofield"),
+                 ("{t}ids", "BY", "{t}h_*->name", "ALPHA", "DESC"),
+                 ("{t}missing",), ("{t}missing", "STORE", "{t}out"),
+                 ("{t}l", "ASC", "FOO"), ("{t}l", "GET"), ("{t}l", "STORE"),
+                 ("{t}w_0",), ("{t}h_0",)]:
+        r("SORT", *args, read=True)
+        r("SORT_RO", *args, read=True)
+    r("SORT", "{t}l", "STORE", "{t}out")
+    r("LRANGE", "{t}out", 0, -1, read=True)
+    r("TYPE", "{t}out", read=True)
+    r("SORT", "{t}s", "STORE", "{t}out")
+    r("LRANGE", "{t}out", 0, -1, read=True)
+    r("SORT", "{t}s", "BY", "nosort", "STORE", "{t}out")
+    r("LRANGE", "{t}out", 0, -1, read=True)
+    r("SORT", "{t}ids", "BY", "{t}w_*", "GET", "{t}h_*->name", "GET", "{t}nope_*", "STORE", "{t}out")
+    r("LRANGE", "{t}out", 0, -1, read=True)
+    r("SET", "{t}str", "x")
+    r("SORT", "{t}l", "STORE", "{t}str")
+    r("TYPE", "{t}str", read=True)
+    r("SORT", "{t}missing", "STORE", "{t}out")
+    r("EXISTS", "{t}out", read=True)
+    r("SORT_RO", "{t}l", "STORE", "{t}out")
+    # Random numeric lists sorted every way.
+    for n in range(40):
+        key = f"{{t}}r{n}"
+        vals = [rng.choice([str(rng.randrange(-50, 50)), f"{rng.uniform(-10, 10):.3f}",
+                            str(rng.randrange(0, 5))]) for _ in range(rng.randrange(0, 30))]
+        if vals:
+            r("RPUSH", key, *vals)
+        lim = ("LIMIT", rng.randrange(-2, 10), rng.randrange(-2, 10)) if rng.random() < 0.5 else ()
+        order = (rng.choice(["ASC", "DESC"]),)
+        r("SORT", key, *order, *lim, read=True)
+        r("SORT", key, "ALPHA", *order, *lim, read=True)
+    # A list larger than one chunk.
+    r("RPUSH", "{t}big", *[rng.randrange(0, 10**6) for _ in range(3000)])
+    r("SORT", "{t}big", "LIMIT", 100, 20, read=True)
+    r("SORT", "{t}big", "DESC", "STORE", "{t}bigout")
+    r("LRANGE", "{t}bigout", 0, 30, read=True)
+    r("LLEN", "{t}bigout", read=True)
+
+
 # --------------------------------------------------------------------------- runner
 
 FAMILIES = {
     "bitmaps": bitmap_cases,
+    "sort": sort_cases,
 }
 
 

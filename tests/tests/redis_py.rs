@@ -153,7 +153,10 @@ fn a_function_restore_through_one_agent_is_callable_through_the_other() {
 fn a_standalone_agent_answers_the_data_model_commands_as_redis_does() {
     let agent = Agent::start(&[]).unwrap();
     let out = py_run("differential_check.py", &[agent.port()]);
-    assert!(out.contains("bitmaps: ok"), "{out}");
+    assert!(
+        out.contains("bitmaps: ok") && out.contains("sort: ok"),
+        "{out}"
+    );
 }
 
 /// The same through one agent of a proxy cluster, every read asked of both agents.
@@ -161,7 +164,10 @@ fn a_standalone_agent_answers_the_data_model_commands_as_redis_does() {
 fn two_agents_answer_the_data_model_commands_as_redis_does() {
     let (_c, ports) = two_agent_proxy_cluster();
     let out = py_run("differential_check.py", &ports);
-    assert!(out.contains("bitmaps: ok"), "{out}");
+    assert!(
+        out.contains("bitmaps: ok") && out.contains("sort: ok"),
+        "{out}"
+    );
 }
 
 /// Runs `tests/py/SCRIPT` with `args` and returns its output, failing the test with

@@ -174,8 +174,17 @@ pub async fn dispatch_at(
             Cmd::Bit(b) => Box::pin(crate::bitmaps::run(engine, session, b, &args)).await,
             _ => unknown(&args),
         },
+        Family::Sort => {
+            Box::pin(crate::sort::run(
+                engine,
+                session,
+                &args,
+                spec.cmd == Cmd::SortRo,
+            ))
+            .await
+        }
         // Not in the table yet.
-        Family::HyperLogLog | Family::Geo | Family::Sort => unknown(&args),
+        Family::HyperLogLog | Family::Geo => unknown(&args),
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
         Family::Introspect if spec.cmd == Cmd::Object => {
             introspect::object(engine, session, &args).await

@@ -399,6 +399,18 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
 }
 
 /// The values of `fields` in `key` (`None`: the key does not exist).
+/// The value of `field` in the hash `key` (`None`: no such field or key); WRONGTYPE
+/// for another type. SORT's `->field` patterns read through it.
+pub(crate) async fn field(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    field: &Bytes,
+) -> Result<Option<Bytes>, Reply> {
+    let found = lookup(engine, db, key, std::slice::from_ref(field)).await?;
+    Ok(found.and_then(|mut v| v.pop()).flatten())
+}
+
 async fn lookup(
     engine: &Engine,
     db: u8,

@@ -61,6 +61,7 @@ pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod slowlog;
+pub mod sort;
 pub mod stats;
 pub mod strings;
 pub mod subcommands;

@@ -200,6 +200,12 @@ impl User {
         self.perms.channel_allowed(channel, is_pattern)
     }
 
+    /// Whether the user may read and write every key (`allkeys`, `~*`): what SORT asks
+    /// before it reads the keys its BY and GET patterns name.
+    pub fn all_keys_allowed(&self) -> bool {
+        self.perms.all_keys
+    }
+
     /// Whether the user may use `key` for reading (`write` false) or writing.
     pub fn key_allowed(&self, key: &[u8], write: bool) -> bool {
         self.perms

@@ -93,6 +93,7 @@ fn categories_are_redis_7s() {
     assert_eq!(cats("flushall"), "keyspace write slow dangerous");
     assert!(categories_of("xadd").is_none(), "not a DMC command");
     assert_eq!(cats("bitop"), "write bitmap slow");
+    assert_eq!(cats("sort"), "write set sortedset list slow dangerous");
 }
 
 fn sorted(mut v: Vec<&str>) -> Vec<&str> {

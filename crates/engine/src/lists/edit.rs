@@ -307,6 +307,23 @@ async fn apply_tree(
 
 pub(crate) use crate::big::Stored;
 
+/// Every element of the list `key`, head to tail (empty: absent); WRONGTYPE for
+/// another type. SORT reads lists through it.
+pub(crate) async fn all(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<Bytes>, Reply> {
+    crate::big::read(
+        engine,
+        db,
+        key,
+        &LAYOUT,
+        |p| match p {
+            Some(p) => Ok(p.collect(1)?),
+            None => Ok(Vec::new()),
+        },
+        |t| futures::FutureExt::boxed(async move { t.range(0, u64::MAX).await }),
+    )
+    .await
+}
+
 /// The list `key` as stored (`None`: absent); WRONGTYPE for another type.
 pub(crate) async fn load(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Stored>, Reply> {
     crate::big::load(engine, db, key, ValueKind::List).await

@@ -10,7 +10,7 @@
 
 mod edit;
 
-pub(crate) use edit::{ListOp, Outcome, Stored};
+pub(crate) use edit::{ListOp, Outcome, Stored, all};
 
 use std::collections::VecDeque;
 

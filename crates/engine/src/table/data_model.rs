@@ -175,6 +175,13 @@ mod tests {
 
     #[test]
     fn store_options_name_a_key() {
+        assert_eq!(keys("sort k"), vec![1]);
+        assert_eq!(keys("sort k STORE d"), vec![1, 3]);
+        assert_eq!(keys("sort k by w limit 0 store get x store d"), vec![1, 10]);
+        // `store` as BY's pattern is not the option.
+        assert_eq!(keys("sort k BY store"), vec![1]);
+        assert_eq!(keys("sort k STORE"), vec![1]);
+        assert_eq!(keys("sort_ro k STORE d"), vec![1]);
         assert_eq!(keys("bitop and d a b"), vec![2, 3, 4]);
     }
 }

@@ -358,6 +358,8 @@ const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const PS: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 const PUB: &[&str] = &["pubsub", "loading", "stale", "fast"];
 const EVAL: &[&str] = &["write", "noscript", "stale", "skip_monitor", "movablekeys"];
+/// SORT: its STORE option names a key of its own.
+const SORT: &[&str] = &["write", "denyoom", "movablekeys"];
 const EVAL_RO: &[&str] = &[
     "readonly",
     "noscript",
@@ -521,6 +523,8 @@ const CORE: &[Spec] = &[
     spec!("move", 3, &["write", "fast"], 1, 1, 1, Move),
     spec!("swapdb", 3, &["write", "fast"], 0, 0, 0, SwapDb),
     spec!("lcs", -3, &["readonly"], 1, 2, 1, Lcs),
+    spec!("sort", -2, SORT, 1, 1, 1, Sort),
+    spec!("sort_ro", -2, &["readonly", "movablekeys"], 1, 1, 1, SortRo),
     spec!("object", -2, &["readonly"], 2, 2, 1, Object),
     spec!("memory", -2, &["readonly"], 0, 0, 0, Memory),
     spec!("cluster", -2, &[], 0, 0, 0, Cluster),
