@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 17],
+    by_family: [Histogram; 18],
 }
 
 impl CommandTimers {
@@ -40,6 +40,7 @@ impl CommandTimers {
                 h("hyperloglog"),
                 h("geo"),
                 h("sort"),
+                h("dump"),
             ],
         }
     }
@@ -64,6 +65,7 @@ impl CommandTimers {
             Family::HyperLogLog => 14,
             Family::Geo => 15,
             Family::Sort => 16,
+            Family::Dump => 17,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -1,10 +1,12 @@
-//! RDB payloads (FUNCTION RESTORE today, RESTORE later) from anyone: reading arbitrary
-//! bytes as a payload body — opcodes, lengths, integer and LZF strings — never panics
-//! or allocates past the bounds `dmc_engine::rdb` sets, and a string written there
-//! reads back unchanged through a verified footer.
+//! RDB payloads (FUNCTION RESTORE, RESTORE) from anyone: reading arbitrary bytes as a
+//! payload body — opcodes, lengths, integer and LZF strings, and as a RESTORE value
+//! with its listpacks, ziplists and intsets — never panics or allocates past the
+//! bounds `dmc_engine::rdb` sets; a string written there reads back unchanged through
+//! a verified footer, and a value RESTORE accepts dumps and reads back equal.
 
 #![no_main]
 
+use dmc_engine::dump::value;
 use dmc_engine::rdb::{self, Reader};
 use libfuzzer_sys::fuzz_target;
 
@@ -15,6 +17,10 @@ fuzz_target!(|data: &[u8]| {
         if r.byte().is_err() || r.string().is_err() {
             break;
         }
+    }
+    // As a RESTORE value: accepted values encode and decode back to themselves.
+    if let Ok(v) = value::decode(data) {
+        assert_eq!(value::decode(&value::encode(&v)), Ok(v));
     }
     // As a whole payload: the footer check decides, without panicking.
     let _ = rdb::verify(data);

@@ -83,6 +83,16 @@ class Pair:
                     f"after:\n  {history}")
         return want
 
+    def same(self, *args, shape=None):
+        """Reads `args` from redis-server and from every agent and requires equal
+        replies after `shape` (for orders that are each server's own: SMEMBERS, HGETALL)."""
+        shape = shape or (lambda x: x)
+        want = shape(self.reply(self.ref, args))
+        for i, c in enumerate(self.dmc):
+            got = shape(self.reply(c, args))
+            assert got == want, f"RESP{self.proto}, agent {i}: {args!r}\n  redis: {want!r}\n  dmc:   {got!r}"
+        self.count += 1
+
     def reset(self):
         self.ref.flushall()
         self.dmc[0].flushall()
@@ -273,11 +283,154 @@ def sort_cases(p: Pair, rng: random.Random):
     r("LLEN", "{t}bigout", read=True)
 
 
+# --------------------------------------------------------------------------- DUMP / RESTORE
+
+def unordered(r):
+    """A reply whose order is the server's own (a set, a hash): compared as a multiset."""
+    kind, v = r
+    if kind != "ok":
+        return r
+    if isinstance(v, dict):
+        return ("ok", sorted(v.items()))
+    return ("ok", sorted(v) if isinstance(v, (list, set)) else v)
+
+
+def pairs(r):
+    """HGETALL over RESP2 is a flat list: pairs, sorted."""
+    kind, v = r
+    if kind == "ok" and isinstance(v, list):
+        return ("ok", sorted(zip(v[::2], v[1::2])))
+    return unordered(r)
+
+
+def scores(r):
+    """WITHSCORES replies with the scores as numbers: redis-server 7.0 prints them with
+    %.17g, DMC as Redis 7.2 does (the shortest text that reads back the same double)."""
+    kind, v = r
+    if kind != "ok" or not isinstance(v, list):
+        return r
+    if v and isinstance(v[0], list):
+        return ("ok", [(m, float(s)) for m, s in v])
+    return ("ok", [(m, float(s)) for m, s in zip(v[::2], v[1::2])])
+
+
+def build_values(p: Pair, rng: random.Random, prefix: str):
+    """One key of every type and encoding on redis-server; their names and readers."""
+    ref = p.ref
+    keys = {}
+    def add(name, read):
+        keys[prefix + name] = read
+    ref.set(prefix + "str", "hello")
+    add("str", ("GET",))
+    ref.set(prefix + "int", 12345)
+    add("int", ("GET",))
+    ref.set(prefix + "neg", -7)
+    add("neg", ("GET",))
+    ref.set(prefix + "big", "abc" * 5000)  # LZF-compressed in the payload
+    add("big", ("GET",))
+    ref.set(prefix + "bin", bytes(range(256)))
+    add("bin", ("GET",))
+    ref.set(prefix + "empty", "")
+    add("empty", ("GET",))
+    ref.rpush(prefix + "lp", "a", 1, -300, 70000, -2**40, "x" * 100)
+    add("lp", ("LRANGE", 0, -1))
+    ref.rpush(prefix + "ql", *[rng.choice(["v", 7, "w" * 70]) for _ in range(2000)])
+    add("ql", ("LRANGE", 0, -1))
+    ref.sadd(prefix + "intset", 1, 2, -3, 2**40)
+    add("intset", ("SMEMBERS",))
+    ref.sadd(prefix + "set", "a", "b", 3)
+    add("set", ("SMEMBERS",))
+    ref.sadd(prefix + "bigset", *[f"m{i}" for i in range(600)])
+    add("bigset", ("SMEMBERS",))
+    ref.hset(prefix + "hlp", mapping={"f": "v", "n": 5, "e": ""})
+    add("hlp", ("HGETALL",))
+    ref.hset(prefix + "hbig", mapping={f"f{i}": "v" * (i % 80) for i in range(300)})
+    add("hbig", ("HGETALL",))
+    ref.zadd(prefix + "zlp", {"a": 1.5, "b": -2, "c": 1e300, "d": float("inf")})
+    add("zlp", ("ZRANGE", 0, -1, "WITHSCORES"))
+    ref.zadd(prefix + "zbig", {f"m{i}": rng.uniform(-1e6, 1e6) for i in range(400)})
+    add("zbig", ("ZRANGE", 0, -1, "WITHSCORES"))
+    return keys
+
+
+def read_as(p: Pair, key: str, read):
+    cmd, *rest = read
+    shape = {"HGETALL": pairs, "SMEMBERS": unordered, "ZRANGE": scores}.get(cmd)
+    p.same(cmd, key, *rest, shape=shape)
+    p.same("TYPE", key)
+
+
+def dump_cases(p: Pair, rng: random.Random):
+    r = p.run
+    keys = build_values(p, rng, "src:")
+    for key, read in keys.items():
+        payload = p.ref.execute_command("DUMP", key)
+        # Redis's payload restored on both: the agent reads every encoding Redis writes.
+        r("RESTORE", "fromredis:" + key, 0, payload)
+        read_as(p, "fromredis:" + key, read)
+        # The agent's own payload, restored on both: Redis reads what the agent writes.
+        mine = p.dmc[0].execute_command("DUMP", "fromredis:" + key)
+        r("RESTORE", "fromdmc:" + key, 0, mine)
+        read_as(p, "fromdmc:" + key, read)
+        # And it is the same value Redis started with.
+        want = p.reply(p.ref, (read[0], key, *read[1:]))
+        back = p.reply(p.ref, (read[0], "fromdmc:" + key, *read[1:]))
+        shape = {"HGETALL": pairs, "ZRANGE": scores}.get(read[0], unordered)
+        assert shape(back) == shape(want), f"{key}: {back!r} != {want!r}"
+    payload = p.ref.execute_command("DUMP", "src:str")
+    r("DUMP", "nosuchkey", read=True)
+    r("RESTORE", "fromredis:src:str", 0, payload)  # BUSYKEY
+    r("RESTORE", "fromredis:src:str", 0, payload, "REPLACE")
+    r("RESTORE", "t1", -1, payload)
+    r("RESTORE", "t1", "x", payload)
+    r("RESTORE", "t1", 0, payload[:-1])
+    r("RESTORE", "t1", 0, payload[:3] + bytes([payload[3] ^ 1]) + payload[4:])
+    r("RESTORE", "t1", 0, b"")
+    r("RESTORE", "t1", 0, payload, "IDLETIME", -1)
+    r("RESTORE", "t1", 0, payload, "FREQ", 256)
+    r("RESTORE", "t1", 0, payload, "FREQ", 5, "IDLETIME", 5)
+    r("RESTORE", "t1", 0, payload, "IDLETIME", "x")
+    r("RESTORE", "t1", 0, payload, "BOGUS")
+    r("RESTORE", "t1", 0, payload, "FREQ", 10)
+    r("GET", "t1", read=True)
+    r("RESTORE", "t2", 100000, payload, "IDLETIME", 100)
+    r("TTL", "t2", read=True)
+    r("RESTORE", "t3", 1, payload, "ABSTTL")
+    r("EXISTS", "t3", read=True)
+    r("RESTORE", "t2", 1, payload, "ABSTTL", "REPLACE")
+    r("EXISTS", "t2", read=True)
+    r("RESTORE", "t4", int(time.time() * 1000) + 86_400_000, payload, "ABSTTL")
+    want = p.ref.ttl("t4")
+    for c in p.dmc:
+        assert abs(c.ttl("t4") - want) <= 2, (c.ttl("t4"), want)
+    # A payload of a newer RDB version, and of an unknown type, are refused.
+    body = payload[:-10]
+    for bad in [body[:0] + bytes([6]) + body[1:], bytes([15]) + body[1:]]:
+        r("RESTORE", "t5", 0, redis_footer(bad))
+    r("RESTORE", "t5", 0, body + b"\x0b\x00" + payload[-8:])
+
+
+def redis_footer(body: bytes) -> bytes:
+    """`body` with a version-10 footer and its CRC-64 (Redis's Jones polynomial)."""
+    data = body + b"\x0a\x00"
+    return data + crc64(data).to_bytes(8, "little")
+
+
+def crc64(data: bytes) -> int:
+    poly, crc = 0x95AC9329AC4BC9B5, 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+    return crc
+
+
 # --------------------------------------------------------------------------- runner
 
 FAMILIES = {
     "bitmaps": bitmap_cases,
     "sort": sort_cases,
+    "dump": dump_cases,
 }
 
 

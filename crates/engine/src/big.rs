@@ -340,6 +340,18 @@ pub async fn store_trees(
     kind: ValueKind,
     trees: Vec<Tree<'_>>,
 ) -> Result<(), Reply> {
+    store_trees_expiring(engine, db, key, kind, trees, dmc_dht::SetExpiry::Clear).await
+}
+
+/// [`store_trees`] with the key's new expiry (RESTORE with a TTL).
+pub async fn store_trees_expiring(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    kind: ValueKind,
+    trees: Vec<Tree<'_>>,
+    expiry: dmc_dht::SetExpiry,
+) -> Result<(), Reply> {
     let pool = engine.dht.pool();
     let (mut head, mut written) = (Vec::new(), Vec::new());
     for t in trees {
@@ -356,6 +368,7 @@ pub async fn store_trees(
     }
     let opts = dmc_dht::SetOptions {
         kind,
+        expiry,
         ..Default::default()
     };
     if let Err(e) = engine.dht.set(db, key, &head, opts).await {

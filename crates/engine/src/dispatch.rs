@@ -183,6 +183,8 @@ pub async fn dispatch_at(
             ))
             .await
         }
+        Family::Dump if spec.cmd == Cmd::Dump => crate::dump::dump(engine, session, &args).await,
+        Family::Dump => crate::dump::restore(engine, session, &args).await,
         // Not in the table yet.
         Family::HyperLogLog | Family::Geo => unknown(&args),
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,

@@ -386,7 +386,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: HashCmd, args: &[Bytes])
                     if !next.is_finite() {
                         return Err(Reply::err("ERR increment would produce NaN or Infinity"));
                     }
-                    let text = Bytes::from(dmc_resp::format_double(next));
+                    let text = Bytes::from(dmc_resp::format_human(next));
                     Ok((Some(text.clone()), text))
                 })
                 .await
@@ -447,7 +447,11 @@ async fn lookup(
 }
 
 /// Every (field, value) of `key`, and how many (empty if missing).
-async fn all_pairs(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+pub(crate) async fn all_pairs(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+) -> Result<Vec<(Bytes, Bytes)>, Reply> {
     big::read(
         engine,
         db,

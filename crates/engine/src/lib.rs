@@ -40,6 +40,7 @@ pub(crate) mod combine;
 pub mod debug;
 pub mod dispatch;
 pub mod docs;
+pub mod dump;
 pub mod durability;
 pub mod glob;
 pub mod hashes;

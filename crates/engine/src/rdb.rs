@@ -109,6 +109,18 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    /// The next `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], RdbError> {
+        self.take(n)
+    }
+
+    /// The next `N` bytes as an array (a binary double, a fixed-width integer).
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], RdbError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], RdbError> {
         if n > self.rest.len() {
             return Err(RdbError::Truncated);

@@ -206,7 +206,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 if !next.is_finite() {
                     return Err("ERR increment would produce NaN or Infinity");
                 }
-                text = dmc_resp::format_double(next);
+                text = dmc_resp::format_human(next);
                 Ok(text.clone().into_bytes())
             })
             .await;

@@ -10,4 +10,4 @@ mod reply;
 
 pub use decode::{MAX_DEPTH, ReplyError, parse_reply};
 pub use parse::{Limits, ProtocolError, RequestParser, parse_command};
-pub use reply::{Reply, format_double};
+pub use reply::{Reply, format_double, format_human};

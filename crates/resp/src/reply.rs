@@ -151,16 +151,71 @@ fn itoa(n: i64) -> String {
     n.to_string()
 }
 
-/// Redis's double formatting: `inf`, `-inf`, `nan`, else the shortest representation.
+/// Redis 7.2's double formatting (`fpconv_dtoa`): `inf`, `-inf`, `nan`, else the
+/// shortest digits that read back as `d`, written plainly for integers below 10^7
+/// times their digits and for fractions down to 10^-7, in scientific notation
+/// (`1e+17`, `1.5e-9`) past that.
 pub fn format_double(d: f64) -> String {
     if d.is_nan() {
-        "nan".into()
-    } else if d.is_infinite() {
-        if d > 0.0 { "inf".into() } else { "-inf".into() }
-    } else {
-        let s = format!("{d}");
-        s
+        return "nan".into();
     }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    // Rust's `{:e}` gives the shortest digits: `d.ddde±x`.
+    let sci = format!("{:e}", d.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let n = digits.len() as i32;
+    // The value is digits × 10^k.
+    let k = exp - (n - 1);
+    let mut out = String::with_capacity(24);
+    if d < 0.0 {
+        out.push('-');
+    }
+    let abs_exp = exp.abs();
+    if k >= 0 && abs_exp < n + 7 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', k as usize));
+    } else if k < 0 && (k > -7 || abs_exp < 4) {
+        let point = n + k;
+        if point <= 0 {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-point) as usize));
+            out.push_str(&digits);
+        } else {
+            out.push_str(&digits[..point as usize]);
+            out.push('.');
+            out.push_str(&digits[point as usize..]);
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if n > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        out.push_str(&abs_exp.to_string());
+    }
+    out
+}
+
+/// How INCRBYFLOAT and HINCRBYFLOAT print their result (Redis's "human" long double:
+/// plain decimal, never an exponent).
+pub fn format_human(d: f64) -> String {
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    format!("{d}")
 }
 
 #[cfg(test)]
@@ -186,5 +241,38 @@ mod tests {
         assert_eq!(enc(&Reply::Bool(true), 3), "#t\r\n");
         assert_eq!(enc(&Reply::Verbatim("hi".into()), 3), "=6\r\ntxt:hi\r\n");
         assert_eq!(enc(&Reply::err("ERR a\r\nb"), 2), "-ERR a  b\r\n");
+    }
+
+    #[test]
+    fn doubles_print_as_redis_7_2_does() {
+        // fpconv_dtoa's outputs (Redis 7.2).
+        for (d, want) in [
+            (0.1, "0.1"),
+            (1.5, "1.5"),
+            (-2.0, "-2"),
+            (3.0, "3"),
+            (1e300, "1e+300"),
+            (1e17, "1e+17"),
+            (123456789012345678.0, "123456789012345680"),
+            (1.2345678901234568e25, "1.2345678901234568e+25"),
+            (12345670000000.0, "12345670000000"),
+            (1e-5, "0.00001"),
+            (1.5e-9, "1.5e-9"),
+            (1e-7, "1e-7"),
+            (0.000123, "0.000123"),
+            (-0.0, "-0"),
+            (0.0, "0"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (1e7, "10000000"),
+            (1e8, "1e+8"),
+            (5e-324, "5e-324"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+        ] {
+            assert_eq!(format_double(d), want, "{d}");
+            if d.is_finite() {
+                assert_eq!(format_double(d).parse::<f64>().ok(), Some(d));
+            }
+        }
     }
 }

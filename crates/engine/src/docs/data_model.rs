@@ -141,3 +141,22 @@ pub(super) fn sort_doc(ro: bool) -> Doc {
         )
     }
 }
+
+/// DUMP's row (`restore`: RESTORE's).
+pub(super) fn dump_doc(restore: bool) -> Doc {
+    if restore {
+        (
+            "Create a key using the provided serialized value, previously obtained using DUMP.",
+            "generic",
+            "2.6.0",
+            "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+        )
+    } else {
+        (
+            "Return a serialized version of the value stored at the specified key.",
+            "generic",
+            "2.6.0",
+            "O(1) to access the key and additional O(N*M) to serialize it, where N is the number of Redis objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1).",
+        )
+    }
+}

@@ -24,6 +24,8 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
         Geo(g) => data_model::geo_doc(g),
         Sort => data_model::sort_doc(false),
         SortRo => data_model::sort_doc(true),
+        Dump => data_model::dump_doc(false),
+        Restore => data_model::dump_doc(true),
         Ping => (
             "Returns the server's liveliness response.",
             "connection",

@@ -146,6 +146,10 @@ pub enum Cmd {
     Geo(GeoCmd),
     /// `SORT` (may store its result).
     Sort,
+    /// `DUMP key`.
+    Dump,
+    /// `RESTORE key ttl payload ...`.
+    Restore,
     /// `SORT_RO`.
     SortRo,
 }
@@ -174,6 +178,8 @@ pub enum Family {
     Geo,
     /// SORT and SORT_RO ([`crate::sort`]).
     Sort,
+    /// DUMP and RESTORE ([`crate::dump`]).
+    Dump,
     /// The keyspace ([`crate::keys`]).
     Keys,
     /// OBJECT and MEMORY ([`crate::introspect`]).
@@ -236,6 +242,7 @@ impl Cmd {
             Hll(_) => Family::HyperLogLog,
             Geo(_) => Family::Geo,
             Sort | SortRo => Family::Sort,
+            Dump | Restore => Family::Dump,
         }
     }
 }
@@ -524,6 +531,8 @@ const CORE: &[Spec] = &[
     spec!("swapdb", 3, &["write", "fast"], 0, 0, 0, SwapDb),
     spec!("lcs", -3, &["readonly"], 1, 2, 1, Lcs),
     spec!("sort", -2, SORT, 1, 1, 1, Sort),
+    spec!("dump", 2, &["readonly"], 1, 1, 1, Dump),
+    spec!("restore", -4, &["write", "denyoom"], 1, 1, 1, Restore),
     spec!("sort_ro", -2, &["readonly", "movablekeys"], 1, 1, 1, SortRo),
     spec!("object", -2, &["readonly"], 2, 2, 1, Object),
     spec!("memory", -2, &["readonly"], 0, 0, 0, Memory),

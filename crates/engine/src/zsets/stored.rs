@@ -517,6 +517,34 @@ pub async fn store(
     Ok(())
 }
 
+/// Writes the non-empty `z` as `key`'s value (whatever its type was), expiring as
+/// `expiry` says, without announcing it: RESTORE announces its own event.
+pub async fn write_quietly(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    z: &ZSetValue,
+    expiry: dmc_dht::SetExpiry,
+) -> Result<(), Reply> {
+    let v = z.encode();
+    if v.len() <= big::TREE_AT {
+        let opts = dmc_dht::SetOptions {
+            kind: KIND,
+            expiry,
+            ..Default::default()
+        };
+        engine
+            .dht
+            .set(db, key, &v, opts)
+            .await
+            .map_err(crate::error_reply)?;
+        engine.wrote_typed(db, key, KIND, None);
+        return Ok(());
+    }
+    let trees = ZSet::trees_of(engine, db, key, z).into_trees();
+    big::store_trees_expiring(engine, db, key, KIND, trees, expiry).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
