@@ -283,6 +283,101 @@ def sort_cases(p: Pair, rng: random.Random):
     r("LLEN", "{t}bigout", read=True)
 
 
+# --------------------------------------------------------------------------- HyperLogLog
+
+def hll_cases(p: Pair, rng: random.Random):
+    r = p.run
+    # Across agents only the key's owner stores PFCOUNT's cached cardinality: the
+    # registers are compared exactly, the 8 cache bytes only on one agent.
+    exact = len(p.dmc) == 1
+
+    def raw(key):
+        if exact:
+            r("GET", key, read=True)
+        else:
+            p.same("GET", key, shape=lambda rep: (rep[0], rep[1][:8] + rep[1][16:])
+                   if rep[0] == "ok" and isinstance(rep[1], bytes) else rep)
+
+    r("PFADD", "{h}a")
+    raw("{h}a")
+    r("PFADD", "{h}a", "x", "y", "z")
+    r("PFADD", "{h}a", "x")
+    raw("{h}a")
+    r("PFCOUNT", "{h}a", read=True)
+    raw("{h}a")
+    n = 0
+    for size in [10, 100, 1000, 5000]:
+        while n < size:
+            batch = [f"e{i}" for i in range(n, min(size, n + 400))]
+            r("PFADD", "{h}b", *batch)
+            n += len(batch)
+        r("PFCOUNT", "{h}b", read=True)
+        raw("{h}b")
+        r("PFDEBUG", "ENCODING", "{h}b")
+    for i in range(0, 30000, 1000):
+        r("PFADD", "{h}c", *[rng.randbytes(rng.randrange(0, 12)) for _ in range(1000)])
+    r("PFCOUNT", "{h}c", read=True)
+    raw("{h}c")
+    r("PFCOUNT", "{h}a", "{h}b", "{h}c", "{h}missing", read=True)
+    r("PFCOUNT", "{h}missing", read=True)
+    r("PFMERGE", "{h}m", "{h}a", "{h}b")
+    raw("{h}m")
+    r("PFMERGE", "{h}m", "{h}c")
+    raw("{h}m")
+    r("PFMERGE", "{h}m2")
+    raw("{h}m2")
+    r("PFMERGE", "{h}a")
+    raw("{h}a")
+    r("PFMERGE", "{h}m3", "{h}missing", "{h}a")
+    raw("{h}m3")
+    r("PFCOUNT", "{h}m", "{h}m3", read=True)
+    # Redis's bytes SET into both, then used.
+    r("PFADD", "{h}s", *[f"s{i}" for i in range(50)])
+    payload = p.ref.get("{h}s")
+    r("SET", "{h}copy", payload)
+    r("PFADD", "{h}copy", "new")
+    raw("{h}copy")
+    r("PFCOUNT", "{h}copy", read=True)
+    # Errors.
+    r("SET", "{h}str", "not an hll")
+    r("PFADD", "{h}str", "a")
+    r("PFCOUNT", "{h}str", read=True)
+    r("PFCOUNT", "{h}a", "{h}str", read=True)
+    r("PFMERGE", "{h}a", "{h}str")
+    r("RPUSH", "{h}list", "x")
+    r("PFADD", "{h}list", "a")
+    r("PFCOUNT", "{h}list", read=True)
+    r("SET", "{h}bad", b"HYLL\x01\x00\x00\x00" + b"\x00" * 8 + b"\x7f")
+    r("PFCOUNT", "{h}bad", read=True)
+    # Redis's PFADD may still succeed on a malformed sparse value (it checks only what
+    # it touches); DMC refuses any malformed one.
+    for c in p.dmc:
+        try:
+            c.pfadd("{h}bad", "q")
+            raise AssertionError("PFADD on a malformed HLL succeeded")
+        except redis.ResponseError as e:
+            assert str(e).startswith("INVALIDOBJ"), e
+    r("SET", "{h}bad2", b"HYLL\x02\x00\x00\x00" + b"\x00" * 8)
+    r("PFCOUNT", "{h}bad2", read=True)
+    for sub in ["ENCODING", "DECODE", "GETREG", "TODENSE", "ENCODING", "DECODE", "NOPE"]:
+        r("PFDEBUG", sub, "{h}s")
+    r("PFDEBUG", "ENCODING", "{h}missing")
+    r("PFDEBUG", "TODENSE", "{h}str")
+    # Random adds and counts.
+    keys = ["{h}r1", "{h}r2", "{h}r3"]
+    for _ in range(150):
+        k = rng.choice(keys)
+        c = rng.random()
+        if c < 0.6:
+            r("PFADD", k, *[str(rng.randrange(0, 3000)) for _ in range(rng.randrange(1, 40))])
+        elif c < 0.8:
+            r("PFCOUNT", *rng.sample(keys, rng.randrange(1, 4)), read=True)
+        elif c < 0.9:
+            r("PFMERGE", k, *rng.sample(keys, rng.randrange(0, 3)))
+        else:
+            raw(k)
+
+
 # --------------------------------------------------------------------------- DUMP / RESTORE
 
 def unordered(r):
@@ -431,6 +526,7 @@ FAMILIES = {
     "bitmaps": bitmap_cases,
     "sort": sort_cases,
     "dump": dump_cases,
+    "hyperloglog": hll_cases,
 }
 
 

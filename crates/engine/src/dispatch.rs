@@ -185,8 +185,12 @@ pub async fn dispatch_at(
         }
         Family::Dump if spec.cmd == Cmd::Dump => crate::dump::dump(engine, session, &args).await,
         Family::Dump => crate::dump::restore(engine, session, &args).await,
+        Family::HyperLogLog => match spec.cmd {
+            Cmd::Hll(h) => Box::pin(crate::hyperloglog::run(engine, session, h, &args)).await,
+            _ => unknown(&args),
+        },
         // Not in the table yet.
-        Family::HyperLogLog | Family::Geo => unknown(&args),
+        Family::Geo => unknown(&args),
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
         Family::Introspect if spec.cmd == Cmd::Object => {
             introspect::object(engine, session, &args).await

@@ -44,6 +44,8 @@ pub mod dump;
 pub mod durability;
 pub mod glob;
 pub mod hashes;
+pub mod hll;
+pub mod hyperloglog;
 pub mod introspect;
 pub mod keys;
 pub mod limits;

@@ -73,10 +73,6 @@ pub(super) const ROWS: &[Spec] = &[
     row!("bitop", -4, WD, 2, -1, 1, Bit(BitOp)),
     row!("bitfield", -2, WD, 1, 1, 1, Bit(BitField)),
     row!("bitfield_ro", -2, RF, 1, 1, 1, Bit(BitFieldRo)),
-];
-
-#[allow(dead_code)]
-const LATER: &[Spec] = &[
     row!("pfadd", -2, WDF, 1, 1, 1, Hll(PfAdd)),
     row!("pfcount", -2, R, 1, -1, 1, Hll(PfCount)),
     row!("pfmerge", -2, WD, 1, -1, 1, Hll(PfMerge)),
@@ -89,6 +85,10 @@ const LATER: &[Spec] = &[
         1,
         Hll(PfDebug)
     ),
+];
+
+#[allow(dead_code)]
+const LATER: &[Spec] = &[
     row!("geoadd", -5, WD, 1, 1, 1, Geo(GeoAdd)),
     row!("geodist", -4, R, 1, 1, 1, Geo(GeoDist)),
     row!("geohash", -2, R, 1, 1, 1, Geo(GeoHash)),
