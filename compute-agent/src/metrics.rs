@@ -15,7 +15,7 @@ use metrics::Histogram;
 /// Command latency per family, one histogram handle each, so the hot path records
 /// without looking a metric up.
 pub struct CommandTimers {
-    by_family: [Histogram; 18],
+    by_family: [Histogram; 19],
 }
 
 impl CommandTimers {
@@ -41,6 +41,7 @@ impl CommandTimers {
                 h("geo"),
                 h("sort"),
                 h("dump"),
+                h("streams"),
             ],
         }
     }
@@ -66,6 +67,7 @@ impl CommandTimers {
             Family::Geo => 15,
             Family::Sort => 16,
             Family::Dump => 17,
+            Family::Streams => 18,
         };
         self.by_family[i].record_many(took.as_secs_f64(), count);
     }

@@ -54,7 +54,11 @@ class Pair:
 
     def __init__(self, ref_port: int, ports, proto: int):
         def conn(p):
-            return redis.Redis(host=HOST, port=p, protocol=proto)
+            c = redis.Redis(host=HOST, port=p, protocol=proto)
+            # Raw replies: redis-py's per-command parsing would hide the differences
+            # this compares (and cannot parse every form, e.g. XPENDING's extended one).
+            c.response_callbacks = {}
+            return c
         self.ref = conn(ref_port)
         self.dmc = [conn(p) for p in ports]
         self.proto = proto
@@ -378,6 +382,317 @@ def hll_cases(p: Pair, rng: random.Random):
             raw(k)
 
 
+# --------------------------------------------------------------------------- streams
+
+TIME_FIELDS = {b"seen-time", b"idle", b"radix-tree-keys", b"radix-tree-nodes"}
+
+
+REDIS_72_FIELDS = {b"inactive", b"active-time"}
+
+
+def without_72_fields(x):
+    """Drops the consumer fields Redis 7.2 added (DMC reports them; the reference
+    redis-server is 7.0)."""
+    if isinstance(x, dict):
+        return {k: without_72_fields(v) for k, v in x.items() if k not in REDIS_72_FIELDS}
+    if isinstance(x, list):
+        out, i = [], 0
+        while i < len(x):
+            if isinstance(x[i], bytes) and x[i] in REDIS_72_FIELDS and i % 2 == 0 and i + 1 < len(x):
+                i += 2
+                continue
+            out.append(without_72_fields(x[i]))
+            i += 1
+        return out
+    return x
+
+
+def timeless(r):
+    """A reply with its clock readings (idle times, delivery times, seen times) and
+    Redis's radix-tree sizes blanked: they differ between any two servers."""
+    kind, v = r
+    if kind != "ok":
+        return r
+    v = without_72_fields(v)
+
+    def walk(x, parent=None):
+        if isinstance(x, dict):
+            return {k: ("*" if k in TIME_FIELDS else walk(val, k)) for k, val in x.items()}
+        if isinstance(x, list):
+            # RESP2 maps are flat lists of name, value.
+            out = []
+            skip = False
+            for i, item in enumerate(x):
+                if skip:
+                    out.append("*")
+                    skip = False
+                    continue
+                if isinstance(item, bytes) and item in TIME_FIELDS and i % 2 == 0:
+                    skip = True
+                out.append(walk(item, parent))
+            return out
+        return x
+
+    return ("ok", walk(v))
+
+
+def pending_rows(r):
+    """XPENDING's extended rows and XINFO's pending rows: idle and delivery times blanked."""
+    kind, v = r
+    if kind != "ok" or not isinstance(v, list):
+        return r
+    return ("ok", [[row[0], row[1], "*", row[3]] if isinstance(row, list) and len(row) == 4
+                   else row for row in v])
+
+
+def full_info(r):
+    """XINFO STREAM FULL with every time blanked (its pending rows carry delivery times)."""
+    kind, v = timeless(r)
+    if kind != "ok":
+        return (kind, v)
+    text = repr(v)
+    import re
+    return ("ok", re.sub(r"\b1[6-9]\d{11}\b", "T", text))
+
+
+def stream_cases(p: Pair, rng: random.Random):
+    r = p.run
+    for args in [("1-1", "f", "v"), ("1-2", "a", "b", "c", "d"), ("2", "x", "1"), ("2-*", "y", "2"),
+                 ("3-*", "z", "3"), ("1-5", "no", "no"), ("0-0", "no", "no"), ("0", "no", "no"),
+                 ("bad", "f", "v"), ("5-1", "odd"), ("5-1",), ("+", "f", "v"), ("5-x", "f", "v"),
+                 ("NOMKSTREAM", "9-9", "f", "v"), ("MAXLEN", "5", "10-1", "f", "v"),
+                 ("MAXLEN", "=", "3", "11-1", "f", "v"), ("MINID", "11", "12-1", "f", "v"),
+                 ("MAXLEN", "-1", "13-1", "f", "v"), ("MAXLEN", "2", "MINID", "1", "13-1", "f", "v"),
+                 ("LIMIT", "5", "13-1", "f", "v"), ("MAXLEN", "2", "LIMIT", "5", "13-1", "f", "v"),
+                 ("MAXLEN", "~", "2", "LIMIT", "-1", "13-1", "f", "v")]:
+        r("XADD", "{s}a", *args)
+    r("XADD", "{s}nomk", "NOMKSTREAM", "1-1", "f", "v")
+    r("EXISTS", "{s}nomk", read=True)
+    r("TYPE", "{s}a", read=True)
+    r("OBJECT", "ENCODING", "{s}a", read=True)
+    for i in range(3, 60):
+        r("XADD", "{s}b", f"{i}-0", "n", i, "sq", i * i)
+    r("XADD", "{s}b", "60-*", "n", 60)
+    r("XADD", "{s}b", "60-*", "n", 61)
+    for args in [("-", "+"), ("+", "-"), ("-", "+", "COUNT", 3), ("10", "20"), ("10-0", "(12-0"),
+                 ("(10", "+", "COUNT", 2), ("(", "+"), ("-", "+", "COUNT", 0), ("-", "+", "COUNT", -5),
+                 ("-", "+", "COUNT"), ("-", "+", "LIMIT", 1), ("x", "+"), ("-", "(-"), ("(+", "+"),
+                 ("(18446744073709551615-18446744073709551615", "+"), ("-", "(0-0"), ("60", "60")]:
+        r("XRANGE", "{s}b", *args, read=True)
+        r("XREVRANGE", "{s}b", *args[::-1][:2] + args[2:] if len(args) >= 2 else args, read=True)
+    r("XRANGE", "{s}missing", "-", "+", read=True)
+    r("XLEN", "{s}b", read=True)
+    r("XLEN", "{s}missing", read=True)
+    r("XDEL", "{s}b", "5-0", "6-0", "999-0", "7")
+    r("XDEL", "{s}b", "bad")
+    r("XDEL", "{s}missing", "1-1")
+    r("XLEN", "{s}b", read=True)
+    r("XTRIM", "{s}b", "MAXLEN", 50)
+    r("XTRIM", "{s}b", "MINID", "20")
+    r("XTRIM", "{s}b", "MINID", "=", "21")
+    r("XTRIM", "{s}b")
+    r("XTRIM", "{s}b", "MAXLEN")
+    r("XTRIM", "{s}b", "LIMIT", 10)
+    r("XTRIM", "{s}missing", "MAXLEN", 1)
+    r("XRANGE", "{s}b", "-", "+", "COUNT", 3, read=True)
+    # Approximate trimming removes whole nodes of 100 entries, as Redis's do.
+    r("XADD", "{s}small", "1-1", "f", "v")
+    r("XADD", "{s}small", "1-2", "f", "v")
+    r("XTRIM", "{s}small", "MAXLEN", "~", 0)
+    r("XLEN", "{s}small", read=True)
+    for i in range(1, 351):
+        r("XADD", "{s}t", f"{i}-0", "f", "v")
+    r("XDEL", "{s}t", *[f"{i}-0" for i in range(150, 160)])
+    for args in [("MAXLEN", "~", 300), ("MAXLEN", "~", 120), ("MAXLEN", "~", 0, "LIMIT", 50),
+                 ("MAXLEN", "~", 0, "LIMIT", 100), ("MINID", "~", "280"), ("MINID", "~", "310-0"),
+                 ("MAXLEN", "=", 45), ("MAXLEN", "~", 0, "LIMIT", 0)]:
+        r("XTRIM", "{s}t", *args)
+        r("XLEN", "{s}t", read=True)
+        r("XRANGE", "{s}t", "-", "+", "COUNT", 2, read=True)
+    for i in range(400, 700):
+        r("XADD", "{s}t", "MAXLEN", "~", 150, f"{i}-0", "f", "v")
+    r("XLEN", "{s}t", read=True)
+    r("XRANGE", "{s}t", "-", "+", "COUNT", 1, read=True)
+    for args in [("99-0",), ("0-1",), ("61-0",), ("99-0", "ENTRIESADDED", 1), ("99-0", "ENTRIESADDED", 100),
+                 ("99-0", "MAXDELETEDID", "100-0"), ("99-0", "MAXDELETEDID", "50-0", "ENTRIESADDED", 500),
+                 ("99-0", "BOGUS", 1), ("x",), ("99-0", "ENTRIESADDED", -1)]:
+        r("XSETID", "{s}b", *args)
+    r("XSETID", "{s}missing", "1-1")
+    r("XADD", "{s}b", "99-0", "f", "v")
+    r("XADD", "{s}b", "99-*", "f", "v")
+    p.same("XINFO", "STREAM", "{s}b", shape=timeless)
+    p.same("XINFO", "STREAM", "{s}missing")
+    # XREAD without groups.
+    for args in [("STREAMS", "{s}a", "{s}b", "0", "0"), ("COUNT", 2, "STREAMS", "{s}a", "{s}b", "1-1", "50"),
+                 ("STREAMS", "{s}a", "$"), ("STREAMS", "{s}missing", "0"), ("STREAMS", "{s}a"),
+                 ("STREAMS", "{s}a", "{s}b", "0"), ("STREAMS", "{s}a", ">"), ("STREAMS", "{s}a", "x"),
+                 ("COUNT", "x", "STREAMS", "{s}a", "0"), ("GROUP", "g", "c", "STREAMS", "{s}a", "0"),
+                 ("NOACK", "STREAMS", "{s}a", "0"), ("BOGUS", "STREAMS", "{s}a", "0"), ("COUNT", 1),
+                 ("BLOCK", 10, "STREAMS", "{s}a", "$"), ("BLOCK", -1, "STREAMS", "{s}a", "0"),
+                 ("BLOCK", 10, "STREAMS", "{s}a", "0")]:
+        r("XREAD", *args, read=True)
+    r("SET", "{s}str", "x")
+    r("XADD", "{s}str", "1-1", "f", "v")
+    r("XRANGE", "{s}str", "-", "+", read=True)
+    r("XREAD", "STREAMS", "{s}a", "{s}str", "0", "0", read=True)
+    r("XLEN", "{s}str", read=True)
+    # Groups.
+    r("DEL", "{s}q")
+    for i in range(1, 11):
+        r("XADD", "{s}q", f"{i}-0", "job", i)
+    for args in [("CREATE", "{s}q", "g1", "0"), ("CREATE", "{s}q", "g1", "0"), ("CREATE", "{s}q", "g2", "$"),
+                 ("CREATE", "{s}q", "g3", "5-0", "ENTRIESREAD", 5), ("CREATE", "{s}missing", "g", "0"),
+                 ("CREATE", "{s}new", "g", "$", "MKSTREAM"), ("CREATE", "{s}q", "g4", "x"),
+                 ("CREATE", "{s}q", "g5", "0", "BOGUS"), ("CREATE", "{s}q", "g5", "0", "ENTRIESREAD", -2),
+                 ("SETID", "{s}q", "nog", "0"), ("CREATECONSUMER", "{s}q", "g1", "alice"),
+                 ("CREATECONSUMER", "{s}q", "g1", "alice"), ("DELCONSUMER", "{s}q", "g1", "nobody"),
+                 ("DESTROY", "{s}q", "nog"), ("BOGUS", "{s}q"), ("CREATE", "{s}q"), ("HELP",),
+                 ("SETID", "{s}q", "g1", "0", "extra"), ("CREATE", "{s}str", "g", "0")]:
+        r("XGROUP", *args)
+    r("TYPE", "{s}new", read=True)
+    p.same("XINFO", "GROUPS", "{s}q")
+    p.same("XINFO", "CONSUMERS", "{s}q", "g1", shape=timeless)
+    for args in [("GROUP", "g1", "alice", "COUNT", 3, "STREAMS", "{s}q", ">"),
+                 ("GROUP", "g1", "bob", "COUNT", 2, "STREAMS", "{s}q", ">"),
+                 ("GROUP", "g1", "alice", "STREAMS", "{s}q", "0"),
+                 ("GROUP", "g1", "alice", "COUNT", 1, "STREAMS", "{s}q", "1-0"),
+                 ("GROUP", "g1", "carol", "NOACK", "COUNT", 1, "STREAMS", "{s}q", ">"),
+                 ("GROUP", "nog", "alice", "STREAMS", "{s}q", ">"),
+                 ("GROUP", "g1", "alice", "STREAMS", "{s}q", "$"),
+                 ("GROUP", "g1", "alice", "STREAMS", "{s}missing", ">"),
+                 ("STREAMS", "{s}q", ">"),
+                 ("GROUP", "g2", "dave", "STREAMS", "{s}q", ">"),
+                 ("GROUP", "g3", "erin", "STREAMS", "{s}q", ">"),
+                 ("GROUP", "g2", "dave", "BLOCK", 10, "STREAMS", "{s}q", ">")]:
+        r("XREADGROUP", *args)
+    p.same("XPENDING", "{s}q", "g1")
+    p.same("XPENDING", "{s}q", "g1", "-", "+", 10, shape=pending_rows)
+    p.same("XPENDING", "{s}q", "g1", "-", "+", 10, "alice", shape=pending_rows)
+    p.same("XPENDING", "{s}q", "g1", "(1-0", "+", 2, shape=pending_rows)
+    p.same("XPENDING", "{s}q", "g1", "IDLE", 0, "-", "+", 10, shape=pending_rows)
+    p.same("XPENDING", "{s}q", "g1", "-", "+", 10, "nobody")
+    p.same("XPENDING", "{s}q", "nog")
+    p.same("XPENDING", "{s}q", "g1", "-", "+")
+    p.same("XPENDING", "{s}q", "g2")
+    r("XDEL", "{s}q", "2-0")
+    r("XREADGROUP", "GROUP", "g1", "bob", "STREAMS", "{s}q", "0")
+    r("XACK", "{s}q", "g1", "1-0", "1-0", "99-0")
+    r("XACK", "{s}q", "g1", "bad")
+    r("XACK", "{s}q", "nog", "1-0")
+    r("XACK", "{s}missing", "g1", "1-0")
+    p.same("XPENDING", "{s}q", "g1")
+    for args in [("g1", "zed", 0, "3-0", "4-0"), ("g1", "zed", 0, "3-0", "JUSTID"),
+                 ("g1", "zed", 0, "5-0", "RETRYCOUNT", 7), ("g1", "zed", 0, "2-0"),
+                 ("g1", "zed", 0, "9-0", "FORCE", "JUSTID"), ("g1", "zed", 0, "10-0"),
+                 ("g1", "zed", 0, "3-0", "LASTID", "9-0", "JUSTID"), ("g1", "zed", "x", "3-0"),
+                 ("g1", "zed", 0, "3-0", "IDLE", "x"), ("g1", "zed", 0, "3-0", "BOGUS"),
+                 ("g1", "zed", 1000000, "3-0"), ("nog", "zed", 0, "3-0")]:
+        r("XCLAIM", "{s}q", *args)
+    p.same("XPENDING", "{s}q", "g1", "-", "+", 10, shape=pending_rows)
+    for args in [("g1", "amy", 0, "0-0", "COUNT", 2), ("g1", "amy", 0, "0", "JUSTID"),
+                 ("g1", "amy", 0, "(3-0"), ("g1", "amy", 0, "0", "COUNT", 0),
+                 ("g1", "amy", "x", "0"), ("g1", "amy", 0, "0", "BOGUS"), ("nog", "amy", 0, "0"),
+                 ("g1", "amy", 99999999, "0")]:
+        r("XAUTOCLAIM", "{s}q", *args)
+    r("XDEL", "{s}q", "4-0")
+    r("XAUTOCLAIM", "{s}q", "g1", "ben", 0, "0")
+    p.same("XINFO", "GROUPS", "{s}q")
+    p.same("XINFO", "CONSUMERS", "{s}q", "g1", shape=timeless)
+    p.same("XINFO", "CONSUMERS", "{s}q", "nog")
+    p.same("XINFO", "STREAM", "{s}q", shape=timeless)
+    p.same("XINFO", "STREAM", "{s}q", "FULL", shape=full_info)
+    p.same("XINFO", "STREAM", "{s}q", "FULL", "COUNT", 2, shape=full_info)
+    p.same("XINFO", "STREAM", "{s}q", "BOGUS")
+    p.same("XINFO", "HELP")
+    p.same("XINFO", "BOGUS", "{s}q")
+    p.same("XINFO", "GROUPS")
+    r("XGROUP", "SETID", "{s}q", "g1", "$", "ENTRIESREAD", 3)
+    p.same("XINFO", "GROUPS", "{s}q")
+    r("XGROUP", "DELCONSUMER", "{s}q", "g1", "zed")
+    r("XGROUP", "DESTROY", "{s}q", "g2")
+    p.same("XINFO", "GROUPS", "{s}q")
+    # A random workload.
+    r("DEL", "{s}r")
+    r("XGROUP", "CREATE", "{s}r", "g", "$", "MKSTREAM")
+    nid = 1
+    for _ in range(300):
+        c = rng.random()
+        if c < 0.35:
+            r("XADD", "{s}r", f"{nid}-0", "k", rng.randrange(1000))
+            nid += rng.randrange(1, 3)
+        elif c < 0.45:
+            r("XREADGROUP", "GROUP", "g", rng.choice(["c1", "c2", "c3"]), "COUNT", rng.randrange(1, 4),
+              "STREAMS", "{s}r", ">")
+        elif c < 0.55:
+            r("XACK", "{s}r", "g", *[f"{rng.randrange(1, nid + 1)}-0" for _ in range(3)])
+        elif c < 0.6:
+            r("XDEL", "{s}r", f"{rng.randrange(1, nid + 1)}-0")
+        elif c < 0.65:
+            r("XTRIM", "{s}r", "MAXLEN", rng.randrange(5, 40))
+        elif c < 0.75:
+            r("XCLAIM", "{s}r", "g", rng.choice(["c1", "c2"]), 0, *[f"{rng.randrange(1, nid + 1)}-0" for _ in range(2)],
+              "JUSTID")
+        elif c < 0.8:
+            r("XAUTOCLAIM", "{s}r", "g", "c3", 0, "0", "COUNT", rng.randrange(1, 5), "JUSTID")
+        elif c < 0.9:
+            p.same("XPENDING", "{s}r", "g", "-", "+", 100, shape=pending_rows)
+        else:
+            p.same("XINFO", "GROUPS", "{s}r")
+            r("XRANGE", "{s}r", "-", "+", read=True)
+    stream_blocking(p)
+
+
+def stream_blocking(p: Pair):
+    """XREAD and XREADGROUP blocked on the last agent are woken by an XADD through the
+    first (with two agents: across agents), as on redis-server; a timeout is a nil."""
+    import threading
+    for reader, writer, name in [(p.ref, p.ref, "redis")] + [(p.dmc[-1], p.dmc[0], "dmc")]:
+        reader_port = reader.connection_pool.connection_kwargs["port"]
+        blocked = redis.Redis(host=HOST, port=reader_port, protocol=p.proto)
+        blocked.response_callbacks = {}
+        writer.execute_command("DEL", "{s}blk")
+        writer.execute_command("XGROUP", "CREATE", "{s}blk", "g", "$", "MKSTREAM")
+        got = {}
+
+        def wait(what, *args):
+            c = redis.Redis(host=HOST, port=reader_port, protocol=p.proto)
+            c.response_callbacks = {}
+            got[what] = c.execute_command(*args)
+
+        threads = [
+            threading.Thread(target=wait, args=("xread", "XREAD", "BLOCK", 10000, "STREAMS", "{s}blk", "$")),
+            threading.Thread(target=wait, args=("group", "XREADGROUP", "GROUP", "g", "w", "BLOCK", 0,
+                                                "STREAMS", "{s}blk", ">")),
+        ]
+        for t in threads:
+            t.start()
+        # Both must be blocked before the write (CLIENT LIST shows their commands).
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            listing = reader.execute_command("CLIENT", "LIST")
+            listing = listing.decode() if isinstance(listing, bytes) else str(listing)
+            if "cmd=xread " in listing and "cmd=xreadgroup" in listing:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"{name}: the readers did not block: {listing}")
+        writer.execute_command("XADD", "{s}blk", "7-1", "job", "x")
+        for t in threads:
+            t.join(10)
+            assert not t.is_alive(), f"{name}: a blocked reader was not woken"
+        entry = [b"7-1", [b"job", b"x"]]
+        for what in ["xread", "group"]:
+            v = got[what]
+            items = list(v.items()) if isinstance(v, dict) else [tuple(x) for x in v]
+            assert items == [(b"{s}blk", [entry])], f"{name} {what}: {v!r}"
+        pend = writer.execute_command("XPENDING", "{s}blk", "g")
+        assert pend[0] == 1 and pend[3] == [[b"w", b"1"]], f"{name}: {pend!r}"
+        t0 = time.time()
+        assert blocked.execute_command("XREAD", "BLOCK", 50, "STREAMS", "{s}blk", "$") is None
+        assert time.time() - t0 >= 0.04
+        p.count += 4
+
+
 # --------------------------------------------------------------------------- DUMP / RESTORE
 
 def unordered(r):
@@ -527,6 +842,7 @@ FAMILIES = {
     "sort": sort_cases,
     "dump": dump_cases,
     "hyperloglog": hll_cases,
+    "streams": stream_cases,
 }
 
 

@@ -290,7 +290,10 @@ impl Router {
         let Some(spec) = spec else {
             return Route::Local;
         };
-        if !spec.is_write() || !spec.arity_ok(args.len()) {
+        // Writes run on their keys' owner, and so do blocking reads (XREAD BLOCK):
+        // only the owner sees the writes that wake them.
+        let blocking_read = dmc_engine::blocking::stream_block(args).is_some();
+        if !(spec.is_write() || blocking_read) || !spec.arity_ok(args.len()) {
             return Route::Local;
         }
         let keys = spec.key_positions(args);

@@ -36,6 +36,11 @@ const BLOCKING_MARGIN: Duration = Duration::from_secs(10);
 /// command's timeout plus a margin (a year for one that waits for ever: dropping the
 /// forwarder when its client leaves closes the connection, which ends the wait).
 fn forward_timeout(args: &[Bytes]) -> Duration {
+    if let Some(block) = dmc_engine::blocking::stream_block(args) {
+        return block.map_or(Duration::from_secs(365 * 24 * 3600), |t| {
+            t + BLOCKING_MARGIN
+        });
+    }
     let Some(at) = args
         .first()
         .and_then(|name| dmc_engine::blocking::timeout_position(name, args.len()))

@@ -152,6 +152,24 @@ pub fn timeout_position(name: &[u8], argc: usize) -> Option<usize> {
     }
 }
 
+/// XREAD's and XREADGROUP's `BLOCK milliseconds` (before STREAMS), for callers that
+/// forward them: `None` when the command does not block, `Some(None)` for ever.
+pub fn stream_block(args: &[Bytes]) -> Option<Option<Duration>> {
+    let name = args.first()?;
+    if !name.eq_ignore_ascii_case(b"xread") && !name.eq_ignore_ascii_case(b"xreadgroup") {
+        return None;
+    }
+    let end = args
+        .iter()
+        .position(|a| a.eq_ignore_ascii_case(b"streams"))
+        .unwrap_or(args.len());
+    let at = args[..end]
+        .iter()
+        .position(|a| a.eq_ignore_ascii_case(b"block"))?;
+    let ms = crate::parse_i64(args.get(at + 1)?)?;
+    Some((ms > 0).then(|| Duration::from_millis(ms as u64)))
+}
+
 /// Runs `attempt` until it answers, blocking between attempts on `keys` until a push,
 /// the timeout (answered with a null array, as Redis does), CLIENT UNBLOCK or the
 /// client's end.

@@ -152,6 +152,7 @@ pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt>
         ValueKind::List => crate::lists::encoding(&Packed::parse(value)?),
         ValueKind::Set => crate::sets::encoding(&Packed::parse(value)?)?,
         ValueKind::ZSet => crate::zsets::encoding(&Packed::parse(value)?),
+        ValueKind::Stream => "stream",
     })
 }
 

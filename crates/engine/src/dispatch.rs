@@ -189,6 +189,10 @@ pub async fn dispatch_at(
             Cmd::Hll(h) => Box::pin(crate::hyperloglog::run(engine, session, h, &args)).await,
             _ => unknown(&args),
         },
+        Family::Streams => match spec.cmd {
+            Cmd::Stream(c) => Box::pin(crate::streams::run(engine, session, c, &args)).await,
+            _ => unknown(&args),
+        },
         // Not in the table yet.
         Family::Geo => unknown(&args),
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,

@@ -66,6 +66,7 @@ pub mod sets;
 pub mod slowlog;
 pub mod sort;
 pub mod stats;
+pub mod streams;
 pub mod strings;
 pub mod subcommands;
 pub mod table;

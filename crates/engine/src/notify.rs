@@ -61,6 +61,7 @@ pub fn class_of(kind: dmc_dht::ValueKind) -> u32 {
         K::Set => SET,
         K::Hash => HASH,
         K::ZSet => ZSET,
+        K::Stream => STREAM,
     }
 }
 

@@ -24,6 +24,7 @@ pub fn is_container(cmd: Cmd) -> bool {
             | Cmd::Acl
             | Cmd::Function
             | Cmd::Cluster
+            | Cmd::Stream(crate::table::StreamCmd::XGroup | crate::table::StreamCmd::XInfo)
     )
 }
 

@@ -38,15 +38,17 @@ pub enum ValueKind {
     List = 2,
     Set = 3,
     ZSet = 4,
+    Stream = 5,
 }
 
 impl ValueKind {
-    pub const ALL: [ValueKind; 5] = [
+    pub const ALL: [ValueKind; 6] = [
         ValueKind::String,
         ValueKind::Hash,
         ValueKind::List,
         ValueKind::Set,
         ValueKind::ZSet,
+        ValueKind::Stream,
     ];
 
     pub fn from_bits(bits: u8) -> Option<ValueKind> {
@@ -61,6 +63,7 @@ impl ValueKind {
             ValueKind::List => "list",
             ValueKind::Set => "set",
             ValueKind::ZSet => "zset",
+            ValueKind::Stream => "stream",
         }
     }
 }

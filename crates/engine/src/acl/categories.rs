@@ -121,7 +121,6 @@ const STRING: Categories = Category::String.bit();
 const BITMAP: Categories = Category::Bitmap.bit();
 const HYPERLOGLOG: Categories = Category::HyperLogLog.bit();
 const GEO: Categories = Category::Geo.bit();
-#[allow(dead_code)] // no command of DMC's is in it yet
 const STREAM: Categories = Category::Stream.bit();
 const PUBSUB: Categories = Category::PubSub.bit();
 const ADMIN: Categories = Category::Admin.bit();
@@ -497,6 +496,31 @@ pub const COMMANDS: &[Entry] = &[
     e("unwatch", FAST | TRANSACTION, &[]),
     e("wait", SLOW | CONNECTION, &[]),
     e("watch", FAST | TRANSACTION, &[KEY_ANY]),
+    e("xack", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xadd", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xautoclaim", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xclaim", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xdel", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xgroup", SLOW, &[]),
+    e("xgroup|create", WRITE | STREAM | SLOW, &[KEY_W]),
+    e("xgroup|createconsumer", WRITE | STREAM | SLOW, &[KEY_W]),
+    e("xgroup|delconsumer", WRITE | STREAM | SLOW, &[KEY_W]),
+    e("xgroup|destroy", WRITE | STREAM | SLOW, &[KEY_W]),
+    e("xgroup|help", STREAM | SLOW, &[]),
+    e("xgroup|setid", WRITE | STREAM | SLOW, &[KEY_W]),
+    e("xinfo", SLOW, &[]),
+    e("xinfo|consumers", READ | STREAM | SLOW, &[KEY_R]),
+    e("xinfo|groups", READ | STREAM | SLOW, &[KEY_R]),
+    e("xinfo|help", STREAM | SLOW, &[]),
+    e("xinfo|stream", READ | STREAM | SLOW, &[KEY_R]),
+    e("xlen", READ | STREAM | FAST, &[KEY_ANY]),
+    e("xpending", READ | STREAM | SLOW, &[KEY_R]),
+    e("xrange", READ | STREAM | SLOW, &[KEY_R]),
+    e("xread", READ | STREAM | SLOW | BLOCKING, &[KEY_R]),
+    e("xreadgroup", WRITE | STREAM | SLOW | BLOCKING, &[KEY_R]),
+    e("xrevrange", READ | STREAM | SLOW, &[KEY_R]),
+    e("xsetid", WRITE | STREAM | FAST, &[KEY_W]),
+    e("xtrim", WRITE | STREAM | SLOW, &[KEY_W]),
     e("zadd", WRITE | SORTEDSET | FAST, &[KEY_W]),
     e("zcard", READ | SORTEDSET | FAST, &[KEY_ANY]),
     e("zcount", READ | SORTEDSET | FAST, &[KEY_R]),

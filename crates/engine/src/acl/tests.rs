@@ -91,7 +91,9 @@ fn categories_are_redis_7s() {
     assert_eq!(cats("config"), "slow");
     assert_eq!(cats("eval_ro"), "slow scripting");
     assert_eq!(cats("flushall"), "keyspace write slow dangerous");
-    assert!(categories_of("xadd").is_none(), "not a DMC command");
+    assert!(categories_of("nosuchcommand").is_none(), "not a command");
+    assert_eq!(cats("xadd"), "write stream fast");
+    assert_eq!(cats("xgroup|create"), "write stream slow");
     assert_eq!(cats("bitop"), "write bitmap slow");
     assert_eq!(cats("sort"), "write set sortedset list slow dangerous");
 }

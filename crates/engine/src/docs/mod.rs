@@ -22,6 +22,7 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
         Bit(b) => data_model::bit_doc(b),
         Hll(h) => data_model::hll_doc(h),
         Geo(g) => data_model::geo_doc(g),
+        Stream(c) => data_model::stream_doc(c),
         Sort => data_model::sort_doc(false),
         SortRo => data_model::sort_doc(true),
         Dump => data_model::dump_doc(false),

@@ -49,6 +49,11 @@ async fn read(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Value>, Repl
         ),
         ValueKind::Hash => Value::Hash(crate::hashes::all_pairs(engine, db, key).await?),
         ValueKind::ZSet => Value::ZSet(crate::zsets::all(engine, db, key).await?),
+        ValueKind::Stream => {
+            return Err(Reply::err(
+                "ERR DUMP of a stream is not supported yet (DMC writes strings, lists, sets, hashes and sorted sets)",
+            ));
+        }
     }))
 }
 

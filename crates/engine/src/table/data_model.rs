@@ -40,6 +40,26 @@ pub enum GeoCmd {
     GeoSearchStore,
 }
 
+/// The stream commands ([`crate::streams`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCmd {
+    XAdd,
+    XRange,
+    XRevRange,
+    XLen,
+    XDel,
+    XTrim,
+    XSetId,
+    XRead,
+    XReadGroup,
+    XGroup,
+    XAck,
+    XPending,
+    XClaim,
+    XAutoClaim,
+    XInfo,
+}
+
 const WD: &[&str] = &["write", "denyoom"];
 const WDF: &[&str] = &["write", "denyoom", "fast"];
 const WDM: &[&str] = &["write", "denyoom", "movablekeys"];
@@ -63,6 +83,7 @@ macro_rules! row {
     (@enum Bit) => { BitCmd };
     (@enum Hll) => { HllCmd };
     (@enum Geo) => { GeoCmd };
+    (@enum Stream) => { StreamCmd };
 }
 
 pub(super) const ROWS: &[Spec] = &[
@@ -85,6 +106,46 @@ pub(super) const ROWS: &[Spec] = &[
         1,
         Hll(PfDebug)
     ),
+    row!("xadd", -5, WDF, 1, 1, 1, Stream(XAdd)),
+    row!("xrange", -4, R, 1, 1, 1, Stream(XRange)),
+    row!("xrevrange", -4, R, 1, 1, 1, Stream(XRevRange)),
+    row!("xlen", 2, RF, 1, 1, 1, Stream(XLen)),
+    row!("xdel", -3, &["write", "fast"], 1, 1, 1, Stream(XDel)),
+    row!("xtrim", -4, &["write"], 1, 1, 1, Stream(XTrim)),
+    row!("xsetid", -3, WDF, 1, 1, 1, Stream(XSetId)),
+    row!(
+        "xread",
+        -4,
+        &["readonly", "blocking", "movablekeys"],
+        0,
+        0,
+        0,
+        Stream(XRead)
+    ),
+    row!(
+        "xreadgroup",
+        -7,
+        &["write", "blocking", "movablekeys"],
+        0,
+        0,
+        0,
+        Stream(XReadGroup)
+    ),
+    // A container whose every subcommand but HELP writes the key at 2.
+    row!("xgroup", -2, &["write"], 0, 0, 0, Stream(XGroup)),
+    row!("xack", -4, &["write", "fast"], 1, 1, 1, Stream(XAck)),
+    row!("xpending", -3, R, 1, 1, 1, Stream(XPending)),
+    row!("xclaim", -6, &["write", "fast"], 1, 1, 1, Stream(XClaim)),
+    row!(
+        "xautoclaim",
+        -6,
+        &["write", "fast"],
+        1,
+        1,
+        1,
+        Stream(XAutoClaim)
+    ),
+    row!("xinfo", -2, &[], 0, 0, 0, Stream(XInfo)),
 ];
 
 #[allow(dead_code)]
@@ -144,6 +205,23 @@ pub(super) fn store_key_position(
     found
 }
 
+/// The keys of XREAD and XREADGROUP: the first half of what follows STREAMS (Redis's
+/// `xreadGetKeys`).
+pub(super) fn xread_key_positions(args: &[bytes::Bytes]) -> std::ops::Range<usize> {
+    let Some(at) = args
+        .iter()
+        .position(|a| a.eq_ignore_ascii_case(b"streams"))
+        .map(|i| i + 1)
+    else {
+        return 0..0;
+    };
+    let n = args.len().saturating_sub(at);
+    if n % 2 != 0 {
+        return 0..0;
+    }
+    at..at + n / 2
+}
+
 /// The arguments a SORT option takes besides itself (Redis's `sortGetKeys` table).
 pub(super) fn sort_option_width(arg: &[u8]) -> usize {
     if arg.eq_ignore_ascii_case(b"limit") {
@@ -183,5 +261,11 @@ mod tests {
         assert_eq!(keys("sort k STORE"), vec![1]);
         assert_eq!(keys("sort_ro k STORE d"), vec![1]);
         assert_eq!(keys("bitop and d a b"), vec![2, 3, 4]);
+        assert_eq!(keys("xread count 2 streams a b 0 0"), vec![4, 5]);
+        assert_eq!(keys("xreadgroup group g c streams a >"), vec![5]);
+        assert!(keys("xread streams a b 0").is_empty());
+        assert_eq!(keys("xgroup create s g $"), vec![2]);
+        assert!(keys("xgroup help").is_empty());
+        assert_eq!(keys("xinfo stream s"), vec![2]);
     }
 }

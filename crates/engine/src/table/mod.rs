@@ -13,7 +13,7 @@ mod data_model;
 use std::sync::OnceLock;
 
 pub use collections::{HashCmd, ListCmd, SetCmd, ZSetCmd};
-pub use data_model::{BitCmd, GeoCmd, HllCmd};
+pub use data_model::{BitCmd, GeoCmd, HllCmd, StreamCmd};
 
 /// Which handler runs a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +144,8 @@ pub enum Cmd {
     Hll(HllCmd),
     /// Geo on sorted sets.
     Geo(GeoCmd),
+    /// Streams.
+    Stream(StreamCmd),
     /// `SORT` (may store its result).
     Sort,
     /// `DUMP key`.
@@ -176,6 +178,8 @@ pub enum Family {
     HyperLogLog,
     /// Geo ([`crate::geo`]).
     Geo,
+    /// Streams ([`crate::streams`]).
+    Streams,
     /// SORT and SORT_RO ([`crate::sort`]).
     Sort,
     /// DUMP and RESTORE ([`crate::dump`]).
@@ -241,6 +245,7 @@ impl Cmd {
             Bit(_) => Family::Bitmaps,
             Hll(_) => Family::HyperLogLog,
             Geo(_) => Family::Geo,
+            Stream(_) => Family::Streams,
             Sort | SortRo => Family::Sort,
             Dump | Restore => Family::Dump,
         }
@@ -300,6 +305,13 @@ impl Spec {
             }
             Cmd::Geo(GeoCmd::GeoRadius | GeoCmd::GeoRadiusByMember) => {
                 data_model::store_key_position(args, 5, &["store", "storedist"], |_| 0)
+            }
+            Cmd::Stream(StreamCmd::XRead | StreamCmd::XReadGroup) => {
+                keys.extend(data_model::xread_key_positions(args));
+                None
+            }
+            Cmd::Stream(StreamCmd::XGroup | StreamCmd::XInfo) => {
+                (args.len() > 2 && !args[1].eq_ignore_ascii_case(b"help")).then_some(2)
             }
             _ => None,
         };

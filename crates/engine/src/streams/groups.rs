@@ -1,0 +1,881 @@
+//! XREAD and XREADGROUP (blocking or not), and the consumer-group commands: XGROUP,
+//! XACK, XPENDING, XCLAIM and XAUTOCLAIM, with Redis 7.0's rules (`t_stream.c`).
+//!
+//! A group's state (last delivered ID, read counter, pending entries, consumers) is
+//! part of the stream's value, so an XREADGROUP that delivers entries is a write of
+//! the stream: it runs on the key's owner, and the owner's successor after a failover
+//! reads the same pending entries from the pool.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use dmc_resp::Reply;
+
+use super::id::{self, StreamId};
+use super::value::{Consumer, Group, Pending, StreamValue};
+use super::{edit, entry_reply, load};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
+
+/// Entries a blocked XREAD without COUNT is served at most (Redis's
+/// `XREAD_BLOCKED_DEFAULT_COUNT`).
+const BLOCKED_DEFAULT_COUNT: u64 = 1000;
+
+fn no_group(key: &[u8], group: &[u8], suffix: &str) -> Reply {
+    Reply::Error(format!(
+        "NOGROUP No such key '{}' or consumer group '{}'{suffix}",
+        String::from_utf8_lossy(key),
+        String::from_utf8_lossy(group)
+    ))
+}
+
+/// What one stream of an XREAD is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// Entries after this ID.
+    After(StreamId),
+    /// XREADGROUP's `>`: entries never delivered to the group.
+    New,
+}
+
+struct ReadArgs {
+    block: Option<Option<Duration>>,
+    count: u64,
+    group: Option<(Bytes, Bytes)>,
+    noack: bool,
+    keys: Vec<Bytes>,
+    ids: Vec<Bytes>,
+}
+
+fn parse_read(s: &Session, args: &[Bytes], group_mode: bool) -> Result<ReadArgs, Reply> {
+    let mut a = ReadArgs {
+        block: None,
+        count: 0,
+        group: None,
+        noack: false,
+        keys: Vec::new(),
+        ids: Vec::new(),
+    };
+    let mut streams_at = None;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        let o = &args[i];
+        let is = |w: &[u8]| o.eq_ignore_ascii_case(w);
+        if is(b"block") && more > 0 {
+            if s.in_script {
+                return Err(Reply::Error(format!(
+                    "ERR {} command is not allowed with BLOCK option from scripts",
+                    String::from_utf8_lossy(&args[0])
+                )));
+            }
+            i += 1;
+            let ms = parse_i64(&args[i])
+                .ok_or_else(|| Reply::err("ERR timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(Reply::err("ERR timeout is negative"));
+            }
+            a.block = Some((ms > 0).then(|| Duration::from_millis(ms as u64)));
+        } else if is(b"count") && more > 0 {
+            i += 1;
+            let n = parse_i64(&args[i]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+            a.count = n.max(0) as u64;
+        } else if is(b"streams") && more > 0 {
+            streams_at = Some(i + 1);
+            break;
+        } else if is(b"group") && more >= 2 {
+            if !group_mode {
+                return Err(Reply::err(
+                    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            a.group = Some((args[i + 1].clone(), args[i + 2].clone()));
+            i += 2;
+        } else if is(b"noack") {
+            if !group_mode {
+                return Err(Reply::err(
+                    "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            a.noack = true;
+        } else {
+            return Err(Reply::err(SYNTAX));
+        }
+        i += 1;
+    }
+    let Some(at) = streams_at else {
+        return Err(Reply::err(SYNTAX));
+    };
+    let rest = &args[at..];
+    if !rest.len().is_multiple_of(2) {
+        return Err(Reply::err(
+            "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+        ));
+    }
+    if group_mode && a.group.is_none() {
+        return Err(Reply::err("ERR Missing GROUP option for XREADGROUP"));
+    }
+    let n = rest.len() / 2;
+    a.keys = rest[..n].to_vec();
+    a.ids = rest[n..].to_vec();
+    Ok(a)
+}
+
+/// XREAD and XREADGROUP.
+pub(super) async fn xread(
+    engine: &Engine,
+    s: &Session,
+    db: u8,
+    args: &[Bytes],
+    group_mode: bool,
+) -> Result<Reply, Reply> {
+    let a = parse_read(s, args, group_mode)?;
+    // Resolve every ID (and check every key and group) before serving any.
+    let mut from = Vec::with_capacity(a.keys.len());
+    for (key, arg) in a.keys.iter().zip(&a.ids) {
+        let stream = load(engine, db, key).await?;
+        if let Some((g, _)) = &a.group
+            && !stream.as_ref().is_some_and(|st| st.groups.contains_key(g))
+        {
+            return Err(no_group(key, g, " in XREADGROUP with GROUP option"));
+        }
+        from.push(match &arg[..] {
+            b"$" if group_mode => {
+                return Err(Reply::err(
+                    "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.",
+                ));
+            }
+            b"$" => From::After(stream.map_or(StreamId::MIN, |st| st.last_id)),
+            b">" if !group_mode => {
+                return Err(Reply::err(
+                    "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
+                ));
+            }
+            b">" => From::New,
+            _ => From::After(id::parse(arg, 0, true).map_err(Reply::err)?),
+        });
+    }
+    let served = serve(engine, s, db, &a, &from, a.count).await?;
+    if served.is_some() || a.block.is_none() {
+        return Ok(served.unwrap_or(Reply::NullArray));
+    }
+    let timeout = a.block.flatten();
+    let count = if a.count > 0 {
+        a.count
+    } else {
+        BLOCKED_DEFAULT_COUNT
+    };
+    let keys = a.keys.clone();
+    let (a, from) = (&a, &from);
+    Ok(
+        crate::blocking::block(engine, s, db, &keys, timeout, || async move {
+            serve(engine, s, db, a, from, count).await
+        })
+        .await,
+    )
+}
+
+/// One attempt to serve an XREAD: the reply if any stream had something.
+async fn serve(
+    engine: &Engine,
+    s: &Session,
+    db: u8,
+    a: &ReadArgs,
+    from: &[From],
+    count: u64,
+) -> Result<Option<Reply>, Reply> {
+    let mut out = Vec::new();
+    for (key, f) in a.keys.iter().zip(from) {
+        let entries = match &a.group {
+            None => {
+                let From::After(after) = *f else { continue };
+                let Some(st) = load(engine, db, key).await? else {
+                    continue;
+                };
+                if st
+                    .entries
+                    .keys()
+                    .next_back()
+                    .is_none_or(|top| *top <= after)
+                {
+                    continue;
+                }
+                let Some(start) = after.next() else { continue };
+                Some(
+                    st.entries
+                        .range(start..)
+                        .take(limit(count))
+                        .map(|(id, fields)| entry_reply(*id, fields))
+                        .collect::<Vec<_>>(),
+                )
+            }
+            Some((group, consumer)) => {
+                serve_group(engine, db, key, group, consumer, *f, count, a.noack).await?
+            }
+        };
+        if let Some(entries) = entries {
+            out.push((Reply::Bulk(key.clone()), Reply::Array(entries)));
+        }
+    }
+    if out.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(if s.proto >= 3 {
+        Reply::Map(out)
+    } else {
+        Reply::Array(
+            out.into_iter()
+                .map(|(k, v)| Reply::Array(vec![k, v]))
+                .collect(),
+        )
+    }))
+}
+
+fn limit(count: u64) -> usize {
+    if count == 0 {
+        usize::MAX
+    } else {
+        usize::try_from(count).unwrap_or(usize::MAX)
+    }
+}
+
+/// XREADGROUP on one stream: its entries, or `None` when `>` finds nothing new.
+#[allow(clippy::too_many_arguments)]
+async fn serve_group(
+    engine: &Engine,
+    db: u8,
+    key: &Bytes,
+    group: &Bytes,
+    consumer: &Bytes,
+    from: From,
+    count: u64,
+    noack: bool,
+) -> Result<Option<Vec<Reply>>, Reply> {
+    let now = engine.now_ms();
+    let (entries, created) = edit(engine, db, key, |cur| {
+        let Some(mut st) = cur else {
+            return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
+        };
+        let Some(mut g) = st.groups.remove(group) else {
+            return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
+        };
+        let served = match from {
+            From::After(after) => Some(history(&st, &mut g, consumer, after, count, now)),
+            From::New => {
+                let top = st.entries.keys().next_back().copied();
+                if top.is_some_and(|t| t > g.last_id) {
+                    Some(deliver(&st, &mut g, consumer, count, noack, now))
+                } else {
+                    None
+                }
+            }
+        };
+        let Some(entries) = served else {
+            st.groups.insert(group.clone(), g);
+            return Ok(((None, false), None));
+        };
+        let active = from == From::New && !noack && !entries.is_empty();
+        let created = touch(&mut g, consumer, now, active);
+        st.groups.insert(group.clone(), g);
+        Ok(((Some(entries), created), Some(st)))
+    })
+    .await?;
+    if created {
+        engine.notify(notify::STREAM, "xgroup-createconsumer", db, key);
+    }
+    Ok(entries)
+}
+
+/// Records that `consumer` was seen now (and, `active`, that it read or claimed
+/// something), creating it if it is new; whether it was created.
+fn touch(g: &mut Group, consumer: &Bytes, now: u64, active: bool) -> bool {
+    let created = !g.consumers.contains_key(consumer);
+    let c = g
+        .consumers
+        .entry(consumer.clone())
+        .or_insert_with(|| Consumer::new(now));
+    c.seen_time = now;
+    if active {
+        c.active_time = Some(now);
+    }
+    created
+}
+
+/// The consumer's own pending entries after `after` (XREADGROUP with an ID): each
+/// delivered again (a deleted entry shows as its ID and a nil).
+fn history(
+    st: &StreamValue,
+    g: &mut Group,
+    consumer: &[u8],
+    after: StreamId,
+    count: u64,
+    now: u64,
+) -> Vec<Reply> {
+    let Some(start) = after.next() else {
+        return Vec::new();
+    };
+    let ids: Vec<StreamId> = g
+        .pending_of(consumer)
+        .filter(|id| *id >= start)
+        .take(limit(count))
+        .collect();
+    ids.into_iter()
+        .map(|id| match st.entries.get(&id) {
+            Some(fields) => {
+                if let Some(p) = g.pending.get_mut(&id) {
+                    p.delivery_time = now;
+                    p.delivery_count += 1;
+                }
+                entry_reply(id, fields)
+            }
+            None => Reply::Array(vec![Reply::bulk(id.to_string()), Reply::NullArray]),
+        })
+        .collect()
+}
+
+/// New entries for the group (`>`): moves its last ID and read counter, and adds
+/// them to the pending entries of `consumer` unless `noack`.
+fn deliver(
+    st: &StreamValue,
+    g: &mut Group,
+    consumer: &Bytes,
+    count: u64,
+    noack: bool,
+    now: u64,
+) -> Vec<Reply> {
+    let Some(start) = g.last_id.next() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (id, fields) in st.entries.range(start..).take(limit(count)) {
+        if *id > g.last_id {
+            g.entries_read = match g.entries_read {
+                Some(n) if !st.has_tombstones(*id, StreamId::MAX) => Some(n + 1),
+                _ if st.entries_added > 0 => st.distance_from_first(*id),
+                other => other,
+            };
+            g.last_id = *id;
+        }
+        out.push(entry_reply(*id, fields));
+        if !noack {
+            g.pending.insert(
+                *id,
+                Pending {
+                    consumer: consumer.clone(),
+                    delivery_time: now,
+                    delivery_count: 1,
+                },
+            );
+        }
+    }
+    out
+}
+
+const XGROUP_HELP: &[&str] = &[
+    "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CREATE <key> <groupname> <id|$> [option]",
+    "    Create a new consumer group. Options are:",
+    "    * MKSTREAM",
+    "      Create the empty stream if it does not exist.",
+    "    * ENTRIESREAD entries_read",
+    "      Set the group's entries_read counter (internal use).",
+    "CREATECONSUMER <key> <groupname> <consumer>",
+    "    Create a new consumer in the specified group.",
+    "DELCONSUMER <key> <groupname> <consumer>",
+    "    Remove the specified consumer.",
+    "DESTROY <key> <groupname>",
+    "    Remove the specified group.",
+    "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    "    Set the current group ID and entries_read counter.",
+    "HELP",
+    "    Prints this help.",
+];
+
+const XGROUP_SUBS: &[(&str, i32)] = &[
+    ("CREATE", -5),
+    ("SETID", -5),
+    ("DESTROY", 4),
+    ("CREATECONSUMER", 5),
+    ("DELCONSUMER", 5),
+    ("HELP", 2),
+];
+
+/// Whether `sub` with `argc` arguments fits its arity in `subs`; the refusal if not.
+pub(super) fn check_sub(
+    container: &str,
+    subs: &[(&str, i32)],
+    sub: &[u8],
+    argc: usize,
+) -> Result<(), Reply> {
+    let known: Vec<&str> = subs.iter().map(|(n, _)| *n).collect();
+    let fits = subs.iter().any(|(n, arity)| {
+        n.as_bytes().eq_ignore_ascii_case(sub)
+            && if *arity >= 0 {
+                argc == *arity as usize
+            } else {
+                argc >= arity.unsigned_abs() as usize
+            }
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(crate::subcommands::refused(container, sub, &known))
+    }
+}
+
+/// Redis's `addReplySubcommandSyntaxError`.
+pub(super) fn sub_syntax(args: &[Bytes]) -> Reply {
+    Reply::Error(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        String::from_utf8_lossy(&args[1]),
+        crate::upper(&args[0])
+    ))
+}
+
+pub(super) async fn xgroup(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
+    let sub = crate::upper(&args[1]);
+    check_sub("XGROUP", XGROUP_SUBS, &args[1], args.len())?;
+    if sub == "HELP" {
+        return Ok(crate::subcommands::help(XGROUP_HELP));
+    }
+    let (key, group) = (&args[2], &args[3]);
+    let mut mkstream = false;
+    let mut entries_read: Option<Option<u64>> = None;
+    let mut i = 5;
+    while i < args.len() {
+        let create = sub == "CREATE";
+        if create && args[i].eq_ignore_ascii_case(b"mkstream") {
+            mkstream = true;
+            i += 1;
+        } else if (create || sub == "SETID")
+            && args[i].eq_ignore_ascii_case(b"entriesread")
+            && i + 1 < args.len()
+        {
+            let n = parse_i64(&args[i + 1]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+            if n < -1 {
+                return Err(Reply::err(
+                    "ERR value for ENTRIESREAD must be positive or -1",
+                ));
+            }
+            entries_read = Some(u64::try_from(n).ok());
+            i += 2;
+        } else {
+            return Err(sub_syntax(args));
+        }
+    }
+    if (sub == "SETID" && args.len() != 5 && args.len() != 7) || (sub == "CREATE" && args.len() > 8)
+    {
+        return Err(sub_syntax(args));
+    }
+    let now = engine.now_ms();
+    let (reply, event) = edit(engine, db, key, |cur| {
+        let mut st = match cur {
+            Some(st) => st,
+            None if mkstream => StreamValue::default(),
+            None => {
+                return Err(Reply::err(
+                    "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
+                ));
+            }
+        };
+        let exists = st.groups.contains_key(group);
+        if !exists && matches!(sub.as_str(), "SETID" | "CREATECONSUMER" | "DELCONSUMER") {
+            return Err(Reply::Error(format!(
+                "NOGROUP No such consumer group '{}' for key name '{}'",
+                String::from_utf8_lossy(group),
+                String::from_utf8_lossy(key)
+            )));
+        }
+        let id_arg = |st: &StreamValue, strict: bool| -> Result<StreamId, Reply> {
+            if &args[4][..] == b"$" {
+                Ok(st.last_id)
+            } else {
+                id::parse(&args[4], 0, strict).map_err(Reply::err)
+            }
+        };
+        match sub.as_str() {
+            "CREATE" => {
+                let id = id_arg(&st, true)?;
+                if exists {
+                    return Err(Reply::err("BUSYGROUP Consumer Group name already exists"));
+                }
+                st.groups
+                    .insert(group.clone(), Group::new(id, entries_read.flatten()));
+                Ok(((Reply::ok(), Some("xgroup-create")), Some(st)))
+            }
+            "SETID" => {
+                let id = id_arg(&st, false)?;
+                if let Some(g) = st.groups.get_mut(group) {
+                    g.last_id = id;
+                    g.entries_read = entries_read.flatten();
+                }
+                Ok(((Reply::ok(), Some("xgroup-setid")), Some(st)))
+            }
+            "DESTROY" => {
+                if st.groups.remove(group).is_some() {
+                    Ok(((Reply::Int(1), Some("xgroup-destroy")), Some(st)))
+                } else {
+                    Ok(((Reply::Int(0), None), None))
+                }
+            }
+            "CREATECONSUMER" => {
+                let g = st.groups.get_mut(group).ok_or_else(|| Reply::err(SYNTAX))?;
+                if g.consumers.contains_key(&args[4]) {
+                    return Ok(((Reply::Int(0), None), None));
+                }
+                g.consumers
+                    .insert(args[4].clone(), Consumer::new(now));
+                Ok(((Reply::Int(1), Some("xgroup-createconsumer")), Some(st)))
+            }
+            _ => {
+                let g = st.groups.get_mut(group).ok_or_else(|| Reply::err(SYNTAX))?;
+                if g.consumers.remove(&args[4]).is_none() {
+                    return Ok(((Reply::Int(0), None), None));
+                }
+                let before = g.pending.len();
+                g.pending.retain(|_, p| p.consumer != args[4]);
+                let n = (before - g.pending.len()) as i64;
+                Ok(((Reply::Int(n), Some("xgroup-delconsumer")), Some(st)))
+            }
+        }
+    })
+    .await?;
+    if let Some(event) = event {
+        engine.notify(notify::STREAM, event, db, key);
+        if event == "xgroup-destroy" {
+            // Blocked XREADGROUPs on this group learn it is gone.
+            engine.blocking.wake(db, key);
+        }
+    }
+    Ok(reply)
+}
+
+pub(super) async fn xack(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
+    let (key, group) = (&args[1], &args[2]);
+    let Some(st) = load(engine, db, key).await? else {
+        return Ok(Reply::Int(0));
+    };
+    if !st.groups.contains_key(group) {
+        return Ok(Reply::Int(0));
+    }
+    let ids = args[3..]
+        .iter()
+        .map(|a| id::parse(a, 0, true))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Reply::err)?;
+    let acked = edit(engine, db, key, |cur| {
+        let Some(mut st) = cur else {
+            return Ok((0, None));
+        };
+        let Some(g) = st.groups.get_mut(group) else {
+            return Ok((0, None));
+        };
+        let n = ids
+            .iter()
+            .filter(|id| g.pending.remove(id).is_some())
+            .count() as i64;
+        Ok((n, (n > 0).then_some(st)))
+    })
+    .await?;
+    Ok(Reply::Int(acked))
+}
+
+pub(super) async fn xpending(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
+    let (key, group) = (&args[1], &args[2]);
+    let argc = args.len();
+    if argc != 3 && !(6..=9).contains(&argc) {
+        return Err(Reply::err(SYNTAX));
+    }
+    let mut range = None;
+    if argc >= 6 {
+        let mut at = 3;
+        let mut min_idle = 0i64;
+        if args[3].eq_ignore_ascii_case(b"idle") {
+            min_idle = parse_i64(&args[4]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+            if argc < 8 {
+                return Err(Reply::err(SYNTAX));
+            }
+            at += 2;
+        }
+        let count = parse_i64(&args[at + 2]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+        let (mut start, ex) = id::parse_interval(&args[at], 0).map_err(Reply::err)?;
+        if ex {
+            start = start
+                .next()
+                .ok_or_else(|| Reply::err("ERR invalid start ID for the interval"))?;
+        }
+        let (mut end, ex) = id::parse_interval(&args[at + 1], u64::MAX).map_err(Reply::err)?;
+        if ex {
+            end = end
+                .prev()
+                .ok_or_else(|| Reply::err("ERR invalid end ID for the interval"))?;
+        }
+        range = Some((min_idle, start, end, count.max(0) as u64, args.get(at + 3)));
+    }
+    let st = load(engine, db, key).await?;
+    let Some(g) = st.as_ref().and_then(|st| st.groups.get(group)) else {
+        return Err(no_group(key, group, ""));
+    };
+    let Some((min_idle, start, end, count, consumer)) = range else {
+        let (Some(first), Some(last)) = (g.pending.keys().next(), g.pending.keys().next_back())
+        else {
+            return Ok(Reply::Array(vec![
+                Reply::Int(0),
+                Reply::Null,
+                Reply::Null,
+                Reply::NullArray,
+            ]));
+        };
+        let per_consumer: Vec<Reply> = g
+            .consumers
+            .keys()
+            .filter_map(|c| {
+                let n = g.pending.values().filter(|p| p.consumer == c).count();
+                (n > 0)
+                    .then(|| Reply::Array(vec![Reply::Bulk(c.clone()), Reply::bulk(n.to_string())]))
+            })
+            .collect();
+        return Ok(Reply::Array(vec![
+            Reply::Int(g.pending.len() as i64),
+            Reply::bulk(first.to_string()),
+            Reply::bulk(last.to_string()),
+            Reply::Array(per_consumer),
+        ]));
+    };
+    if let Some(c) = consumer
+        && !g.consumers.contains_key(&c[..])
+    {
+        return Ok(Reply::Array(Vec::new()));
+    }
+    let now = engine.now_ms() as i64;
+    let mut out = Vec::new();
+    if start <= end {
+        for (id, p) in g.pending.range(start..=end) {
+            if out.len() as u64 >= count {
+                break;
+            }
+            if consumer.is_some_and(|c| p.consumer != c) {
+                continue;
+            }
+            let idle = (now - p.delivery_time as i64).max(0);
+            if min_idle > 0 && idle < min_idle {
+                continue;
+            }
+            out.push(Reply::Array(vec![
+                Reply::bulk(id.to_string()),
+                Reply::Bulk(p.consumer.clone()),
+                Reply::Int(idle),
+                Reply::Int(p.delivery_count as i64),
+            ]));
+        }
+    }
+    Ok(Reply::Array(out))
+}
+
+pub(super) async fn xclaim(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
+    let (key, group, consumer) = (&args[1], &args[2], &args[3]);
+    let st = load(engine, db, key).await?;
+    if !st.as_ref().is_some_and(|st| st.groups.contains_key(group)) {
+        return Err(no_group(key, group, ""));
+    }
+    let min_idle = parse_i64(&args[4])
+        .ok_or_else(|| Reply::err("ERR Invalid min-idle-time argument for XCLAIM"))?
+        .max(0);
+    let mut ids = Vec::new();
+    let mut j = 5;
+    while j < args.len() {
+        match id::parse(&args[j], 0, true) {
+            Ok(id) => ids.push(id),
+            Err(_) => break,
+        }
+        j += 1;
+    }
+    let now = engine.now_ms() as i64;
+    let (mut force, mut justid) = (false, false);
+    let (mut delivery, mut retry, mut last_id) = (None::<i64>, None::<i64>, StreamId::MIN);
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        let o = &args[j];
+        let num = |what: &str| {
+            parse_i64(&args[j + 1]).ok_or_else(|| {
+                Reply::Error(format!("ERR Invalid {what} option argument for XCLAIM"))
+            })
+        };
+        if o.eq_ignore_ascii_case(b"force") {
+            force = true;
+        } else if o.eq_ignore_ascii_case(b"justid") {
+            justid = true;
+        } else if o.eq_ignore_ascii_case(b"idle") && more {
+            delivery = Some(now - num("IDLE")?);
+            j += 1;
+        } else if o.eq_ignore_ascii_case(b"time") && more {
+            delivery = Some(num("TIME")?);
+            j += 1;
+        } else if o.eq_ignore_ascii_case(b"retrycount") && more {
+            retry = Some(num("RETRYCOUNT")?);
+            j += 1;
+        } else if o.eq_ignore_ascii_case(b"lastid") && more {
+            last_id = id::parse(&args[j + 1], 0, true).map_err(Reply::err)?;
+            j += 1;
+        } else {
+            return Err(Reply::Error(format!(
+                "ERR Unrecognized XCLAIM option '{}'",
+                String::from_utf8_lossy(o)
+            )));
+        }
+        j += 1;
+    }
+    let delivery = match delivery {
+        Some(t) if (0..=now).contains(&t) => t as u64,
+        _ => now as u64,
+    };
+    let (reply, created) = edit(engine, db, key, |cur| {
+        let Some(mut st) = cur else {
+            return Err(no_group(key, group, ""));
+        };
+        let Some(mut g) = st.groups.remove(group) else {
+            return Err(no_group(key, group, ""));
+        };
+        if last_id > g.last_id {
+            g.last_id = last_id;
+        }
+        let mut created = false;
+        let mut out = Vec::new();
+        for id in &ids {
+            let Some(fields) = st.entries.get(id) else {
+                // A pending entry of a deleted entry goes.
+                g.pending.remove(id);
+                continue;
+            };
+            let forced = force && !g.pending.contains_key(id);
+            let Some(p) = g.pending.get(id).cloned().or_else(|| {
+                // FORCE creates the pending entry, delivered once so far.
+                forced.then(|| Pending {
+                    consumer: Bytes::new(),
+                    delivery_time: 0,
+                    delivery_count: 1,
+                })
+            }) else {
+                continue;
+            };
+            if !forced && min_idle > 0 && now - (p.delivery_time as i64) < min_idle {
+                continue;
+            }
+            created |= touch(&mut g, consumer, now as u64, true);
+            let count = match retry {
+                Some(r) if r >= 0 => r as u64,
+                _ if !justid => p.delivery_count + 1,
+                _ => p.delivery_count,
+            };
+            g.pending.insert(
+                *id,
+                Pending {
+                    consumer: consumer.clone(),
+                    delivery_time: delivery,
+                    delivery_count: count,
+                },
+            );
+            out.push(if justid {
+                Reply::bulk(id.to_string())
+            } else {
+                entry_reply(*id, fields)
+            });
+        }
+        st.groups.insert(group.clone(), g);
+        Ok(((Reply::Array(out), created), Some(st)))
+    })
+    .await?;
+    if created {
+        engine.notify(notify::STREAM, "xgroup-createconsumer", db, key);
+    }
+    Ok(reply)
+}
+
+pub(super) async fn xautoclaim(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
+    let (key, group, consumer) = (&args[1], &args[2], &args[3]);
+    let min_idle = parse_i64(&args[4])
+        .ok_or_else(|| Reply::err("ERR Invalid min-idle-time argument for XAUTOCLAIM"))?
+        .max(0);
+    let (mut start, ex) = id::parse_interval(&args[5], 0).map_err(Reply::err)?;
+    if ex {
+        start = start
+            .next()
+            .ok_or_else(|| Reply::err("ERR invalid start ID for the interval"))?;
+    }
+    let (mut count, mut justid) = (100u64, false);
+    let mut j = 6;
+    while j < args.len() {
+        if args[j].eq_ignore_ascii_case(b"count") && j + 1 < args.len() {
+            let max = i64::MAX / 16;
+            count = parse_i64(&args[j + 1])
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| Reply::err("ERR COUNT must be > 0"))? as u64;
+            j += 1;
+        } else if args[j].eq_ignore_ascii_case(b"justid") {
+            justid = true;
+        } else {
+            return Err(Reply::err(SYNTAX));
+        }
+        j += 1;
+    }
+    let now = engine.now_ms();
+    let (reply, created) = edit(engine, db, key, |cur| {
+        let Some(mut st) = cur else {
+            return Err(no_group(key, group, ""));
+        };
+        let Some(mut g) = st.groups.remove(group) else {
+            return Err(no_group(key, group, ""));
+        };
+        let (mut claimed, mut deleted) = (Vec::new(), Vec::new());
+        let mut left = count;
+        let mut attempts = count.saturating_mul(10);
+        let mut created = false;
+        let candidates: Vec<StreamId> = g.pending.range(start..).map(|(id, _)| *id).collect();
+        let mut next = StreamId::MIN;
+        let mut it = candidates.iter().peekable();
+        while attempts > 0 && left > 0 {
+            let Some(&id) = it.next() else { break };
+            attempts -= 1;
+            let Some(fields) = st.entries.get(&id) else {
+                g.pending.remove(&id);
+                deleted.push(Reply::bulk(id.to_string()));
+                left -= 1;
+                continue;
+            };
+            let Some(p) = g.pending.get_mut(&id) else {
+                continue;
+            };
+            if min_idle > 0 && (now as i64) - (p.delivery_time as i64) < min_idle {
+                continue;
+            }
+            p.delivery_time = now;
+            if !justid {
+                p.delivery_count += 1;
+            }
+            p.consumer = consumer.clone();
+            claimed.push(if justid {
+                Reply::bulk(id.to_string())
+            } else {
+                entry_reply(id, fields)
+            });
+            left -= 1;
+        }
+        if let Some(&&id) = it.peek() {
+            next = id;
+        }
+        if !claimed.is_empty() {
+            created = touch(&mut g, consumer, now, true);
+        }
+        st.groups.insert(group.clone(), g);
+        let reply = Reply::Array(vec![
+            Reply::bulk(next.to_string()),
+            Reply::Array(claimed),
+            Reply::Array(deleted),
+        ]);
+        Ok(((reply, created), Some(st)))
+    })
+    .await?;
+    if created {
+        engine.notify(notify::STREAM, "xgroup-createconsumer", db, key);
+    }
+    Ok(reply)
+}
