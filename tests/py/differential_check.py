@@ -382,6 +382,101 @@ def hll_cases(p: Pair, rng: random.Random):
             raw(k)
 
 
+# --------------------------------------------------------------------------- geo
+
+def geo_cases(p: Pair, rng: random.Random):
+    r = p.run
+    r("GEOADD", "{g}sicily", 13.361389, 38.115556, "Palermo", 15.087269, 37.502669, "Catania")
+    r("GEOADD", "{g}sicily", "NX", 13.361389, 38.115556, "Palermo", 13.583333, 37.316667, "Agrigento")
+    r("GEOADD", "{g}sicily", "XX", "CH", 13.4, 38.1, "Palermo", 1, 1, "nowhere")
+    for args in [(200, 10, "m"), (10, 86, "m"), ("x", 1, "m"), (1, 2), ("NX", "XX", 1, 1, "m"),
+                 ("GT", 1, 1, "m"), (1, 1, "m", 2), ("CH", "NX", 2, 2, "n"), (-180, -85.05112878, "edge"),
+                 (180, 85.05112878, "edge2"), ("inf", 1, "m"), ("nan", 1, "m")]:
+        r("GEOADD", "{g}sicily", *args)
+    r("ZRANGE", "{g}sicily", 0, -1, "WITHSCORES", read=True)
+    r("GEOPOS", "{g}sicily", "Palermo", "Catania", "nope", "edge", "edge2", read=True)
+    r("GEOPOS", "{g}missing", "a", read=True)
+    r("GEOHASH", "{g}sicily", "Palermo", "Catania", "nope", "edge", "edge2", read=True)
+    r("GEOHASH", "{g}missing", "a", read=True)
+    for args in [("Palermo", "Catania"), ("Palermo", "Catania", "km"), ("Palermo", "Catania", "MI"),
+                 ("Palermo", "Catania", "ft"), ("Palermo", "nope"), ("Palermo", "Catania", "parsec"),
+                 ("Palermo", "Catania", "km", "x"), ("Palermo", "Palermo")]:
+        r("GEODIST", "{g}sicily", *args, read=True)
+    r("GEODIST", "{g}missing", "a", "b", read=True)
+    r("SET", "{g}str", "x")
+    r("GEOADD", "{g}str", 1, 1, "m")
+    r("GEOPOS", "{g}str", "m", read=True)
+    r("GEOSEARCH", "{g}str", "FROMLONLAT", 1, 1, "BYRADIUS", 1, "km", read=True)
+    # Points all over the globe, searched every way.
+    pts = []
+    for i in range(400):
+        lon = rng.uniform(-180, 180)
+        lat = rng.uniform(-85, 85) if i % 3 else rng.uniform(30, 50)
+        if i % 3 != 0 and i % 7 == 0:
+            lon = rng.uniform(10, 20)
+        pts += [f"{lon:.6f}", f"{lat:.6f}", f"p{i}"]
+    r("GEOADD", "{g}w", *pts)
+    searches = [
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 200, "km"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km", "ASC"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km", "DESC", "COUNT", 5),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 5000, "km", "COUNT", 3, "ANY"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 5000, "km", "COUNT", 3, "ANY", "ASC"),
+        ("FROMLONLAT", 15, 37, "BYBOX", 3000, 2000, "km", "ASC", "WITHDIST", "WITHCOORD", "WITHHASH"),
+        ("FROMLONLAT", -170, 80, "BYRADIUS", 1500, "km", "WITHDIST"),
+        ("FROMLONLAT", 179.9, 0, "BYBOX", 4000, 4000, "mi", "WITHCOORD"),
+        ("FROMLONLAT", 0, 0, "BYRADIUS", 20000, "km", "COUNT", 10),
+        ("FROMLONLAT", 0, 0, "BYRADIUS", 0, "m"),
+        ("FROMMEMBER", "p7", "BYRADIUS", 3000, "km", "WITHDIST", "ASC"),
+        ("FROMMEMBER", "nope", "BYRADIUS", 3000, "km"),
+        ("FROMLONLAT", 15, 37, "FROMMEMBER", "p7", "BYRADIUS", 1, "km"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 1, "km", "BYBOX", 1, 1, "km"),
+        ("FROMLONLAT", 15, 37),
+        ("BYRADIUS", 1, "km"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", -1, "km"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", "x", "km"),
+        ("FROMLONLAT", 15, 37, "BYBOX", -1, 1, "km"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 1, "parsec"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 1, "km", "COUNT", 0),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 1, "km", "ANY"),
+        ("FROMLONLAT", 15, 37, "BYRADIUS", 1, "km", "STORE", "x"),
+        ("FROMLONLAT", 200, 37, "BYRADIUS", 1, "km"),
+    ]
+    for args in searches:
+        r("GEOSEARCH", "{g}w", *args, read=True)
+    r("GEOSEARCH", "{g}missing", "FROMLONLAT", 1, 1, "BYRADIUS", 1, "km", read=True)
+    r("GEOSEARCH", "{g}missing", "FROMMEMBER", "x", "BYRADIUS", 1, "km", read=True)
+    for args in [(15, 37, 2000, "km", "WITHDIST", "ASC"), (15, 37, 2000, "km", "COUNT", 4),
+                 (15, 37, 2000, "km", "STORE", "{g}out"), (15, 37, 2000, "km", "STOREDIST", "{g}out2", "DESC"),
+                 (15, 37, 2000, "km", "STORE", "{g}out", "WITHDIST"), (15, 37, "x", "km"),
+                 (15, 37, 1, "km", "STORE", "{g}out3"), (15, 37, 2000, "km", "COUNT", 2, "ANY")]:
+        r("GEORADIUS", "{g}w", *args)
+        r("GEORADIUS_RO", "{g}w", *args, read=True)
+    r("ZRANGE", "{g}out", 0, -1, "WITHSCORES", read=True)
+    p.same("ZRANGE", "{g}out2", 0, -1, "WITHSCORES", shape=scores)
+    r("EXISTS", "{g}out3", read=True)
+    for args in [("p7", 3000, "km", "WITHDIST", "ASC"), ("nope", 1, "km"), ("p7", 3000, "km", "STORE", "{g}o4"),
+                 ("p7", -1, "km")]:
+        r("GEORADIUSBYMEMBER", "{g}w", *args)
+        r("GEORADIUSBYMEMBER_RO", "{g}w", *args, read=True)
+    r("GEORADIUSBYMEMBER", "{g}missing", "x", "y", "z", "STORE", "{g}o4")
+    r("EXISTS", "{g}o4", read=True)
+    for args in [("{g}d", "{g}w", "FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km"),
+                 ("{g}d", "{g}w", "FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km", "STOREDIST", "COUNT", 3),
+                 ("{g}d", "{g}w", "FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km", "WITHDIST"),
+                 ("{g}d", "{g}missing", "FROMLONLAT", 15, 37, "BYRADIUS", 2000, "km")]:
+        r("GEOSEARCHSTORE", *args)
+        p.same("ZRANGE", "{g}d", 0, -1, "WITHSCORES", shape=scores)
+    # Random searches around random points.
+    for _ in range(60):
+        lon, lat = rng.uniform(-180, 180), rng.uniform(-85, 85)
+        if rng.random() < 0.5:
+            shape = ("BYRADIUS", rng.choice([10, 500, 3000, 9000]), rng.choice(["km", "mi"]))
+        else:
+            shape = ("BYBOX", rng.choice([100, 2000, 8000]), rng.choice([100, 3000]), "km")
+        r("GEOSEARCH", "{g}w", "FROMLONLAT", f"{lon:.5f}", f"{lat:.5f}", *shape, "WITHDIST", read=True)
+
+
 # --------------------------------------------------------------------------- streams
 
 TIME_FIELDS = {b"seen-time", b"idle", b"radix-tree-keys", b"radix-tree-nodes"}
@@ -850,6 +945,7 @@ FAMILIES = {
     "dump": dump_cases,
     "hyperloglog": hll_cases,
     "streams": stream_cases,
+    "geo": geo_cases,
 }
 
 

@@ -193,8 +193,10 @@ pub async fn dispatch_at(
             Cmd::Stream(c) => Box::pin(crate::streams::run(engine, session, c, &args)).await,
             _ => unknown(&args),
         },
-        // Not in the table yet.
-        Family::Geo => unknown(&args),
+        Family::Geo => match spec.cmd {
+            Cmd::Geo(g) => Box::pin(crate::geo::run(engine, session, g, &args)).await,
+            _ => unknown(&args),
+        },
         Family::Keys => keys::run(engine, session, spec.cmd, &args).await,
         Family::Introspect if spec.cmd == Cmd::Object => {
             introspect::object(engine, session, &args).await

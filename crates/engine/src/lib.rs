@@ -42,6 +42,7 @@ pub mod dispatch;
 pub mod docs;
 pub mod dump;
 pub mod durability;
+pub mod geo;
 pub mod glob;
 pub mod hashes;
 pub mod hll;

@@ -95,6 +95,7 @@ fn categories_are_redis_7s() {
     assert_eq!(cats("xadd"), "write stream fast");
     assert_eq!(cats("xgroup|create"), "write stream slow");
     assert_eq!(cats("bitop"), "write bitmap slow");
+    assert_eq!(cats("geosearchstore"), "write geo slow");
     assert_eq!(cats("sort"), "write set sortedset list slow dangerous");
 }
 

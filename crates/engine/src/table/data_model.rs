@@ -146,10 +146,6 @@ pub(super) const ROWS: &[Spec] = &[
         Stream(XAutoClaim)
     ),
     row!("xinfo", -2, &[], 0, 0, 0, Stream(XInfo)),
-];
-
-#[allow(dead_code)]
-const LATER: &[Spec] = &[
     row!("geoadd", -5, WD, 1, 1, 1, Geo(GeoAdd)),
     row!("geodist", -4, R, 1, 1, 1, Geo(GeoDist)),
     row!("geohash", -2, R, 1, 1, 1, Geo(GeoHash)),
@@ -260,6 +256,14 @@ mod tests {
         assert_eq!(keys("sort k BY store"), vec![1]);
         assert_eq!(keys("sort k STORE"), vec![1]);
         assert_eq!(keys("sort_ro k STORE d"), vec![1]);
+        assert_eq!(keys("georadius g 0 0 1 km STORE d"), vec![1, 7]);
+        assert_eq!(keys("georadius g 0 0 1 km store a storedist b"), vec![1, 9]);
+        assert_eq!(keys("georadiusbymember g m 1 km storedist d"), vec![1, 6]);
+        assert_eq!(keys("georadius_ro g 0 0 1 km store d"), vec![1]);
+        assert_eq!(
+            keys("geosearchstore d s frommember m byradius 1 km"),
+            vec![1, 2]
+        );
         assert_eq!(keys("bitop and d a b"), vec![2, 3, 4]);
         assert_eq!(keys("xread count 2 streams a b 0 0"), vec![4, 5]);
         assert_eq!(keys("xreadgroup group g c streams a >"), vec![5]);

@@ -242,6 +242,62 @@ async fn selected(
     Err(TreeError::Stale.into())
 }
 
+/// The scores of `members` in `key` (`None` for a missing member or key); WRONGTYPE
+/// for another type. The geo commands read points through it.
+pub(crate) async fn scores(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    members: &[Bytes],
+) -> Result<Vec<Option<f64>>, Reply> {
+    'attempt: for _ in 0..READ_ATTEMPTS {
+        let z = stored::load(engine, db, key).await?;
+        let mut out = Vec::with_capacity(members.len());
+        for m in members {
+            match z.score(m).await {
+                Ok(s) => out.push(s),
+                Err(TreeError::Stale) => continue 'attempt,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(out);
+    }
+    Err(TreeError::Stale.into())
+}
+
+/// The members of `key` whose score is in `min..max` (`max` excluded), by score then
+/// member: one geohash box of a geo search.
+pub(crate) async fn in_score_range(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    min: f64,
+    max: f64,
+) -> Result<Vec<(Bytes, f64)>, Reply> {
+    use value::{ScoreBound, ScoreRange};
+    let q = RangeQuery {
+        by: range::By::Score(ScoreRange {
+            min: ScoreBound {
+                value: min,
+                exclusive: false,
+            },
+            max: ScoreBound {
+                value: max,
+                exclusive: true,
+            },
+        }),
+        rev: false,
+        limit: None,
+        with_scores: true,
+    };
+    selected(engine, db, key, &q).await
+}
+
+/// Adds or updates members of `key` with ZADD's flags, as ZADD does (GEOADD's writes).
+pub(crate) async fn add(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    zadd(engine, db, args).await
+}
+
 /// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
 async fn zadd(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     let mut f = AddFlags::default();
