@@ -73,7 +73,7 @@ class Pair:
 
     def run(self, *args, read=False):
         """Sends `args` to both; a read is asked of every agent."""
-        self.log.append(" ".join(str(a) for a in args))
+        self.log.append(" ".join(str(a) for a in args)[:200])
         self.log = self.log[-12:]
         self.count += 1
         want = self.reply(self.ref, args)
@@ -83,8 +83,8 @@ class Pair:
             if normalize(got) != normalize(want):
                 history = "\n  ".join(self.log)
                 raise AssertionError(
-                    f"RESP{self.proto}, agent {i}: {args!r}\n  redis: {want!r}\n  dmc:   {got!r}\n"
-                    f"after:\n  {history}")
+                    f"RESP{self.proto}, agent {i}: {repr(args)[:300]}\n  redis: {repr(want)[:2000]}\n"
+                    f"  dmc:   {repr(got)[:2000]}\nafter:\n  {history}")
         return want
 
     def same(self, *args, shape=None):
@@ -889,6 +889,39 @@ def dump_cases(p: Pair, rng: random.Random):
         back = p.reply(p.ref, (read[0], "fromdmc:" + key, *read[1:]))
         shape = {"HGETALL": pairs, "ZRANGE": scores}.get(read[0], unordered)
         assert shape(back) == shape(want), f"{key}: {back!r} != {want!r}"
+    # Streams: entries over several nodes, deletions, groups with pending entries.
+    ref = p.ref
+    for i in range(1, 260):
+        fields = ["f", i, "g", "x"] if i % 5 else ["other", i]
+        ref.execute_command("XADD", "src:stream", f"{i}-{i % 3}", *fields)
+    ref.execute_command("XDEL", "src:stream", "7-1", "150-0", "151-1")
+    ref.execute_command("XGROUP", "CREATE", "src:stream", "g1", "0")
+    ref.execute_command("XGROUP", "CREATE", "src:stream", "g2", "$")
+    ref.execute_command("XREADGROUP", "GROUP", "g1", "alice", "COUNT", 5, "STREAMS", "src:stream", ">")
+    ref.execute_command("XREADGROUP", "GROUP", "g1", "bob", "COUNT", 3, "STREAMS", "src:stream", ">")
+    ref.execute_command("XGROUP", "CREATECONSUMER", "src:stream", "g2", "carol")
+    ref.execute_command("XADD", "src:empty-stream", "1-1", "f", "v")
+    ref.execute_command("XDEL", "src:empty-stream", "1-1")
+    ref.execute_command("XGROUP", "CREATE", "src:empty-stream", "g", "$")
+    for key in ["src:stream", "src:empty-stream"]:
+        payload = ref.execute_command("DUMP", key)
+        r("RESTORE", "fromredis:" + key, 0, payload)
+        mine = p.dmc[0].execute_command("DUMP", "fromredis:" + key)
+        r("RESTORE", "fromdmc:" + key, 0, mine)
+        # What the agent dumped is what Redis holds, groups and all.
+        a = full_info(p.reply(ref, ("XINFO", "STREAM", key, "FULL")))
+        b = full_info(p.reply(ref, ("XINFO", "STREAM", "fromdmc:" + key, "FULL")))
+        assert a == b, f"{key}: {a} != {b}"
+        want = p.reply(ref, ("XRANGE", key, "-", "+"))
+        for k in ["fromredis:" + key, "fromdmc:" + key]:
+            for c in [ref] + p.dmc:
+                assert p.reply(c, ("XRANGE", k, "-", "+")) == want, k
+        for k in ["fromredis:" + key, "fromdmc:" + key]:
+            p.same("XINFO", "STREAM", k, "FULL", shape=full_info)
+            p.same("XPENDING", k, "g1")
+            p.same("XINFO", "GROUPS", k)
+            r("XADD", k, "1000-0", "new", "entry")
+            r("XREADGROUP", "GROUP", "g1", "dave", "COUNT", 2, "STREAMS", k, ">")
     payload = p.ref.execute_command("DUMP", "src:str")
     r("DUMP", "nosuchkey", read=True)
     r("RESTORE", "fromredis:src:str", 0, payload)  # BUSYKEY

@@ -112,6 +112,112 @@ pub fn listpack(blob: &[u8]) -> Result<Vec<Bytes>, CompactError> {
     Ok(out)
 }
 
+/// Builds a listpack as Redis's `lpAppend` does: an element that is a canonical
+/// decimal integer is stored as an integer, anything else as a string.
+#[derive(Debug, Default)]
+pub struct ListpackWriter {
+    body: Vec<u8>,
+    count: usize,
+}
+
+impl ListpackWriter {
+    pub fn new() -> ListpackWriter {
+        ListpackWriter::default()
+    }
+
+    pub fn push(&mut self, element: &[u8]) {
+        match canonical_int(element) {
+            Some(v) => self.push_int(v),
+            None => self.push_str(element),
+        }
+    }
+
+    pub fn push_int(&mut self, v: i64) {
+        let start = self.body.len();
+        match v {
+            0..=127 => self.body.push(v as u8),
+            -4096..=4095 => {
+                let u = (v as u64) & 0x1fff;
+                self.body.push(0xc0 | (u >> 8) as u8);
+                self.body.push(u as u8);
+            }
+            -32768..=32767 => {
+                self.body.push(0xf1);
+                self.body.extend_from_slice(&(v as i16).to_le_bytes());
+            }
+            -8_388_608..=8_388_607 => {
+                self.body.push(0xf2);
+                self.body.extend_from_slice(&(v as i32).to_le_bytes()[..3]);
+            }
+            -2_147_483_648..=2_147_483_647 => {
+                self.body.push(0xf3);
+                self.body.extend_from_slice(&(v as i32).to_le_bytes());
+            }
+            _ => {
+                self.body.push(0xf4);
+                self.body.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        self.backlen(start);
+    }
+
+    fn push_str(&mut self, s: &[u8]) {
+        let start = self.body.len();
+        let n = s.len();
+        if n < 64 {
+            self.body.push(0x80 | n as u8);
+        } else if n < 4096 {
+            self.body.push(0xe0 | (n >> 8) as u8);
+            self.body.push(n as u8);
+        } else {
+            self.body.push(0xf0);
+            self.body.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        self.body.extend_from_slice(s);
+        self.backlen(start);
+    }
+
+    /// The entry's length after it, in 7-bit groups (`lpEncodeBacklen`).
+    fn backlen(&mut self, start: usize) {
+        let l = (self.body.len() - start) as u64;
+        let groups: &[u32] = match l {
+            0..=127 => &[0],
+            128..=16_382 => &[7, 0],
+            16_383..=2_097_150 => &[14, 7, 0],
+            2_097_151..=268_435_454 => &[21, 14, 7, 0],
+            _ => &[28, 21, 14, 7, 0],
+        };
+        for (i, shift) in groups.iter().enumerate() {
+            let b = ((l >> shift) & 127) as u8;
+            self.body.push(if i == 0 { b } else { b | 128 });
+        }
+        self.count += 1;
+    }
+
+    pub fn finish(self) -> Vec<u8> {
+        let total = self.body.len() + 7;
+        let mut out = Vec::with_capacity(total);
+        out.extend_from_slice(&(total as u32).to_le_bytes());
+        out.extend_from_slice(&(self.count.min(65535) as u16).to_le_bytes());
+        out.extend_from_slice(&self.body);
+        out.push(0xff);
+        out
+    }
+}
+
+/// `string2ll`'s integers: an optional `-`, digits without a leading zero, in range.
+fn canonical_int(s: &[u8]) -> Option<i64> {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    if digits.is_empty()
+        || digits.len() > 20
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || s.len() > 1))
+    {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
 /// The entries of a ziplist, in order.
 pub fn ziplist(blob: &[u8]) -> Result<Vec<Bytes>, CompactError> {
     let mut c = Cursor { blob, at: 0 };
@@ -211,6 +317,44 @@ mod tests {
             .iter()
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
             .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn written_listpacks_read_back() {
+        let items: Vec<&[u8]> = vec![
+            b"0",
+            b"127",
+            b"128",
+            b"-1",
+            b"4095",
+            b"-4096",
+            b"32767",
+            b"-32768",
+            b"8388607",
+            b"-8388608",
+            b"2147483647",
+            b"-2147483648",
+            b"9223372036854775807",
+            b"-9223372036854775808",
+            b"01",
+            b"+1",
+            b"-0",
+            b"",
+            b"x",
+        ];
+        let long = vec![b'y'; 5000];
+        let mid = vec![b'z'; 200];
+        let mut w = ListpackWriter::new();
+        for i in &items {
+            w.push(i);
+        }
+        w.push(&mid);
+        w.push(&long);
+        let got = listpack(&w.finish()).expect("reads");
+        let mut want: Vec<Bytes> = items.iter().map(|i| Bytes::copy_from_slice(i)).collect();
+        want.push(Bytes::from(mid));
+        want.push(Bytes::from(long));
         assert_eq!(got, want);
     }
 

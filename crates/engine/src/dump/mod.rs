@@ -3,12 +3,16 @@
 //! move between DMC and Redis in both directions: `redis-cli --cluster`, migration
 //! tools and RESTORE-based copies work against DMC.
 //!
+//! Every type: strings, lists, sets, hashes, sorted sets and streams (their entries,
+//! counters, consumer groups and pending entries).
+//!
 //! RESTORE checks what Redis 7.0 checks, in its order (options, BUSYKEY, the TTL, the
 //! footer, the value), and writes the key in one slot swap with its expiry. IDLETIME
 //! and FREQ are checked and accepted; DMC's eviction does not take a value's age or
 //! frequency from them (it starts the key fresh).
 
 mod compact;
+mod stream;
 pub mod value;
 
 use bytes::Bytes;
@@ -49,11 +53,11 @@ async fn read(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Value>, Repl
         ),
         ValueKind::Hash => Value::Hash(crate::hashes::all_pairs(engine, db, key).await?),
         ValueKind::ZSet => Value::ZSet(crate::zsets::all(engine, db, key).await?),
-        ValueKind::Stream => {
-            return Err(Reply::err(
-                "ERR DUMP of a stream is not supported yet (DMC writes strings, lists, sets, hashes and sorted sets)",
-            ));
-        }
+        ValueKind::Stream => Value::Stream(
+            crate::streams::load(engine, db, key)
+                .await?
+                .unwrap_or_default(),
+        ),
     }))
 }
 
@@ -162,6 +166,7 @@ async fn write(
             return Ok(());
         }
         Value::String(v) => (ValueKind::String, v.to_vec()),
+        Value::Stream(st) => (ValueKind::Stream, st.encode()),
         Value::List(items) => {
             let mut l = ListValue::default();
             for i in items {
@@ -192,7 +197,7 @@ async fn write(
         .await
         .map_err(error_reply)?;
     engine.wrote_typed(db, key, kind, None);
-    if kind == ValueKind::List {
+    if matches!(kind, ValueKind::List | ValueKind::Stream) {
         engine.blocking.wake(db, key);
     }
     Ok(())

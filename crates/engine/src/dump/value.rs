@@ -11,6 +11,7 @@
 //! list 14/18: len | len × node (18: container 1 plain, 2 listpack; 14: ziplist)
 //! 10 list ziplist, 11 set intset, 12/17 zset ziplist/listpack, 13/16 hash
 //! ziplist/listpack, 20 set listpack (Redis 7.2): one string holding the blob
+//! 15/19/21 stream: see [`super::stream`] (DMC writes 19)
 //! ```
 //!
 //! Decoding never trusts the payload: counts do not size allocations, an empty
@@ -26,6 +27,7 @@ use crate::rdb::{self, RdbError, Reader};
 
 /// A value as DUMP and RESTORE see it.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Value {
     String(Bytes),
     List(Vec<Bytes>),
@@ -33,6 +35,8 @@ pub enum Value {
     Hash(Vec<(Bytes, Bytes)>),
     /// Members with scores, in any order.
     ZSet(Vec<(Bytes, f64)>),
+    /// A stream ([`super::stream`]).
+    Stream(crate::streams::value::StreamValue),
 }
 
 /// Why a payload's value cannot be read: RESTORE answers "Bad data format".
@@ -95,6 +99,7 @@ pub fn encode(value: &Value) -> Vec<u8> {
                 rdb::write_string(&mut out, v);
             }
         }
+        Value::Stream(st) => return super::stream::encode(st),
         Value::ZSet(members) => {
             out.push(ZSET_2);
             rdb::write_len(&mut out, members.len() as u64);
@@ -175,10 +180,14 @@ pub fn decode(body: &[u8]) -> Result<Value, ValueError> {
                 .collect::<Result<Vec<_>, ValueError>>()?;
             Value::ZSet(scored(members)?)
         }
+        super::stream::STREAM_LISTPACKS
+        | super::stream::STREAM_LISTPACKS_2
+        | super::stream::STREAM_LISTPACKS_3 => Value::Stream(super::stream::decode(&mut r, kind)?),
         other => return Err(ValueError::Type(other)),
     };
     let empty = match &value {
-        Value::String(_) => false,
+        // An empty stream is a stream (its groups and counters stay).
+        Value::String(_) | Value::Stream(_) => false,
         Value::List(v) | Value::Set(v) => v.is_empty(),
         Value::Hash(v) => v.is_empty(),
         Value::ZSet(v) => v.is_empty(),
@@ -276,6 +285,53 @@ mod tests {
         ];
         for v in values {
             assert_eq!(decode(&encode(&v)), Ok(v.clone()), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn a_stream_with_groups_round_trips() {
+        use crate::streams::id::StreamId;
+        use crate::streams::value::{Consumer, Group, Pending, StreamValue};
+        let mut st = StreamValue::default();
+        for i in 1..=250u64 {
+            let fields = if i % 3 == 0 {
+                vec![b("other"), b(&i.to_string())]
+            } else {
+                vec![b("f"), b(&i.to_string()), b("g"), b("x")]
+            };
+            st.append(StreamId::new(i, i % 2), fields);
+        }
+        st.remove(StreamId::new(7, 1));
+        st.max_deleted = StreamId::new(7, 1);
+        st.last_id = StreamId::new(250, 0);
+        st.entries_added = 250;
+        let mut g = Group::new(StreamId::new(10, 0), Some(10));
+        g.consumers.insert(b("alice"), Consumer::new(5));
+        g.pending.insert(
+            StreamId::new(2, 0),
+            Pending {
+                consumer: b("alice"),
+                delivery_time: 99,
+                delivery_count: 3,
+            },
+        );
+        st.groups.insert(b("g"), g);
+        st.groups
+            .insert(b("empty"), Group::new(StreamId::MIN, None));
+        let v = Value::Stream(st.clone());
+        let Ok(Value::Stream(back)) = decode(&encode(&v)) else {
+            panic!("a stream decodes");
+        };
+        assert_eq!(back.entries, st.entries);
+        assert_eq!(back.groups, st.groups);
+        assert_eq!(
+            (back.last_id, back.max_deleted, back.entries_added),
+            (st.last_id, st.max_deleted, st.entries_added)
+        );
+        assert_eq!(back.nodes.len(), st.nodes.len());
+        let body = encode(&v);
+        for cut in 0..body.len() {
+            assert!(decode(&body[..cut]).is_err(), "cut at {cut}");
         }
     }
 
