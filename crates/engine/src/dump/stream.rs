@@ -33,6 +33,11 @@ pub const STREAM_LISTPACKS_3: u8 = 21;
 const FLAG_DELETED: i64 = 1;
 const FLAG_SAMEFIELDS: i64 = 2;
 
+/// A stream entry: its ID and its field, value, field, value... list.
+type Entry = (StreamId, Vec<Bytes>);
+/// A node to write: its master ID and its live entries.
+type NodeOut<'a> = (StreamId, Vec<(StreamId, &'a Vec<Bytes>)>);
+
 fn malformed() -> ValueError {
     CompactError::Malformed.into()
 }
@@ -41,7 +46,7 @@ fn malformed() -> ValueError {
 pub fn encode(s: &StreamValue) -> Vec<u8> {
     let mut out = vec![STREAM_LISTPACKS_2];
     // One listpack per node Redis would have, holding the node's live entries.
-    let nodes: Vec<(StreamId, Vec<(StreamId, &Vec<Bytes>)>)> = s
+    let nodes: Vec<NodeOut<'_>> = s
         .nodes
         .iter()
         .map(|n| {
@@ -135,10 +140,7 @@ fn int(b: &Bytes) -> Result<i64, ValueError> {
 }
 
 /// The entries of one node: (ID, fields) of the live ones, and how many were deleted.
-fn read_node(
-    master: StreamId,
-    blob: &[u8],
-) -> Result<(Vec<(StreamId, Vec<Bytes>)>, u64), ValueError> {
+fn read_node(master: StreamId, blob: &[u8]) -> Result<(Vec<Entry>, u64), ValueError> {
     let items = compact::listpack(blob)?;
     let mut it = items.iter();
     let mut next = || it.next().ok_or_else(malformed);
