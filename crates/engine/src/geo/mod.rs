@@ -4,8 +4,13 @@
 //! its geohash ([`hash`]); GEOADD is ZADD of those scores, a search reads the score
 //! ranges of the geohash boxes around the centre (at most nine range reads of the
 //! sorted set, wherever it is stored) and keeps the points inside the shape.
+//!
+//! Results are sorted with a stable sort, which is Redis's order whenever it returns
+//! every result (glibc's merge sort); when COUNT cuts the list Redis uses a partial
+//! quicksort, so points at exactly equal distances may come in another order.
 
 pub mod hash;
+mod units;
 
 use bytes::Bytes;
 use dmc_resp::Reply;
@@ -14,19 +19,9 @@ use crate::table::GeoCmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, parse_i64};
 use hash::Shape;
 
-/// Redis's `getDoubleFromObject` (`string2d`): the whole text a number, no leading
-/// space, not NaN, not out of a double's range.
+/// Redis's `getDoubleFromObject` (`string2d`: glibc `strtod` on the whole text).
 fn parse_double(arg: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(arg).ok()?;
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
-        return None;
-    }
-    let v: f64 = s.parse().ok()?;
-    let lower = s.to_ascii_lowercase();
-    if v.is_nan() || (v.is_infinite() && !lower.contains("inf")) {
-        return None;
-    }
-    Some(v)
+    units::parse_coordinate(arg)
 }
 
 /// A longitude, latitude pair inside Redis's limits.
@@ -49,15 +44,8 @@ fn lon_lat(args: &[Bytes]) -> Result<(f64, f64), Reply> {
 
 /// Meters per unit.
 fn unit(arg: &[u8]) -> Result<f64, Reply> {
-    match &arg.to_ascii_lowercase()[..] {
-        b"m" => Ok(1.0),
-        b"km" => Ok(1000.0),
-        b"ft" => Ok(0.3048),
-        b"mi" => Ok(1609.34),
-        _ => Err(Reply::err(
-            "ERR unsupported unit provided. please use M, KM, FT, MI",
-        )),
-    }
+    units::unit_factor(arg)
+        .ok_or_else(|| Reply::err("ERR unsupported unit provided. please use M, KM, FT, MI"))
 }
 
 /// `radius unit`: the radius and meters per unit.
@@ -419,30 +407,39 @@ async fn search(
         },
     };
     let limit = if q.any { q.count } else { 0 };
+    // ANY reads a box a page at a time and stops at COUNT points, as Redis stops its
+    // scan; otherwise every member of the box is read at once.
+    let page = if limit > 0 {
+        limit.clamp(16, 256)
+    } else {
+        u64::MAX
+    };
     let mut found: Vec<Found> = Vec::new();
-    'boxes: for (min, max) in hash::search_ranges(clon, clat, meters) {
+    for (min, max) in hash::search_ranges(clon, clat, meters) {
         if limit > 0 && found.len() as u64 >= limit {
             break;
         }
-        for (member, score) in
-            crate::zsets::in_score_range(engine, db, src, min as f64, max as f64).await?
-        {
-            let Some((lon, lat)) = hash::point(score) else {
-                continue;
-            };
-            if let Some(dist) = hash::within(meters, clon, clat, lon, lat) {
-                found.push(Found {
-                    member,
-                    dist,
-                    score,
-                    lon,
-                    lat,
-                });
+        crate::zsets::scan_score_range(engine, db, src, (min as f64, max as f64), page, |items| {
+            for (member, score) in items {
+                let Some((lon, lat)) = hash::point(score) else {
+                    continue;
+                };
+                if let Some(dist) = hash::within(meters, clon, clat, lon, lat) {
+                    found.push(Found {
+                        member,
+                        dist,
+                        score,
+                        lon,
+                        lat,
+                    });
+                }
+                if limit > 0 && found.len() as u64 >= limit {
+                    return false;
+                }
             }
-            if limit > 0 && found.len() as u64 >= limit {
-                continue 'boxes;
-            }
-        }
+            true
+        })
+        .await?;
     }
     let order = if q.count > 0 && q.order == Order::None && !q.any {
         Order::Asc

@@ -265,32 +265,52 @@ pub(crate) async fn scores(
     Err(TreeError::Stale.into())
 }
 
-/// The members of `key` whose score is in `min..max` (`max` excluded), by score then
-/// member: one geohash box of a geo search.
-pub(crate) async fn in_score_range(
+/// Visits the members of `key` whose score is in `min..max` (`max` excluded), by
+/// score then member, `page` at a time from one version of the set, until `visit`
+/// answers false: one geohash box of a geo search (ANY stops early). A set that
+/// changed under the read after pages were visited answers TRYAGAIN.
+pub(crate) async fn scan_score_range(
     engine: &Engine,
     db: u8,
     key: &[u8],
-    min: f64,
-    max: f64,
-) -> Result<Vec<(Bytes, f64)>, Reply> {
+    (min, max): (f64, f64),
+    page: u64,
+    mut visit: impl FnMut(Vec<(Bytes, f64)>) -> bool,
+) -> Result<(), Reply> {
     use value::{ScoreBound, ScoreRange};
-    let q = RangeQuery {
-        by: range::By::Score(ScoreRange {
-            min: ScoreBound {
-                value: min,
-                exclusive: false,
-            },
-            max: ScoreBound {
-                value: max,
-                exclusive: true,
-            },
-        }),
-        rev: false,
-        limit: None,
-        with_scores: true,
-    };
-    selected(engine, db, key, &q).await
+    let page = i64::try_from(page).unwrap_or(i64::MAX).max(1);
+    'attempt: for _ in 0..READ_ATTEMPTS {
+        let z = stored::load(engine, db, key).await?;
+        let mut offset = 0i64;
+        loop {
+            let q = RangeQuery {
+                by: range::By::Score(ScoreRange {
+                    min: ScoreBound {
+                        value: min,
+                        exclusive: false,
+                    },
+                    max: ScoreBound {
+                        value: max,
+                        exclusive: true,
+                    },
+                }),
+                rev: false,
+                limit: Some((offset, page)),
+                with_scores: true,
+            };
+            let items = match z.select(&q).await {
+                Ok(items) => items,
+                Err(TreeError::Stale) if offset == 0 => continue 'attempt,
+                Err(e) => return Err(e.into()),
+            };
+            let n = items.len() as i64;
+            if !visit(items) || n < page {
+                return Ok(());
+            }
+            offset += n;
+        }
+    }
+    Err(TreeError::Stale.into())
 }
 
 /// Adds or updates members of `key` with ZADD's flags, as ZADD does (GEOADD's writes).
