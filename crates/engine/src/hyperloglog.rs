@@ -3,13 +3,18 @@
 //! of one taken from Redis, and DUMP/RESTORE in either direction all work.
 //!
 //! PFADD and PFMERGE are read-modify-writes under the key's lock (`Dht::update_kind`);
-//! a PFADD that changes no register writes nothing. PFCOUNT of one key whose cached
+//! a PFADD that changes no register writes nothing, and PFADDs of one key that arrive
+//! together are applied as one batch with one write ([`crate::combine`]). PFCOUNT of one key whose cached
 //! cardinality is stale computes it and, when this agent owns the key (only the owner
 //! writes), stores it back as Redis does; another agent answers without writing.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
-use dmc_dht::{Change, ValueKind};
 use dmc_resp::Reply;
+use futures::future::BoxFuture;
+
+use crate::combine::{Answer, Batch, Combiner};
 
 use crate::hll::{Hll, HllError, HllUnion, REGISTERS};
 use crate::table::HllCmd;
@@ -43,50 +48,83 @@ async fn edit(
     key: &Bytes,
     mut f: impl FnMut(Option<&[u8]>) -> Result<Option<Hll>, HllError>,
 ) -> Result<bool, Reply> {
-    let _g = engine.lock_key(key).await;
-    let mut written = false;
-    let updated = engine
-        .dht
-        .update_kind(db, key, ValueKind::String, |cur| {
-            Ok::<_, HllError>(match f(cur.map(|b| &b[..]))? {
-                Some(hll) => {
-                    written = true;
-                    Change::Write(hll.into_bytes().into())
+    crate::strings::rewrite(engine, db, key, |cur| {
+        f(cur).map(|h| h.map(Hll::into_bytes))
+    })
+    .await?
+    .map_err(Reply::from)
+}
+
+/// A PFADD waiting to be combined with the others of its key: the batch parses the
+/// HLL once, adds every PFADD's elements in arrival order and writes it once.
+pub(crate) struct PfAddOp {
+    elements: Vec<Bytes>,
+}
+
+impl Batch for PfAddOp {
+    /// Whether this PFADD changed the HLL (its reply).
+    type Out = bool;
+
+    fn combiner(engine: &Engine) -> &Combiner<Self> {
+        &engine.pfadd_batches
+    }
+
+    fn run(
+        engine: Arc<Engine>,
+        db: u8,
+        key: Bytes,
+        ops: Vec<Self>,
+    ) -> BoxFuture<'static, Result<Vec<Answer<Self>>, Reply>> {
+        Box::pin(async move {
+            let mut answers: Vec<Answer<Self>> = Vec::new();
+            crate::strings::rewrite_locked(&engine, db, &key, |cur| {
+                answers.clear();
+                let (mut hll, mut created) = match cur.map(Hll::parse) {
+                    Some(Ok(h)) => (h, false),
+                    Some(Err(e)) => {
+                        answers.extend(ops.iter().map(|_| Err(Reply::from(e))));
+                        return Ok::<_, std::convert::Infallible>(None);
+                    }
+                    None => (Hll::new(), true),
+                };
+                let mut changed = false;
+                for op in &ops {
+                    // Only a sparse HLL can fail half-way: keep what it was, as a PFADD
+                    // alone would have written nothing.
+                    let before = (!hll.is_dense()).then(|| hll.clone());
+                    match hll.add_all(&op.elements, created, SPARSE_MAX_BYTES) {
+                        Ok(updated) => {
+                            changed |= updated;
+                            created = false;
+                            answers.push(Ok(updated));
+                        }
+                        Err(e) => {
+                            if let Some(b) = before {
+                                hll = b;
+                            }
+                            answers.push(Err(Reply::from(e)));
+                        }
+                    }
                 }
-                None => {
-                    written = false;
-                    Change::Keep
-                }
+                Ok(changed.then(|| hll.into_bytes()))
             })
+            .await?
+            .unwrap_or_else(|never| match never {});
+            Ok(answers)
         })
-        .await;
-    match updated {
-        Ok(Ok(())) => {
-            if written {
-                engine.wrote(db, key, None);
-            }
-            Ok(written)
-        }
-        Ok(Err(e)) => Err(Reply::from(e)),
-        Err(e) => Err(error_reply(e)),
     }
 }
 
 async fn pfadd(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
     let key = &args[1];
-    let written = edit(engine, db, key, |cur| {
-        let (mut hll, created) = match cur {
-            Some(v) => (Hll::parse(v)?, false),
-            None => (Hll::new(), true),
-        };
-        let updated = hll.add_all(&args[2..], created, SPARSE_MAX_BYTES)?;
-        Ok(updated.then_some(hll))
-    })
-    .await?;
-    if written {
+    let op = PfAddOp {
+        elements: args[2..].to_vec(),
+    };
+    let updated = engine.pfadd_batches.submit(engine, db, key, op).await?;
+    if updated {
         engine.notify(notify::STRING, "pfadd", db, key);
     }
-    Ok(Reply::Int(i64::from(written)))
+    Ok(Reply::Int(i64::from(updated)))
 }
 
 /// The HLL at `key` (`None`: missing); WRONGTYPE for another type or a string that is

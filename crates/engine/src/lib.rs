@@ -255,6 +255,10 @@ pub struct Engine {
     pub(crate) hash_batches: combine::Combiner<hashes::HashOp>,
     /// Same-key batches of sorted set changes.
     pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
+    /// XADDs waiting to be combined, per stream.
+    pub(crate) xadd_batches: combine::Combiner<streams::XAddOp>,
+    /// PFADDs waiting to be combined, per key.
+    pub(crate) pfadd_batches: combine::Combiner<hyperloglog::PfAddOp>,
     /// This agent's subscribers.
     pub pubsub: pubsub::PubSub,
     /// The slow log and the latency monitor.
@@ -298,6 +302,8 @@ impl Engine {
             set_batches: combine::Combiner::default(),
             hash_batches: combine::Combiner::default(),
             zset_batches: combine::Combiner::default(),
+            xadd_batches: combine::Combiner::default(),
+            pfadd_batches: combine::Combiner::default(),
             pubsub: pubsub::PubSub::default(),
             slowlog: slowlog::SlowLog::default(),
             pause: pause::Pause::default(),

@@ -297,6 +297,50 @@ async fn update(
     }
 }
 
+/// Rewrites the string `key` under its lock in one probe of the table: `f` gets the
+/// current value (`None`: missing) and returns the new one, or `None` to leave the key
+/// untouched (nothing is written). `f` may run again if the key changed meanwhile.
+/// Whether it wrote (the cached copy is then dropped; the caller announces its
+/// event); `f`'s error, or the table's as a reply. Bitmaps and HyperLogLog write
+/// through it.
+pub(crate) async fn rewrite<E>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    f: impl FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+) -> Result<Result<bool, E>, Reply> {
+    let _g = engine.lock_key(key).await;
+    rewrite_locked(engine, db, key, f).await
+}
+
+/// [`rewrite`] by a caller that holds the key's lock (a combined batch).
+pub(crate) async fn rewrite_locked<E>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+) -> Result<Result<bool, E>, Reply> {
+    let mut written = false;
+    let updated = engine
+        .dht
+        .update_kind(db, key, dmc_dht::ValueKind::String, |cur| {
+            let new = f(cur.map(|b| &b[..]))?;
+            written = new.is_some();
+            Ok(new.map_or(dmc_dht::Change::Keep, |v| dmc_dht::Change::Write(v.into())))
+        })
+        .await;
+    match updated {
+        Ok(Ok(())) => {
+            if written {
+                engine.wrote(db, key, None);
+            }
+            Ok(Ok(written))
+        }
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(e) => Err(error_reply(e)),
+    }
+}
+
 /// Redis's GETRANGE index arithmetic.
 fn range(v: &Bytes, start: i64, end: i64) -> Bytes {
     let len = v.len() as i64;

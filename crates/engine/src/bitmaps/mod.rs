@@ -11,7 +11,7 @@ mod bits;
 mod field;
 
 use bytes::Bytes;
-use dmc_dht::{Change, SetOptions, ValueKind};
+use dmc_dht::SetOptions;
 use dmc_resp::Reply;
 
 use crate::table::BitCmd;
@@ -88,30 +88,18 @@ async fn edit(
     key: &Bytes,
     mut f: impl FnMut(&mut Vec<u8>) -> bool,
 ) -> Result<bool, Reply> {
-    let _g = engine.lock_key(key).await;
-    let mut written = false;
-    let updated = engine
-        .dht
-        .update_kind(db, key, ValueKind::String, |cur| {
-            let mut v = cur.map(|b| b.to_vec()).unwrap_or_default();
-            let changed = f(&mut v);
-            written = changed || cur.is_none_or(|c| c.len() != v.len());
-            Ok::<_, ()>(if written {
-                Change::Write(v.into())
-            } else {
-                Change::Keep
-            })
-        })
-        .await;
-    match updated {
-        Ok(_) if written => {
-            engine.wrote(db, key, None);
-            engine.notify(notify::STRING, "setbit", db, key);
-            Ok(true)
-        }
-        Ok(_) => Ok(false),
-        Err(e) => Err(error_reply(e)),
+    let written = crate::strings::rewrite(engine, db, key, |cur| {
+        let mut v = cur.map(<[u8]>::to_vec).unwrap_or_default();
+        let changed = f(&mut v);
+        let grown = cur.is_none_or(|c| c.len() != v.len());
+        Ok::<_, std::convert::Infallible>((changed || grown).then_some(v))
+    })
+    .await?
+    .unwrap_or_else(|never| match never {});
+    if written {
+        engine.notify(notify::STRING, "setbit", db, key);
     }
+    Ok(written)
 }
 
 /// `BYTE` or `BIT` (true).

@@ -251,23 +251,10 @@ pub(super) const ROWS: &[Spec] = &[
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
-    use crate::table::lookup;
-
-    fn args(words: &str) -> Vec<Bytes> {
-        words
-            .split(' ')
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect()
-    }
+    use crate::table::keys_of_line as keys;
 
     #[test]
     fn counted_keys_are_found_where_the_count_says() {
-        let keys = |line: &str| {
-            let a = args(line);
-            lookup(&a[0]).expect("a command").key_positions(&a)
-        };
         assert_eq!(keys("lmpop 2 a b LEFT"), vec![2, 3]);
         assert_eq!(keys("blmpop 0 2 a b LEFT"), vec![3, 4]);
         assert_eq!(keys("zunionstore d 2 a b"), vec![1, 3, 4]);

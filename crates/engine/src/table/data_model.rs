@@ -231,21 +231,7 @@ pub(super) fn sort_option_width(arg: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
-    use crate::table::lookup;
-
-    fn args(words: &str) -> Vec<Bytes> {
-        words
-            .split(' ')
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect()
-    }
-
-    fn keys(line: &str) -> Vec<usize> {
-        let a = args(line);
-        lookup(&a[0]).expect("a command").key_positions(&a)
-    }
+    use crate::table::keys_of_line as keys;
 
     #[test]
     fn store_options_name_a_key() {

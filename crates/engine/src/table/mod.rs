@@ -750,6 +750,16 @@ pub fn lookup_index(name: &[u8]) -> Option<usize> {
     index().get(&*lower).copied()
 }
 
+/// The key positions of a command line (words split at spaces), for the tables' tests.
+#[cfg(test)]
+pub(crate) fn keys_of_line(line: &str) -> Vec<usize> {
+    let args: Vec<bytes::Bytes> = line
+        .split(' ')
+        .map(|w| bytes::Bytes::copy_from_slice(w.as_bytes()))
+        .collect();
+    lookup(&args[0]).expect("a command").key_positions(&args)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
