@@ -18,9 +18,12 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
     }
-    // As a RESTORE value: accepted values encode and decode back to themselves.
+    // As a RESTORE value: accepted values encode and decode back to themselves, as far
+    // as the form DMC writes carries them (a Redis 7.2 stream's consumer active times
+    // and node shapes are not in type 19).
     if let Ok(v) = value::decode(data) {
-        assert_eq!(value::decode(&value::encode(&v)), Ok(v));
+        let back = value::decode(&value::encode(&v)).map(value::comparable);
+        assert_eq!(back, Ok(value::comparable(v)));
     }
     // As a whole payload: the footer check decides, without panicking.
     let _ = rdb::verify(data);

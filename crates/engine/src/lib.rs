@@ -257,6 +257,8 @@ pub struct Engine {
     pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
     /// XADDs waiting to be combined, per stream.
     pub(crate) xadd_batches: combine::Combiner<streams::XAddOp>,
+    /// SETBITs waiting to be combined, per key.
+    pub(crate) setbit_batches: combine::Combiner<bitmaps::SetBitOp>,
     /// PFADDs waiting to be combined, per key.
     pub(crate) pfadd_batches: combine::Combiner<hyperloglog::PfAddOp>,
     /// This agent's subscribers.
@@ -304,6 +306,7 @@ impl Engine {
             zset_batches: combine::Combiner::default(),
             xadd_batches: combine::Combiner::default(),
             pfadd_batches: combine::Combiner::default(),
+            setbit_batches: combine::Combiner::default(),
             pubsub: pubsub::PubSub::default(),
             slowlog: slowlog::SlowLog::default(),
             pause: pause::Pause::default(),

@@ -96,7 +96,7 @@ async fn concurrent_changes_of_one_key_are_combined_and_each_answered() {
     assert!(batches < changes, "{changes} changes in {batches} batches");
 }
 
-/// XADD and PFADD of one key from many clients at once: every XADD gets its own ID,
+/// XADD, PFADD and SETBIT of one key from many clients at once: every XADD gets its own ID,
 /// increasing in each client's order, every entry lands; PFADD answers and the count
 /// are what one client sending everything would get; both were committed in fewer
 /// batches than there were commands.
@@ -131,6 +131,15 @@ async fn concurrent_xadds_and_pfadds_of_one_key_are_combined() {
                     .execute(&mut s, cmd(&["PFADD".into(), "hll".into(), item]))
                     .await;
                 assert!(matches!(added, Reply::Int(0 | 1)), "{added:?}");
+                // Each client sets its own bits: each was clear before.
+                let bit = (c * EACH + i).to_string();
+                let (old, _) = engine
+                    .execute(
+                        &mut s,
+                        cmd(&["SETBIT".into(), "bits".into(), bit, "1".into()]),
+                    )
+                    .await;
+                assert_eq!(old, Reply::Int(0));
             }
             ids
         }));
@@ -157,6 +166,8 @@ async fn concurrent_xadds_and_pfadds_of_one_key_are_combined() {
     let mut s = engine.new_session("t:check".into(), "t:0".into(), -1);
     let (len, _) = engine.execute(&mut s, cmd(&["XLEN", "stream"])).await;
     assert_eq!(len, Reply::Int(n as i64));
+    let (ones, _) = engine.execute(&mut s, cmd(&["BITCOUNT", "bits"])).await;
+    assert_eq!(ones, Reply::Int(n as i64), "every SETBIT landed");
     // The same elements added by one client, one at a time, count the same.
     for c in 0..CLIENTS {
         for i in 0..EACH {

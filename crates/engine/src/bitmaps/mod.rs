@@ -6,13 +6,19 @@
 //! A write is a read-modify-write of the whole string under the key's lock, committed
 //! like INCR (`Dht::update_kind`, one probe, one-sided): a write that changes no bit
 //! of an existing string writes nothing, as Redis then does not signal the key.
+//! SETBITs of one key that arrive together are one batch ([`crate::combine`]).
 
 mod bits;
 mod field;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use dmc_dht::SetOptions;
 use dmc_resp::Reply;
+use futures::future::BoxFuture;
+
+use crate::combine::{Answer, Batch, Combiner};
 
 use crate::table::BitCmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
@@ -66,15 +72,65 @@ async fn setbit(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         Some(1) => true,
         _ => return Reply::err(BIT_ERR),
     };
-    let mut old = false;
-    let edited = edit(engine, db, &args[1], |v| {
-        old = bits::set(v, offset, on);
-        old != on
-    })
-    .await;
-    match edited {
-        Ok(_) => Reply::Int(i64::from(old)),
+    let key = &args[1];
+    match engine
+        .setbit_batches
+        .submit(engine, db, key, SetBitOp { offset, on })
+        .await
+    {
+        Ok((old, signalled)) => {
+            if signalled {
+                engine.notify(notify::STRING, "setbit", db, key);
+            }
+            Reply::Int(i64::from(old))
+        }
         Err(r) => r,
+    }
+}
+
+/// A SETBIT waiting to be combined with the others of its key: a batch reads the
+/// string once, sets every bit in arrival order and writes it once.
+pub(crate) struct SetBitOp {
+    offset: u64,
+    on: bool,
+}
+
+impl Batch for SetBitOp {
+    /// The bit before, and whether this SETBIT changed the key (created it, grew it
+    /// or flipped the bit: what Redis announces).
+    type Out = (bool, bool);
+
+    fn combiner(engine: &Engine) -> &Combiner<Self> {
+        &engine.setbit_batches
+    }
+
+    fn run(
+        engine: Arc<Engine>,
+        db: u8,
+        key: Bytes,
+        ops: Vec<Self>,
+    ) -> BoxFuture<'static, Result<Vec<Answer<Self>>, Reply>> {
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(ops.len());
+            crate::strings::rewrite_locked(&engine, db, &key, |cur| {
+                answers.clear();
+                let mut v = cur.map(<[u8]>::to_vec).unwrap_or_default();
+                let mut exists = cur.is_some();
+                let mut any = false;
+                for op in &ops {
+                    let len = v.len();
+                    let old = bits::set(&mut v, op.offset, op.on);
+                    let changed = !exists || v.len() != len || old != op.on;
+                    exists = true;
+                    any |= changed;
+                    answers.push(Ok((old, changed)));
+                }
+                Ok::<_, std::convert::Infallible>(any.then_some(v))
+            })
+            .await?
+            .unwrap_or_else(|never| match never {});
+            Ok(answers)
+        })
     }
 }
 
