@@ -292,7 +292,8 @@ impl Router {
         };
         // Writes run on their keys' owner, and so do blocking reads (XREAD BLOCK):
         // only the owner sees the writes that wake them.
-        let blocking_read = dmc_engine::blocking::stream_block(args).is_some();
+        let blocking_read = spec.cmd == table::Cmd::Stream(table::StreamCmd::XRead)
+            && dmc_engine::blocking::stream_block(args).is_some();
         if !(spec.is_write() || blocking_read) || !spec.arity_ok(args.len()) {
             return Route::Local;
         }

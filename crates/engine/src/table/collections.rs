@@ -127,26 +127,6 @@ const MOVABLE_W: &[&str] = &["write", "movablekeys"];
 const MOVABLE_WD: &[&str] = &["write", "denyoom", "movablekeys"];
 const MOVABLE_B: &[&str] = &["write", "blocking", "movablekeys"];
 
-/// A row: name, arity, flags, first key, last key, step, where the key count is.
-macro_rules! row {
-    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $n:expr, $fam:ident($cmd:ident)) => {
-        Spec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            first_key: $f,
-            last_key: $l,
-            step: $s,
-            numkeys: $n,
-            cmd: Cmd::$fam(<row!(@enum $fam)>::$cmd),
-        }
-    };
-    (@enum Hash) => { HashCmd };
-    (@enum List) => { ListCmd };
-    (@enum Sets) => { SetCmd };
-    (@enum ZSet) => { ZSetCmd };
-}
-
 pub(super) const ROWS: &[Spec] = &[
     row!("hset", -4, WDF, 1, 1, 1, 0, Hash(HSet)),
     row!("hsetnx", 4, WDF, 1, 1, 1, 0, Hash(HSetNx)),

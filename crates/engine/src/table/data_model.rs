@@ -66,37 +66,17 @@ const WDM: &[&str] = &["write", "denyoom", "movablekeys"];
 const R: &[&str] = &["readonly"];
 const RF: &[&str] = &["readonly", "fast"];
 
-/// A row: name, arity, flags, first key, last key, step.
-macro_rules! row {
-    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $fam:ident($cmd:ident)) => {
-        Spec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            first_key: $f,
-            last_key: $l,
-            step: $s,
-            numkeys: 0,
-            cmd: Cmd::$fam(<row!(@enum $fam)>::$cmd),
-        }
-    };
-    (@enum Bit) => { BitCmd };
-    (@enum Hll) => { HllCmd };
-    (@enum Geo) => { GeoCmd };
-    (@enum Stream) => { StreamCmd };
-}
-
 pub(super) const ROWS: &[Spec] = &[
-    row!("setbit", 4, WD, 1, 1, 1, Bit(SetBit)),
-    row!("getbit", 3, RF, 1, 1, 1, Bit(GetBit)),
-    row!("bitcount", -2, R, 1, 1, 1, Bit(BitCount)),
-    row!("bitpos", -3, R, 1, 1, 1, Bit(BitPos)),
-    row!("bitop", -4, WD, 2, -1, 1, Bit(BitOp)),
-    row!("bitfield", -2, WD, 1, 1, 1, Bit(BitField)),
-    row!("bitfield_ro", -2, RF, 1, 1, 1, Bit(BitFieldRo)),
-    row!("pfadd", -2, WDF, 1, 1, 1, Hll(PfAdd)),
-    row!("pfcount", -2, R, 1, -1, 1, Hll(PfCount)),
-    row!("pfmerge", -2, WD, 1, -1, 1, Hll(PfMerge)),
+    row!("setbit", 4, WD, 1, 1, 1, 0, Bit(SetBit)),
+    row!("getbit", 3, RF, 1, 1, 1, 0, Bit(GetBit)),
+    row!("bitcount", -2, R, 1, 1, 1, 0, Bit(BitCount)),
+    row!("bitpos", -3, R, 1, 1, 1, 0, Bit(BitPos)),
+    row!("bitop", -4, WD, 2, -1, 1, 0, Bit(BitOp)),
+    row!("bitfield", -2, WD, 1, 1, 1, 0, Bit(BitField)),
+    row!("bitfield_ro", -2, RF, 1, 1, 1, 0, Bit(BitFieldRo)),
+    row!("pfadd", -2, WDF, 1, 1, 1, 0, Hll(PfAdd)),
+    row!("pfcount", -2, R, 1, -1, 1, 0, Hll(PfCount)),
+    row!("pfmerge", -2, WD, 1, -1, 1, 0, Hll(PfMerge)),
     row!(
         "pfdebug",
         3,
@@ -104,19 +84,21 @@ pub(super) const ROWS: &[Spec] = &[
         2,
         2,
         1,
+        0,
         Hll(PfDebug)
     ),
-    row!("xadd", -5, WDF, 1, 1, 1, Stream(XAdd)),
-    row!("xrange", -4, R, 1, 1, 1, Stream(XRange)),
-    row!("xrevrange", -4, R, 1, 1, 1, Stream(XRevRange)),
-    row!("xlen", 2, RF, 1, 1, 1, Stream(XLen)),
-    row!("xdel", -3, &["write", "fast"], 1, 1, 1, Stream(XDel)),
-    row!("xtrim", -4, &["write"], 1, 1, 1, Stream(XTrim)),
-    row!("xsetid", -3, WDF, 1, 1, 1, Stream(XSetId)),
+    row!("xadd", -5, WDF, 1, 1, 1, 0, Stream(XAdd)),
+    row!("xrange", -4, R, 1, 1, 1, 0, Stream(XRange)),
+    row!("xrevrange", -4, R, 1, 1, 1, 0, Stream(XRevRange)),
+    row!("xlen", 2, RF, 1, 1, 1, 0, Stream(XLen)),
+    row!("xdel", -3, &["write", "fast"], 1, 1, 1, 0, Stream(XDel)),
+    row!("xtrim", -4, &["write"], 1, 1, 1, 0, Stream(XTrim)),
+    row!("xsetid", -3, WDF, 1, 1, 1, 0, Stream(XSetId)),
     row!(
         "xread",
         -4,
         &["readonly", "blocking", "movablekeys"],
+        0,
         0,
         0,
         0,
@@ -129,13 +111,14 @@ pub(super) const ROWS: &[Spec] = &[
         0,
         0,
         0,
+        0,
         Stream(XReadGroup)
     ),
     // A container whose every subcommand but HELP writes the key at 2.
-    row!("xgroup", -2, &["write"], 0, 0, 0, Stream(XGroup)),
-    row!("xack", -4, &["write", "fast"], 1, 1, 1, Stream(XAck)),
-    row!("xpending", -3, R, 1, 1, 1, Stream(XPending)),
-    row!("xclaim", -6, &["write", "fast"], 1, 1, 1, Stream(XClaim)),
+    row!("xgroup", -2, &["write"], 0, 0, 0, 0, Stream(XGroup)),
+    row!("xack", -4, &["write", "fast"], 1, 1, 1, 0, Stream(XAck)),
+    row!("xpending", -3, R, 1, 1, 1, 0, Stream(XPending)),
+    row!("xclaim", -6, &["write", "fast"], 1, 1, 1, 0, Stream(XClaim)),
     row!(
         "xautoclaim",
         -6,
@@ -143,15 +126,16 @@ pub(super) const ROWS: &[Spec] = &[
         1,
         1,
         1,
+        0,
         Stream(XAutoClaim)
     ),
-    row!("xinfo", -2, &[], 0, 0, 0, Stream(XInfo)),
-    row!("geoadd", -5, WD, 1, 1, 1, Geo(GeoAdd)),
-    row!("geodist", -4, R, 1, 1, 1, Geo(GeoDist)),
-    row!("geohash", -2, R, 1, 1, 1, Geo(GeoHash)),
-    row!("geopos", -2, R, 1, 1, 1, Geo(GeoPos)),
-    row!("georadius", -6, WDM, 1, 1, 1, Geo(GeoRadius)),
-    row!("georadius_ro", -6, R, 1, 1, 1, Geo(GeoRadiusRo)),
+    row!("xinfo", -2, &[], 0, 0, 0, 0, Stream(XInfo)),
+    row!("geoadd", -5, WD, 1, 1, 1, 0, Geo(GeoAdd)),
+    row!("geodist", -4, R, 1, 1, 1, 0, Geo(GeoDist)),
+    row!("geohash", -2, R, 1, 1, 1, 0, Geo(GeoHash)),
+    row!("geopos", -2, R, 1, 1, 1, 0, Geo(GeoPos)),
+    row!("georadius", -6, WDM, 1, 1, 1, 0, Geo(GeoRadius)),
+    row!("georadius_ro", -6, R, 1, 1, 1, 0, Geo(GeoRadiusRo)),
     row!(
         "georadiusbymember",
         -5,
@@ -159,6 +143,7 @@ pub(super) const ROWS: &[Spec] = &[
         1,
         1,
         1,
+        0,
         Geo(GeoRadiusByMember)
     ),
     row!(
@@ -168,10 +153,11 @@ pub(super) const ROWS: &[Spec] = &[
         1,
         1,
         1,
+        0,
         Geo(GeoRadiusByMemberRo)
     ),
-    row!("geosearch", -7, R, 1, 1, 1, Geo(GeoSearch)),
-    row!("geosearchstore", -8, WD, 1, 2, 1, Geo(GeoSearchStore)),
+    row!("geosearch", -7, R, 1, 1, 1, 0, Geo(GeoSearch)),
+    row!("geosearchstore", -8, WD, 1, 2, 1, 0, Geo(GeoSearchStore)),
 ];
 
 /// Where a `STORE key` (SORT) or `STORE key` / `STOREDIST key` (GEORADIUS and

@@ -7,6 +7,31 @@
 //! (which commands write, where their keys are, which belong to the cluster). It is a
 //! leaf: every command family imports its types from here, and it imports no family.
 
+/// A row of a family's commands: name, arity, flags, first key, last key, step, where
+/// the key count is (0: none), and `Family(Command)`.
+macro_rules! row {
+    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $s:expr, $n:expr, $fam:ident($cmd:ident)) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $s,
+            numkeys: $n,
+            cmd: Cmd::$fam(<row!(@enum $fam)>::$cmd),
+        }
+    };
+    (@enum Hash) => { HashCmd };
+    (@enum List) => { ListCmd };
+    (@enum Sets) => { SetCmd };
+    (@enum ZSet) => { ZSetCmd };
+    (@enum Bit) => { BitCmd };
+    (@enum Hll) => { HllCmd };
+    (@enum Geo) => { GeoCmd };
+    (@enum Stream) => { StreamCmd };
+}
+
 mod collections;
 mod data_model;
 
