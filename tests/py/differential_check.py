@@ -1,4 +1,5 @@
-"""DMC against redis-server 7, command by command: bitmaps, HyperLogLog, geo and SORT.
+"""DMC against redis-server 7, command by command: bitmaps (on small and large strings),
+HyperLogLog, geo, SORT, DUMP/RESTORE and streams.
 
 Starts a redis-server of its own, then sends the same commands to it and to the DMC
 agent(s) given, over RESP2 and RESP3 through redis-py, and requires the same reply (or the
@@ -219,6 +220,65 @@ def bitmap_cases(p: Pair, rng: random.Random):
             r("GET", k, read=True)
         else:
             r("DEL", k)
+
+
+# ------------------------------------------------------------------ large strings
+
+def large_string_cases(p: Pair, rng: random.Random):
+    """Strings far past the size DMC stores chunked (16 KiB), edited in place at
+    random offsets and read by range: every reply equal to redis-server's."""
+    r = p.run
+    keys = ["big:a", "big:b"]
+    for i in range(500):
+        k = rng.choice(keys)
+        c = rng.random()
+        if c < 0.15:
+            r("SETBIT", k, rng.randrange(0, 3_000_000), rng.randrange(0, 2))
+        elif c < 0.25:
+            r("GETBIT", k, rng.randrange(0, 3_200_000), read=True)
+        elif c < 0.35:
+            r("SETRANGE", k, rng.randrange(0, 200_000), "v" * rng.randrange(1, 5000))
+        elif c < 0.42:
+            r("APPEND", k, "a" * rng.randrange(1, 9000))
+        elif c < 0.52:
+            a, b = rng.randrange(-300_000, 300_000), rng.randrange(-300_000, 300_000)
+            r("GETRANGE", k, a, b, read=True)
+        elif c < 0.6:
+            unit = rng.choice(["BIT", "BYTE"])
+            scale = 8 if unit == "BIT" else 1
+            a = rng.randrange(-300_000 * scale, 300_000 * scale)
+            b = rng.randrange(-300_000 * scale, 300_000 * scale)
+            r("BITCOUNT", k, a, b, unit, read=True)
+        elif c < 0.68:
+            args = [rng.randrange(-300_000, 300_000) for _ in range(rng.randrange(0, 3))]
+            if len(args) == 2 and rng.random() < 0.5:
+                args.append(rng.choice(["BIT", "BYTE"]))
+            r("BITPOS", k, rng.randrange(0, 2), *args, read=True)
+        elif c < 0.78:
+            t = rng.choice(["i", "u"]) + str(rng.randrange(1, 64))
+            op = rng.choice(["GET", "SET", "INCRBY"])
+            args = [op, t, rng.randrange(0, 3_000_000)]
+            if op != "GET":
+                args.append(rng.randrange(-2**40, 2**40))
+            args += ["GET", "u8", rng.randrange(0, 3_000_000)]
+            r("BITFIELD", k, *args)
+        elif c < 0.82:
+            r("BITFIELD_RO", k, "GET", "i17", rng.randrange(0, 3_000_000), read=True)
+        elif c < 0.86:
+            r("STRLEN", k, read=True)
+        elif c < 0.89:
+            r("INCR", k)
+        elif c < 0.91:
+            r("BITOP", rng.choice(["AND", "OR", "XOR"]), "big:dest", *keys)
+            r("GET", "big:dest", read=True)
+        elif c < 0.95:
+            r("GET", k, read=True)
+        elif c < 0.97:
+            r("SET", k, "s" * rng.randrange(1, 100), "GET")
+        else:
+            r("DEL", k)
+    for k in keys:
+        r("GET", k, read=True)
 
 
 # --------------------------------------------------------------------------- SORT
@@ -974,6 +1034,7 @@ def crc64(data: bytes) -> int:
 
 FAMILIES = {
     "bitmaps": bitmap_cases,
+    "large-strings": large_string_cases,
     "sort": sort_cases,
     "dump": dump_cases,
     "hyperloglog": hll_cases,

@@ -61,7 +61,7 @@ pub async fn load(
     key: &[u8],
     kind: ValueKind,
 ) -> Result<Option<Stored>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
+    match engine.read_stored(db, key).await.map_err(error_reply)? {
         Some((k, _)) if k != kind => Err(error_reply(dmc_dht::DhtError::WrongType)),
         Some((_, v)) => match TreeRoot::parse(&v) {
             Some(root) => Ok(Some(Stored::Tree(root))),
@@ -295,6 +295,20 @@ pub async fn commit_trees(
     trees: Vec<Tree<'_>>,
     shares_old: bool,
 ) -> Result<bool, Reply> {
+    commit_trees_with(engine, db, key, (kind, old), trees, shares_old, &[]).await
+}
+
+/// [`commit_trees`] of a value that carries `tail` after its roots (a chunked
+/// string's length).
+pub async fn commit_trees_with(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    (kind, old): (ValueKind, Option<&Bytes>),
+    trees: Vec<Tree<'_>>,
+    shares_old: bool,
+    tail: &[u8],
+) -> Result<bool, Reply> {
     let pool = engine.dht.pool();
     if trees.iter().all(Tree::is_empty) {
         // Deleting the key frees the old trees whole.
@@ -314,6 +328,7 @@ pub async fn commit_trees(
             }
         }
     }
+    head.extend_from_slice(tail);
     let change = match shares_old {
         true => Change::WriteSharing(head.into()),
         false => Change::Write(head.into()),

@@ -213,6 +213,11 @@ impl LocalCache {
     /// write); otherwise it replaces a cached copy, or enters if there is room or it is
     /// at least as hot as the victims that would make room.
     pub fn fill(&self, ticket: u64, db: u8, key: &[u8], v: Fetched) {
+        // A chunked string's pool form is a tree's root, not a value: readers assemble
+        // or read pieces of it, and the cache holds values only.
+        if v.kind == ValueKind::ChunkedString {
+            return;
+        }
         let mut shard = self.shard(db, key).lock();
         if shard.writes != ticket {
             return;

@@ -138,6 +138,9 @@ pub(crate) fn numkeys(args: &[Bytes], at: usize) -> Result<&[Bytes], Reply> {
 /// OBJECT ENCODING's answer for a value of type `kind`: the name Redis reports for the
 /// same shape.
 pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt> {
+    if kind == ValueKind::ChunkedString {
+        return Ok("raw");
+    }
     if kind != ValueKind::String && dmc_umo::chunk::TreeRoot::parse(value).is_some() {
         // A tree is the big form of every type.
         return Ok(match kind {
@@ -153,6 +156,7 @@ pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt>
         ValueKind::Set => crate::sets::encoding(&Packed::parse(value)?)?,
         ValueKind::ZSet => crate::zsets::encoding(&Packed::parse(value)?),
         ValueKind::Stream => "stream",
+        ValueKind::ChunkedString => "raw",
     })
 }
 

@@ -47,8 +47,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
             Reply::Int(n)
         }
-        Cmd::Type => Reply::Simple(match tri!(engine.read_typed(db, &args[1]).await) {
-            Some((kind, _)) => kind.name(),
+        Cmd::Type => Reply::Simple(match tri!(engine.read_kind(db, &args[1]).await) {
+            Some(kind) => kind.name(),
             None => "none",
         }),
         Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt => {
@@ -223,8 +223,8 @@ async fn scan(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
             // The type is in the key's object: read only when a filter asks for it.
             let type_ok = match kind.as_deref() {
                 None => true,
-                Some(t) => match tri!(engine.read_typed(db, &k).await) {
-                    Some((found, _)) => found.name() == t,
+                Some(t) => match tri!(engine.read_kind(db, &k).await) {
+                    Some(found) => found.name() == t,
                     None => false,
                 },
             };

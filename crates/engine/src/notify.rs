@@ -56,7 +56,7 @@ const LETTERS: [(char, u32); 10] = [
 pub fn class_of(kind: dmc_dht::ValueKind) -> u32 {
     use dmc_dht::ValueKind as K;
     match kind {
-        K::String => STRING,
+        K::String | K::ChunkedString => STRING,
         K::List => LIST,
         K::Set => SET,
         K::Hash => HASH,

@@ -23,8 +23,33 @@ impl Engine {
     }
 
     /// A key's live value of any type, with its type (a collection in its pool
-    /// encoding), read as [`read`](Self::read) reads strings.
+    /// encoding), read as [`read`](Self::read) reads strings. A chunked string is
+    /// assembled and reported as a string.
     pub async fn read_typed(
+        &self,
+        db: u8,
+        key: &[u8],
+    ) -> Result<Option<(ValueKind, Bytes)>, DhtError> {
+        match self.read_stored(db, key).await? {
+            Some((ValueKind::ChunkedString, v)) => {
+                crate::strings::chunked::assemble(self, db, key, v).await
+            }
+            found => Ok(found),
+        }
+    }
+
+    /// A key's type as Redis names it (a chunked string is a string), without
+    /// assembling a large string.
+    pub async fn read_kind(&self, db: u8, key: &[u8]) -> Result<Option<ValueKind>, DhtError> {
+        Ok(self
+            .read_stored(db, key)
+            .await?
+            .map(|(kind, _)| kind.redis_type()))
+    }
+
+    /// A key's live value as the pool stores it, with its type: a chunked string is
+    /// its tree's root ([`crate::strings::chunked`] reads it).
+    pub async fn read_stored(
         &self,
         db: u8,
         key: &[u8],
@@ -44,6 +69,23 @@ impl Engine {
             c.fill(t, db, key, e.into());
         }
         Ok(Some(found))
+    }
+
+    /// Values read from the pool with chunked strings assembled.
+    async fn assembled(
+        &self,
+        db: u8,
+        keys: &[&[u8]],
+        mut got: Vec<Option<(ValueKind, Bytes)>>,
+    ) -> Result<Vec<Option<(ValueKind, Bytes)>>, DhtError> {
+        for (found, key) in got.iter_mut().zip(keys) {
+            if let Some((kind, v)) = found
+                && *kind == ValueKind::ChunkedString
+            {
+                *found = crate::strings::chunked::assemble(self, db, key, v.clone()).await?;
+            }
+        }
+        Ok(got)
     }
 
     /// Whether this agent writes `key`'s hash slot. The local cache holds only such
@@ -109,10 +151,11 @@ impl Engine {
             }
         }
         let got = self.dht.get_many_snapshot(db, keys).await?;
-        Ok(got
+        let got = got
             .into_iter()
             .map(|e| e.map(|e| (e.kind, e.value)))
-            .collect())
+            .collect();
+        self.assembled(db, keys, got).await
     }
 
     /// [`read_many`](Self::read_many) key by key: the cache, then the pool in a batch.
@@ -149,7 +192,7 @@ impl Engine {
                 }
             }
         }
-        Ok(out)
+        self.assembled(db, keys, out).await
     }
 
     /// Tells the cache about a string write the pool committed: the new value and

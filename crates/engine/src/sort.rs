@@ -90,9 +90,9 @@ fn parse(s: &Session, args: &[Bytes], read_only: bool) -> Result<Options, Reply>
 
 /// The collection to sort, in its own order.
 async fn elements(engine: &Engine, db: u8, key: &[u8]) -> Result<(ValueKind, Vec<Bytes>), Reply> {
-    let kind = match engine.read_typed(db, key).await.map_err(error_reply)? {
+    let kind = match engine.read_kind(db, key).await.map_err(error_reply)? {
         None => return Ok((ValueKind::List, Vec::new())),
-        Some((kind, _)) => kind,
+        Some(kind) => kind,
     };
     let items = match kind {
         ValueKind::List => crate::lists::all(engine, db, key).await?,

@@ -39,16 +39,21 @@ pub enum ValueKind {
     Set = 3,
     ZSet = 4,
     Stream = 5,
+    /// A string stored as a chunk tree of fixed-size pieces (a large string edited in
+    /// place: SETBIT, SETRANGE, APPEND touch one piece, not the whole value). Its
+    /// Redis type is a string; only the engine's string code reads its pool form.
+    ChunkedString = 6,
 }
 
 impl ValueKind {
-    pub const ALL: [ValueKind; 6] = [
+    pub const ALL: [ValueKind; 7] = [
         ValueKind::String,
         ValueKind::Hash,
         ValueKind::List,
         ValueKind::Set,
         ValueKind::ZSet,
         ValueKind::Stream,
+        ValueKind::ChunkedString,
     ];
 
     pub fn from_bits(bits: u8) -> Option<ValueKind> {
@@ -58,13 +63,27 @@ impl ValueKind {
     /// The name `TYPE` answers.
     pub fn name(self) -> &'static str {
         match self {
-            ValueKind::String => "string",
+            ValueKind::String | ValueKind::ChunkedString => "string",
             ValueKind::Hash => "hash",
             ValueKind::List => "list",
             ValueKind::Set => "set",
             ValueKind::ZSet => "zset",
             ValueKind::Stream => "stream",
         }
+    }
+
+    /// The Redis type: a chunked string is a string.
+    pub fn redis_type(self) -> ValueKind {
+        match self {
+            ValueKind::ChunkedString => ValueKind::String,
+            k => k,
+        }
+    }
+
+    /// Whether a change that writes a value of this kind may replace one of `found`
+    /// without a type error: the same kind, or a string converted to its chunked form.
+    pub fn replaces(self, found: ValueKind) -> bool {
+        self == found || (self == ValueKind::ChunkedString && found == ValueKind::String)
     }
 }
 /// Bytes before the key of an inline object.

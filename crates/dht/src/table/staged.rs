@@ -271,7 +271,7 @@ impl Dht {
         let (_, found) = self.lookup(&loc, key, true).await?;
         let (abs, now) = self.now();
         let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
-        if live.is_some_and(|l| l.kind != kind) {
+        if live.is_some_and(|l| !kind.replaces(l.kind)) {
             return Err(DhtError::WrongType);
         }
         let seen = found.as_ref().and_then(|f| f.word.object());

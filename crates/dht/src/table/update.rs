@@ -52,7 +52,7 @@ impl Dht {
             };
             let (abs, now) = self.now();
             let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
-            if live.is_some_and(|l| l.kind != kind) {
+            if live.is_some_and(|l| !kind.replaces(l.kind)) {
                 return Err(DhtError::WrongType);
             }
             let (value, sharing) = match f(live.and_then(|l| l.value.as_ref())) {

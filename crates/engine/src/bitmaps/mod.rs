@@ -3,10 +3,12 @@
 //! texts. The bit arithmetic is in [`bits`] and [`field`]; this file reads keys and
 //! writes them back.
 //!
-//! A write is a read-modify-write of the whole string under the key's lock, committed
-//! like INCR (`Dht::update_kind`, one probe, one-sided): a write that changes no bit
-//! of an existing string writes nothing, as Redis then does not signal the key.
-//! SETBITs of one key that arrive together are one batch ([`crate::combine`]).
+//! Reads and writes go through [`crate::strings::splice`]: a plain string is rewritten
+//! whole like INCR (`Dht::update_kind`, one probe, one-sided), a large (chunked) one
+//! only in the pieces a change touches, and reads of a chunked string read the pieces
+//! under the bits they ask for. A write that changes no bit of an existing string
+//! writes nothing, as Redis then does not signal the key. SETBITs of one key that
+//! arrive together are one batch ([`crate::combine`]).
 
 mod bits;
 mod field;
@@ -18,7 +20,11 @@ use dmc_dht::SetOptions;
 use dmc_resp::Reply;
 use futures::future::BoxFuture;
 
+use std::ops::Range;
+
 use crate::combine::{Answer, Batch, Combiner};
+use crate::strings::splice::{Splice, Window, read_span, splice_locked};
+use crate::strings::splice_one;
 
 use crate::table::BitCmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
@@ -35,6 +41,16 @@ macro_rules! tri {
     };
 }
 
+/// [`tri`] for results whose error is already the reply.
+macro_rules! or_reply {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+
 pub async fn run(engine: &Engine, s: &mut Session, cmd: BitCmd, args: &[Bytes]) -> Reply {
     let db = engine.physical_db(s.db);
     match cmd {
@@ -43,8 +59,11 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: BitCmd, args: &[Bytes]) 
             let Some(offset) = bit_offset(&args[2]) else {
                 return Reply::err(OFFSET_ERR);
             };
-            let v = tri!(engine.read(db, &args[1]).await).unwrap_or_default();
-            Reply::Int(i64::from(bits::get(&v, offset)))
+            let byte = offset >> 3;
+            let found = read_span(engine, db, &args[1], |_| byte..byte + 1).await;
+            let v = or_reply!(found);
+            let on = v.is_some_and(|v| v.byte(byte) & (0x80 >> (offset & 7)) != 0);
+            Reply::Int(i64::from(on))
         }
         BitCmd::BitCount => bitcount(engine, db, args).await,
         BitCmd::BitPos => bitpos(engine, db, args).await,
@@ -110,52 +129,72 @@ impl Batch for SetBitOp {
         key: Bytes,
         ops: Vec<Self>,
     ) -> BoxFuture<'static, Result<Vec<Answer<Self>>, Reply>> {
-        Box::pin(async move {
-            let mut answers = Vec::with_capacity(ops.len());
-            crate::strings::rewrite_locked(&engine, db, &key, |cur| {
-                answers.clear();
-                let mut v = cur.map(<[u8]>::to_vec).unwrap_or_default();
-                let mut exists = cur.is_some();
-                let mut any = false;
-                for op in &ops {
-                    let len = v.len();
-                    let old = bits::set(&mut v, op.offset, op.on);
-                    let changed = !exists || v.len() != len || old != op.on;
-                    exists = true;
-                    any |= changed;
-                    answers.push(Ok((old, changed)));
-                }
-                Ok::<_, std::convert::Infallible>(any.then_some(v))
-            })
-            .await?
-            .unwrap_or_else(|never| match never {});
-            Ok(answers)
-        })
+        Box::pin(async move { splice_locked(&engine, db, &key, &ops).await })
     }
 }
 
-/// Changes the string `key` in place under its lock: `f` edits the bytes (empty for a
-/// missing key) and says whether it changed a bit. A missing key or a grown string is
-/// written even when no bit changed (Redis creates the key), an unchanged one is not.
-/// Whether anything was written; announces `setbit`.
-async fn edit(
-    engine: &Engine,
-    db: u8,
-    key: &Bytes,
-    mut f: impl FnMut(&mut Vec<u8>) -> bool,
-) -> Result<bool, Reply> {
-    let written = crate::strings::rewrite(engine, db, key, |cur| {
-        let mut v = cur.map(<[u8]>::to_vec).unwrap_or_default();
-        let changed = f(&mut v);
-        let grown = cur.is_none_or(|c| c.len() != v.len());
-        Ok::<_, std::convert::Infallible>((changed || grown).then_some(v))
-    })
-    .await?
-    .unwrap_or_else(|never| match never {});
-    if written {
-        engine.notify(notify::STRING, "setbit", db, key);
+impl Splice for SetBitOp {
+    type Out = (bool, bool);
+
+    fn span(&self, _len: u64) -> Range<u64> {
+        let byte = self.offset >> 3;
+        byte..byte + 1
     }
-    Ok(written)
+
+    fn apply(&self, w: &mut Window) -> Result<(bool, (bool, bool)), Reply> {
+        let byte = self.offset >> 3;
+        let mask = 0x80u8 >> (self.offset & 7);
+        let cur = w.byte(byte);
+        let old = cur & mask != 0;
+        let changed = !w.exists() || byte >= w.len() || old != self.on;
+        if changed {
+            w.put(byte, &[if self.on { cur | mask } else { cur & !mask }]);
+        }
+        Ok((changed, (old, changed)))
+    }
+}
+
+/// BITFIELD's writing form: its ops run on the bytes between the first and the last
+/// they address.
+struct FieldWrite(Vec<field::FieldOp>);
+
+impl Splice for FieldWrite {
+    /// The replies, and whether the key was written.
+    type Out = (Vec<field::Outcome>, bool);
+
+    fn span(&self, _len: u64) -> Range<u64> {
+        field_span(&self.0)
+    }
+
+    fn apply(&self, w: &mut Window) -> Result<(bool, Self::Out), Reply> {
+        let (exists, len) = (w.exists(), w.len());
+        let (out, changed) = w.edit_raw(|v, base| field::apply(v, &shifted(&self.0, base)));
+        // A new key or a grown string is written even when no bit changed (Redis
+        // creates the key), an unchanged one is not.
+        let write = changed || !exists || w.len() != len;
+        Ok((write, (out, write)))
+    }
+}
+
+/// The bytes BITFIELD's `ops` address.
+fn field_span(ops: &[field::FieldOp]) -> Range<u64> {
+    let first = ops.iter().map(|o| o.offset >> 3).min().unwrap_or(0);
+    let last = ops
+        .iter()
+        .map(|o| (o.offset + u64::from(o.bits) - 1) >> 3)
+        .max()
+        .unwrap_or(0);
+    first..last + 1
+}
+
+/// `ops` with their offsets taken from byte `base` on.
+fn shifted(ops: &[field::FieldOp], base: u64) -> Vec<field::FieldOp> {
+    ops.iter()
+        .map(|o| field::FieldOp {
+            offset: o.offset - base * 8,
+            ..*o
+        })
+        .collect()
 }
 
 /// `BYTE` or `BIT` (true).
@@ -172,30 +211,32 @@ fn bit_unit(arg: &[u8]) -> Option<bool> {
 async fn bitcount(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     // Redis looks the key up before it parses the range: a missing key is 0 whatever
     // follows.
-    let Some(v) = tri!(engine.read(db, &args[1]).await) else {
+    let span_of = |len: u64| -> Result<Option<bits::Span>, Reply> {
+        let len = len as usize;
+        Ok(match args.len() {
+            2 => bits::span(len, 0, -1, false),
+            4 | 5 => {
+                let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+                    return Err(Reply::err(NOT_INTEGER));
+                };
+                if start < 0 && end < 0 && start > end {
+                    return Ok(None);
+                }
+                let in_bits = match args.get(4) {
+                    Some(unit) => bit_unit(unit).ok_or_else(|| Reply::err(SYNTAX))?,
+                    None => false,
+                };
+                bits::span(len, start, end, in_bits)
+            }
+            _ => return Err(Reply::err(SYNTAX)),
+        })
+    };
+    let bytes_of = |len| span_of(len).ok().flatten().map_or(0..0, byte_range);
+    let Some(v) = or_reply!(read_span(engine, db, &args[1], bytes_of).await) else {
         return Reply::Int(0);
     };
-    let span = match args.len() {
-        2 => bits::span(v.len(), 0, -1, false),
-        4 | 5 => {
-            let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
-                return Reply::err(NOT_INTEGER);
-            };
-            if start < 0 && end < 0 && start > end {
-                return Reply::Int(0);
-            }
-            let in_bits = match args.get(4) {
-                Some(unit) => match bit_unit(unit) {
-                    Some(b) => b,
-                    None => return Reply::err(SYNTAX),
-                },
-                None => false,
-            };
-            bits::span(v.len(), start, end, in_bits)
-        }
-        _ => return Reply::err(SYNTAX),
-    };
-    Reply::Int(span.map_or(0, |sp| bits::count(&v, sp) as i64))
+    let span = or_reply!(span_of(v.len));
+    Reply::Int(span.map_or(0, |sp| bits::count(&v.bytes, relative(sp, v.base)) as i64))
 }
 
 async fn bitpos(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
@@ -205,39 +246,60 @@ async fn bitpos(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         Some(_) => return Reply::err("ERR The bit argument must be 1 or 0."),
         None => return Reply::err(NOT_INTEGER),
     };
-    let Some(v) = tri!(engine.read(db, &args[1]).await) else {
-        return Reply::Int(if bit { -1 } else { 0 });
-    };
     if args.len() > 6 {
-        return Reply::err(SYNTAX);
+        return bitpos_missing_or(engine, db, &args[1], bit, Reply::err(SYNTAX)).await;
     }
-    let mut end_given = false;
-    let span = if args.len() == 3 {
-        bits::span(v.len(), 0, -1, false)
-    } else {
-        let Some(start) = parse_i64(&args[3]) else {
-            return Reply::err(NOT_INTEGER);
-        };
+    let end_given = args.len() > 4;
+    let span_of = |len: u64| -> Result<Option<bits::Span>, Reply> {
+        let len = len as usize;
+        if args.len() == 3 {
+            return Ok(bits::span(len, 0, -1, false));
+        }
+        let start = parse_i64(&args[3]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
         let in_bits = match args.get(5) {
-            Some(unit) => match bit_unit(unit) {
-                Some(b) => b,
-                None => return Reply::err(SYNTAX),
-            },
+            Some(unit) => bit_unit(unit).ok_or_else(|| Reply::err(SYNTAX))?,
             None => false,
         };
         let end = match args.get(4) {
-            Some(end) => {
-                end_given = true;
-                match parse_i64(end) {
-                    Some(e) => e,
-                    None => return Reply::err(NOT_INTEGER),
-                }
-            }
+            Some(end) => parse_i64(end).ok_or_else(|| Reply::err(NOT_INTEGER))?,
             None => -1,
         };
-        bits::span(v.len(), start, end, in_bits)
+        Ok(bits::span(len, start, end, in_bits))
     };
-    Reply::Int(span.map_or(-1, |sp| bits::position(&v, sp, bit, end_given)))
+    let bytes_of = |len| span_of(len).ok().flatten().map_or(0..0, byte_range);
+    let Some(v) = or_reply!(read_span(engine, db, &args[1], bytes_of).await) else {
+        return Reply::Int(if bit { -1 } else { 0 });
+    };
+    let span = or_reply!(span_of(v.len));
+    Reply::Int(span.map_or(-1, |sp| {
+        match bits::position(&v.bytes, relative(sp, v.base), bit, end_given) {
+            -1 => -1,
+            at => at + (v.base * 8) as i64,
+        }
+    }))
+}
+
+/// BITPOS with too many arguments: Redis looks the key up first, so a missing key
+/// still answers.
+async fn bitpos_missing_or(engine: &Engine, db: u8, key: &[u8], bit: bool, err: Reply) -> Reply {
+    match or_reply!(read_span(engine, db, key, |_| 0..0).await) {
+        None => Reply::Int(if bit { -1 } else { 0 }),
+        Some(_) => err,
+    }
+}
+
+/// The bytes a span covers.
+fn byte_range(sp: bits::Span) -> Range<u64> {
+    sp.start as u64..sp.end as u64 + 1
+}
+
+/// `sp` in bytes read from byte `base` on.
+fn relative(sp: bits::Span, base: u64) -> bits::Span {
+    bits::Span {
+        start: sp.start - base as usize,
+        end: sp.end - base as usize,
+        ..sp
+    }
 }
 
 async fn bitop(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
@@ -285,18 +347,22 @@ async fn bitfield(engine: &Engine, db: u8, args: &[Bytes], read_only: bool) -> R
         Err(text) => return Reply::err(text),
     };
     let outcomes = if field::highest_write(&ops).is_none() {
-        let v = tri!(engine.read(db, &args[1]).await).unwrap_or_default();
-        ops.iter().map(|op| Some(field::get(&v, op))).collect()
+        let span = field_span(&ops);
+        match or_reply!(read_span(engine, db, &args[1], |_| span.clone()).await) {
+            Some(v) => {
+                let ops = shifted(&ops, v.base);
+                ops.iter()
+                    .map(|op| Some(field::get(&v.bytes, op)))
+                    .collect()
+            }
+            None => ops.iter().map(|op| Some(field::get(&[], op))).collect(),
+        }
     } else {
-        let mut outcomes = Vec::new();
-        let edited = edit(engine, db, &args[1], |v| {
-            let (out, changed) = field::apply(v, &ops);
-            outcomes = out;
-            changed
-        })
-        .await;
-        if let Err(r) = edited {
-            return r;
+        let key = &args[1];
+        let _g = engine.lock_key(key).await;
+        let (outcomes, written) = or_reply!(splice_one(engine, db, key, &FieldWrite(ops)).await);
+        if written {
+            engine.notify(notify::STRING, "setbit", db, key);
         }
         outcomes
     };

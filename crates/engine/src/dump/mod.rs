@@ -43,7 +43,8 @@ async fn read(engine: &Engine, db: u8, key: &[u8]) -> Result<Option<Value>, Repl
         return Ok(None);
     };
     Ok(Some(match kind {
-        ValueKind::String => Value::String(bytes),
+        // `read_typed` gives a chunked string assembled, as a string.
+        ValueKind::String | ValueKind::ChunkedString => Value::String(bytes),
         ValueKind::List => Value::List(crate::lists::all(engine, db, key).await?),
         ValueKind::Set => Value::Set(
             crate::sets::members(engine, db, key)

@@ -354,7 +354,7 @@ async fn search(
     } else {
         &args[1]
     };
-    let src_exists = match engine.read_typed(db, src).await.map_err(error_reply)? {
+    let src_exists = match engine.read_stored(db, src).await.map_err(error_reply)? {
         Some((dmc_dht::ValueKind::ZSet, _)) => true,
         Some(_) => return Err(error_reply(dmc_dht::DhtError::WrongType)),
         None => false,

@@ -65,7 +65,7 @@ pub(crate) async fn load(
     db: u8,
     key: &[u8],
 ) -> Result<Option<StreamValue>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
+    match engine.read_stored(db, key).await.map_err(error_reply)? {
         Some((KIND, v)) => Ok(Some(StreamValue::decode(&v)?)),
         Some(_) => Err(error_reply(dmc_dht::DhtError::WrongType)),
         None => Ok(None),

@@ -89,7 +89,7 @@ fn parse<'a>(
 
 /// A sorted set's or a plain set's members with scores (sets score 1).
 async fn input(engine: &Engine, db: u8, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
+    match engine.read_stored(db, key).await.map_err(error_reply)? {
         None => Ok(Vec::new()),
         Some((ValueKind::ZSet, _)) => super::all(engine, db, key).await,
         Some((ValueKind::Set, _)) => Ok(crate::sets::members(engine, db, key)

@@ -405,7 +405,7 @@ impl<'p> ZSet<'p> {
 /// an empty set), or WRONGTYPE. A read that meets a replaced chunk
 /// ([`TreeError::Stale`]) loads again, up to [`big::READ_ATTEMPTS`] times.
 pub async fn load<'p>(engine: &'p Engine, db: u8, key: &[u8]) -> Result<ZSet<'p>, Reply> {
-    match engine.read_typed(db, key).await.map_err(error_reply)? {
+    match engine.read_stored(db, key).await.map_err(error_reply)? {
         Some((KIND, v)) => ZSet::open(engine, db, key, &v),
         Some(_) => Err(error_reply(dmc_dht::DhtError::WrongType)),
         None => Ok(ZSet::Packed(ZSetValue::default())),

@@ -1,7 +1,14 @@
 //! The string family: GET, SET and friends, with Redis 7 semantics and error texts.
+//! A string is stored plain (one object) or, once an in-place edit has made it large,
+//! chunked ([`chunked`]); in-place edits and range reads work on either ([`splice`]).
+
+pub(crate) mod chunked;
+pub(crate) mod splice;
 
 use bytes::Bytes;
-use dmc_dht::{SetCond, SetExpiry, SetOptions};
+use std::ops::Range;
+
+use dmc_dht::{DhtError, SetCond, SetExpiry, SetOptions, ValueKind};
 use dmc_resp::Reply;
 
 use crate::table::Cmd;
@@ -16,6 +23,16 @@ macro_rules! tri {
         match $e {
             Ok(v) => v,
             Err(e) => return error_reply(e),
+        }
+    };
+}
+
+/// [`tri`] for results whose error is already the reply.
+macro_rules! or_reply {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
         }
     };
 }
@@ -86,7 +103,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
                 get: true,
                 ..Default::default()
             };
-            let old = tri!(dht.set(db, &args[1], &args[2], opts).await).old;
+            let old = tri!(set_getting_old(engine, db, &args[1], &args[2], opts).await).old;
             engine.wrote(db, &args[1], Some((&args[2][..], None)));
             engine.notify(notify::STRING, "set", db, &args[1]);
             match old {
@@ -213,32 +230,28 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             updated.map_or_else(|r| r, |()| Reply::bulk(text))
         }
         Cmd::Append => {
-            let mut len = 0usize;
-            let updated = update(engine, db, &args[1], "append", |cur| {
-                let cur = cur.unwrap_or_default();
-                if cur.len() as u64 + args[2].len() as u64 > MAX_STRING {
-                    return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
-                }
-                let mut v = Vec::with_capacity(cur.len() + args[2].len());
-                v.extend_from_slice(cur);
-                v.extend_from_slice(&args[2]);
-                len = v.len();
-                Ok(v)
-            })
-            .await;
-            updated.map_or_else(|r| r, |()| Reply::Int(len as i64))
+            let _g = engine.lock_key(&args[1]).await;
+            let op = Append(args[2].clone());
+            let len = or_reply!(splice_one(engine, db, &args[1], &op).await);
+            engine.notify(notify::STRING, "append", db, &args[1]);
+            Reply::Int(len as i64)
         }
-        Cmd::Strlen => Reply::Int(
-            tri!(engine.read(db, &args[1]).await)
-                .map(|v| v.len() as i64)
-                .unwrap_or(0),
-        ),
+        Cmd::Strlen => {
+            let found = splice::read_span(engine, db, &args[1], |_| 0..0).await;
+            Reply::Int(or_reply!(found).map_or(0, |v| v.len as i64))
+        }
         Cmd::GetRange => {
             let (Some(start), Some(end)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
                 return Reply::err(NOT_INTEGER);
             };
-            let v = tri!(engine.read(db, &args[1]).await).unwrap_or_default();
-            Reply::Bulk(range(&v, start, end))
+            let span = |len: u64| range(len, start, end).unwrap_or(0..0);
+            match or_reply!(splice::read_span(engine, db, &args[1], span).await) {
+                Some(v) => {
+                    let r = span(v.len);
+                    Reply::Bulk(v.slice(r.start, r.end))
+                }
+                None => Reply::Bulk(Bytes::new()),
+            }
         }
         Cmd::SetRange => {
             let Some(offset) = parse_i64(&args[2]) else {
@@ -251,24 +264,15 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             if offset as u64 + value.len() as u64 > MAX_STRING {
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
+            let _g = engine.lock_key(&args[1]).await;
             if value.is_empty() {
-                let _g = engine.lock_key(&args[1]).await;
-                let cur = tri!(engine.read(db, &args[1]).await);
-                return Reply::Int(cur.map(|v| v.len() as i64).unwrap_or(0));
+                let found = splice::read_span(engine, db, &args[1], |_| 0..0).await;
+                return Reply::Int(or_reply!(found).map_or(0, |v| v.len as i64));
             }
-            let mut len = 0usize;
-            let updated = update(engine, db, &args[1], "setrange", |cur| {
-                let mut v = cur.unwrap_or_default().to_vec();
-                let end = offset as usize + value.len();
-                if v.len() < end {
-                    v.resize(end, 0);
-                }
-                v[offset as usize..end].copy_from_slice(value);
-                len = v.len();
-                Ok(v)
-            })
-            .await;
-            updated.map_or_else(|r| r, |()| Reply::Int(len as i64))
+            let op = SetRange(offset as u64, value.clone());
+            let len = or_reply!(splice_one(engine, db, &args[1], &op).await);
+            engine.notify(notify::STRING, "setrange", db, &args[1]);
+            Reply::Int(len as i64)
         }
         _ => Reply::err("ERR command not in the string family"),
     }
@@ -283,17 +287,15 @@ async fn update(
     db: u8,
     key: &Bytes,
     event: &'static str,
-    f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
 ) -> Result<(), Reply> {
     let _g = engine.lock_key(key).await;
-    match engine.dht.update(db, key, f).await {
-        Ok(Ok(())) => {
-            engine.wrote(db, key, None);
+    match rewrite_locked(engine, db, key, |cur| f(cur).map(Some)).await? {
+        Ok(_) => {
             engine.notify(notify::STRING, event, db, key);
             Ok(())
         }
-        Ok(Err(text)) => Err(Reply::err(text)),
-        Err(e) => Err(error_reply(e)),
+        Err(text) => Err(Reply::err(text)),
     }
 }
 
@@ -337,22 +339,125 @@ pub(crate) async fn rewrite_locked<E>(
             Ok(Ok(written))
         }
         Ok(Err(e)) => Ok(Err(e)),
+        Err(DhtError::WrongType) => rewrite_chunked(engine, db, key, f).await,
         Err(e) => Err(error_reply(e)),
     }
 }
 
-/// Redis's GETRANGE index arithmetic.
-fn range(v: &Bytes, start: i64, end: i64) -> Bytes {
-    let len = v.len() as i64;
+/// [`rewrite_locked`] of a chunked string: `f` gets it assembled and its result is
+/// written plain, the key's TTL kept (the writers that come here, INCR's kin and
+/// HyperLogLog, refuse or never build a value that large). WRONGTYPE for a key of
+/// another type.
+async fn rewrite_chunked<E>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+) -> Result<Result<bool, E>, Reply> {
+    let wrong = || error_reply(DhtError::WrongType);
+    if engine.read_kind(db, key).await.map_err(error_reply)? != Some(ValueKind::String) {
+        return Err(wrong());
+    }
+    let cur = engine.read(db, key).await.map_err(error_reply)?;
+    let new = match f(cur.as_deref()) {
+        Ok(Some(new)) => new,
+        Ok(None) => return Ok(Ok(false)),
+        Err(e) => return Ok(Err(e)),
+    };
+    let opts = SetOptions {
+        expiry: SetExpiry::Keep,
+        ..Default::default()
+    };
+    engine
+        .dht
+        .set(db, key, &new, opts)
+        .await
+        .map_err(error_reply)?;
+    engine.wrote(db, key, None);
+    Ok(Ok(true))
+}
+
+/// Redis's GETRANGE index arithmetic on a string of `len` bytes: the bytes to answer
+/// (`None`: none).
+fn range(len: u64, start: i64, end: i64) -> Option<Range<u64>> {
+    let len = i64::try_from(len).ok()?;
     if len == 0 {
-        return Bytes::new();
+        return None;
     }
     let norm = |i: i64| if i < 0 { (len + i).max(0) } else { i };
     let (start, end) = (norm(start), norm(end).min(len - 1));
     if start > end || start >= len {
-        return Bytes::new();
+        return None;
     }
-    v.slice(start as usize..=end as usize)
+    Some(start as u64..end as u64 + 1)
+}
+
+/// APPEND's change: the bytes added at the end.
+struct Append(Bytes);
+
+impl splice::Splice for Append {
+    type Out = u64;
+    fn span(&self, len: u64) -> Range<u64> {
+        len..len + self.0.len() as u64
+    }
+    fn apply(&self, w: &mut splice::Window) -> Result<(bool, u64), Reply> {
+        if w.len() + self.0.len() as u64 > MAX_STRING {
+            return Err(Reply::err(
+                "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
+            ));
+        }
+        w.put(w.len(), &self.0);
+        Ok((true, w.len()))
+    }
+}
+
+/// SETRANGE's change: bytes written at an offset (not empty).
+struct SetRange(u64, Bytes);
+
+impl splice::Splice for SetRange {
+    type Out = u64;
+    fn span(&self, _len: u64) -> Range<u64> {
+        self.0..self.0 + self.1.len() as u64
+    }
+    fn apply(&self, w: &mut splice::Window) -> Result<(bool, u64), Reply> {
+        w.put(self.0, &self.1);
+        Ok((true, w.len()))
+    }
+}
+
+/// One in-place change of `key` (the caller holds its lock): its answer.
+pub(crate) async fn splice_one<S: splice::Splice>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: &S,
+) -> Result<S::Out, Reply> {
+    let mut answers = splice::splice_locked(engine, db, key, std::slice::from_ref(op)).await?;
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(Reply::err("ERR internal: a change lost its answer")))
+}
+
+/// `Dht::set`, with SET's GET (and GETSET) answering the old value of a chunked string
+/// too (assembled; the caller holds the key's lock).
+async fn set_getting_old(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    value: &[u8],
+    opts: SetOptions,
+) -> Result<dmc_dht::SetOutcome, DhtError> {
+    match engine.dht.set(db, key, value, opts).await {
+        Err(DhtError::WrongType)
+            if opts.get && engine.read_kind(db, key).await? == Some(ValueKind::String) =>
+        {
+            let old = engine.read(db, key).await?;
+            let opts = SetOptions { get: false, ..opts };
+            let out = engine.dht.set(db, key, value, opts).await?;
+            Ok(dmc_dht::SetOutcome { old, ..out })
+        }
+        other => other,
+    }
 }
 
 pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
@@ -389,7 +494,7 @@ pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     }
     // Writes of one key queue here instead of racing each other's commits.
     let _g = engine.lock_key(&args[1]).await;
-    let out = tri!(engine.dht.set(db, &args[1], &args[2], opts).await);
+    let out = tri!(set_getting_old(engine, db, &args[1], &args[2], opts).await);
     if out.written {
         let cached = match opts.expiry {
             SetExpiry::Clear => Some((&args[2][..], None)),
@@ -612,10 +717,15 @@ mod tests {
     #[test]
     fn getrange_matches_redis() {
         let v = Bytes::from("This is a string");
+        let range = |v: &Bytes, start, end| match super::range(v.len() as u64, start, end) {
+            Some(r) => v.slice(r.start as usize..r.end as usize),
+            None => Bytes::new(),
+        };
         assert_eq!(range(&v, 0, 3), "This");
         assert_eq!(range(&v, -3, -1), "ing");
         assert_eq!(range(&v, 0, -1), "This is a string");
         assert_eq!(range(&v, 10, 100), "string");
         assert_eq!(range(&v, 5, 3), "");
+        assert_eq!(range(&Bytes::new(), 0, -1), "");
     }
 }
