@@ -257,8 +257,9 @@ pub struct Engine {
     pub(crate) zset_batches: combine::Combiner<zsets::ZSetOp>,
     /// XADDs waiting to be combined, per stream.
     pub(crate) xadd_batches: combine::Combiner<streams::XAddOp>,
-    /// SETBITs waiting to be combined, per key.
-    pub(crate) setbit_batches: combine::Combiner<bitmaps::SetBitOp>,
+    /// In-place string edits (SETBIT, APPEND, SETRANGE, BITFIELD) waiting to be
+    /// combined, per key.
+    pub(crate) string_edits: combine::Combiner<strings::edit::StringEdit>,
     /// PFADDs waiting to be combined, per key.
     pub(crate) pfadd_batches: combine::Combiner<hyperloglog::PfAddOp>,
     /// This agent's subscribers.
@@ -306,7 +307,7 @@ impl Engine {
             zset_batches: combine::Combiner::default(),
             xadd_batches: combine::Combiner::default(),
             pfadd_batches: combine::Combiner::default(),
-            setbit_batches: combine::Combiner::default(),
+            string_edits: combine::Combiner::default(),
             pubsub: pubsub::PubSub::default(),
             slowlog: slowlog::SlowLog::default(),
             pause: pause::Pause::default(),

@@ -13,18 +13,16 @@
 mod bits;
 mod field;
 
-use std::sync::Arc;
+pub(crate) use field::Outcome;
 
 use bytes::Bytes;
 use dmc_dht::SetOptions;
 use dmc_resp::Reply;
-use futures::future::BoxFuture;
 
 use std::ops::Range;
 
-use crate::combine::{Answer, Batch, Combiner};
-use crate::strings::splice::{Splice, Window, read_span, splice_locked};
-use crate::strings::splice_one;
+use crate::strings::edit::{self, Edited, StringEdit};
+use crate::strings::splice::{Splice, Window, read_span};
 
 use crate::table::BitCmd;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
@@ -92,45 +90,23 @@ async fn setbit(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
         _ => return Reply::err(BIT_ERR),
     };
     let key = &args[1];
-    match engine
-        .setbit_batches
-        .submit(engine, db, key, SetBitOp { offset, on })
-        .await
-    {
-        Ok((old, signalled)) => {
+    match edit::submit(engine, db, key, StringEdit::SetBit(SetBitOp { offset, on })).await {
+        Ok(Edited::Bit(old, signalled)) => {
             if signalled {
                 engine.notify(notify::STRING, "setbit", db, key);
             }
             Reply::Int(i64::from(old))
         }
+        Ok(_) => edit::mismatched(),
         Err(r) => r,
     }
 }
 
-/// A SETBIT waiting to be combined with the others of its key: a batch reads the
+/// A SETBIT, combined with the others of its key ([`StringEdit`]): a batch reads the
 /// string once, sets every bit in arrival order and writes it once.
 pub(crate) struct SetBitOp {
     offset: u64,
     on: bool,
-}
-
-impl Batch for SetBitOp {
-    /// The bit before, and whether this SETBIT changed the key (created it, grew it
-    /// or flipped the bit: what Redis announces).
-    type Out = (bool, bool);
-
-    fn combiner(engine: &Engine) -> &Combiner<Self> {
-        &engine.setbit_batches
-    }
-
-    fn run(
-        engine: Arc<Engine>,
-        db: u8,
-        key: Bytes,
-        ops: Vec<Self>,
-    ) -> BoxFuture<'static, Result<Vec<Answer<Self>>, Reply>> {
-        Box::pin(async move { splice_locked(&engine, db, &key, &ops).await })
-    }
 }
 
 impl Splice for SetBitOp {
@@ -156,7 +132,7 @@ impl Splice for SetBitOp {
 
 /// BITFIELD's writing form: its ops run on the bytes between the first and the last
 /// they address.
-struct FieldWrite(Vec<field::FieldOp>);
+pub(crate) struct FieldWrite(Vec<field::FieldOp>);
 
 impl Splice for FieldWrite {
     /// The replies, and whether the key was written.
@@ -359,12 +335,16 @@ async fn bitfield(engine: &Engine, db: u8, args: &[Bytes], read_only: bool) -> R
         }
     } else {
         let key = &args[1];
-        let _g = engine.lock_key(key).await;
-        let (outcomes, written) = or_reply!(splice_one(engine, db, key, &FieldWrite(ops)).await);
-        if written {
-            engine.notify(notify::STRING, "setbit", db, key);
+        match edit::submit(engine, db, key, StringEdit::Field(FieldWrite(ops))).await {
+            Ok(Edited::Field(outcomes, written)) => {
+                if written {
+                    engine.notify(notify::STRING, "setbit", db, key);
+                }
+                outcomes
+            }
+            Ok(_) => return edit::mismatched(),
+            Err(r) => return r,
         }
-        outcomes
     };
     Reply::Array(
         outcomes

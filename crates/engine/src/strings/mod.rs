@@ -3,6 +3,7 @@
 //! chunked ([`chunked`]); in-place edits and range reads work on either ([`splice`]).
 
 pub(crate) mod chunked;
+pub(crate) mod edit;
 pub(crate) mod splice;
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use dmc_resp::Reply;
 use crate::table::Cmd;
 use crate::upper;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
+use edit::{Edited, StringEdit};
 
 /// Redis's `proto-max-bulk-len`: the longest string a command may build.
 const MAX_STRING: u64 = 512 << 20;
@@ -230,9 +232,8 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             updated.map_or_else(|r| r, |()| Reply::bulk(text))
         }
         Cmd::Append => {
-            let _g = engine.lock_key(&args[1]).await;
-            let op = Append(args[2].clone());
-            let len = or_reply!(splice_one(engine, db, &args[1], &op).await);
+            let op = StringEdit::Append(Append(args[2].clone()));
+            let len = or_reply!(edited_len(engine, db, &args[1], op).await);
             engine.notify(notify::STRING, "append", db, &args[1]);
             Reply::Int(len as i64)
         }
@@ -264,13 +265,12 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             if offset as u64 + value.len() as u64 > MAX_STRING {
                 return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
             }
-            let _g = engine.lock_key(&args[1]).await;
             if value.is_empty() {
                 let found = splice::read_span(engine, db, &args[1], |_| 0..0).await;
                 return Reply::Int(or_reply!(found).map_or(0, |v| v.len as i64));
             }
-            let op = SetRange(offset as u64, value.clone());
-            let len = or_reply!(splice_one(engine, db, &args[1], &op).await);
+            let op = StringEdit::SetRange(SetRange(offset as u64, value.clone()));
+            let len = or_reply!(edited_len(engine, db, &args[1], op).await);
             engine.notify(notify::STRING, "setrange", db, &args[1]);
             Reply::Int(len as i64)
         }
@@ -393,7 +393,7 @@ fn range(len: u64, start: i64, end: i64) -> Option<Range<u64>> {
 }
 
 /// APPEND's change: the bytes added at the end.
-struct Append(Bytes);
+pub(crate) struct Append(Bytes);
 
 impl splice::Splice for Append {
     type Out = u64;
@@ -412,7 +412,7 @@ impl splice::Splice for Append {
 }
 
 /// SETRANGE's change: bytes written at an offset (not empty).
-struct SetRange(u64, Bytes);
+pub(crate) struct SetRange(u64, Bytes);
 
 impl splice::Splice for SetRange {
     type Out = u64;
@@ -425,17 +425,12 @@ impl splice::Splice for SetRange {
     }
 }
 
-/// One in-place change of `key` (the caller holds its lock): its answer.
-pub(crate) async fn splice_one<S: splice::Splice>(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-    op: &S,
-) -> Result<S::Out, Reply> {
-    let mut answers = splice::splice_locked(engine, db, key, std::slice::from_ref(op)).await?;
-    answers
-        .pop()
-        .unwrap_or_else(|| Err(Reply::err("ERR internal: a change lost its answer")))
+/// An APPEND's or SETRANGE's length after it, through the key's batch.
+async fn edited_len(engine: &Engine, db: u8, key: &[u8], op: StringEdit) -> Result<u64, Reply> {
+    match edit::submit(engine, db, key, op).await? {
+        Edited::Len(len) => Ok(len),
+        _ => Err(edit::mismatched()),
+    }
 }
 
 /// `Dht::set`, with SET's GET (and GETSET) answering the old value of a chunked string
