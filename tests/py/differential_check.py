@@ -228,7 +228,7 @@ def large_string_cases(p: Pair, rng: random.Random):
     """Strings far past the size DMC stores chunked (16 KiB), edited in place at
     random offsets and read by range: every reply equal to redis-server's."""
     r = p.run
-    keys = ["big:a", "big:b"]
+    keys = ["{big}a", "{big}b"]
     for i in range(500):
         k = rng.choice(keys)
         c = rng.random()
@@ -269,8 +269,8 @@ def large_string_cases(p: Pair, rng: random.Random):
         elif c < 0.89:
             r("INCR", k)
         elif c < 0.91:
-            r("BITOP", rng.choice(["AND", "OR", "XOR"]), "big:dest", *keys)
-            r("GET", "big:dest", read=True)
+            r("BITOP", rng.choice(["AND", "OR", "XOR"]), "{big}dest", *keys)
+            r("GET", "{big}dest", read=True)
         elif c < 0.95:
             r("GET", k, read=True)
         elif c < 0.97:

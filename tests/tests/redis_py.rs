@@ -165,7 +165,9 @@ fn two_agents_answer_the_data_model_commands_as_redis_does() {
     let (_c, ports) = two_agent_proxy_cluster();
     let out = py_run("differential_check.py", &ports);
     assert!(
-        out.contains("bitmaps: ok") && out.contains("sort: ok"),
+        out.contains("bitmaps: ok")
+            && out.contains("large-strings: ok")
+            && out.contains("sort: ok"),
         "{out}"
     );
 }
