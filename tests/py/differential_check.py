@@ -794,7 +794,73 @@ def stream_cases(p: Pair, rng: random.Random):
         else:
             p.same("XINFO", "GROUPS", "{s}r")
             r("XRANGE", "{s}r", "-", "+", read=True)
+    big_stream_cases(p, rng)
     stream_blocking(p)
+
+
+def big_stream_cases(p: Pair, rng: random.Random):
+    """Streams far past the size DMC stores chunked (its entries in a tree): node-exact
+    trims, holes, ranges from both ends, groups, claims, all equal to redis-server."""
+    r = p.run
+    # Short values: Redis also closes a node at 4 KiB (stream-node-max-bytes), which DMC
+    # does not model, so 100 entries of a node must stay under it.
+    pad = "x" * 8
+    for i in range(1, 1501):
+        r("XADD", "{s}big", f"{i}-0", "f", f"{pad}{i}")
+    r("XDEL", "{s}big", *[f"{i}-0" for i in (1, 100, 101, 199, 200, 201, 650, 651)])
+    for args in [("-", "+", "COUNT", 5), ("(99", "205", "COUNT", 8), ("640", "660"), ("1400", "+"),
+                 ("1499-0", "+", "COUNT", 10), ("0", "1"), ("700", "650")]:
+        r("XRANGE", "{s}big", *args, read=True)
+        r("XREVRANGE", "{s}big", args[1], args[0], *args[2:], read=True)
+    r("XLEN", "{s}big", read=True)
+    r("XREAD", "COUNT", 3, "STREAMS", "{s}big", "1497-0", read=True)
+    r("XREAD", "COUNT", 3, "STREAMS", "{s}big", "1500-0", read=True)
+    for args in [("MAXLEN", "~", 1390), ("MINID", "~", "250"), ("MAXLEN", "=", 1205),
+                 ("MINID", "=", "333-0"), ("MAXLEN", "~", 1000, "LIMIT", 150), ("MINID", "~", "651")]:
+        r("XTRIM", "{s}big", *args)
+        r("XLEN", "{s}big", read=True)
+        r("XRANGE", "{s}big", "-", "+", "COUNT", 2, read=True)
+    r("XGROUP", "CREATE", "{s}big", "g", "0")
+    r("XGROUP", "CREATE", "{s}big", "h", "900-0")
+    nid = 1501
+    for _ in range(400):
+        c = rng.random()
+        if c < 0.3:
+            trim = rng.choice([(), (), ("MAXLEN", "~", 900), ("MAXLEN", "=", 1100), ("MINID", "~", nid - 1000)])
+            r("XADD", "{s}big", *trim, f"{nid}-0", "f", f"{pad}{nid}")
+            nid += rng.randrange(1, 3)
+        elif c < 0.4:
+            r("XREADGROUP", "GROUP", rng.choice(["g", "h"]), rng.choice(["c1", "c2"]), "COUNT",
+              rng.randrange(1, 30), "STREAMS", "{s}big", ">")
+        elif c < 0.47:
+            r("XACK", "{s}big", "g", *[f"{rng.randrange(1, nid)}-0" for _ in range(5)])
+        elif c < 0.52:
+            r("XDEL", "{s}big", *[f"{rng.randrange(1, nid)}-0" for _ in range(3)])
+        elif c < 0.6:
+            a, b = sorted(rng.randrange(0, nid + 10) for _ in range(2))
+            r("XRANGE", "{s}big", a, b, "COUNT", rng.randrange(1, 50), read=True)
+        elif c < 0.68:
+            a, b = sorted(rng.randrange(0, nid + 10) for _ in range(2))
+            r("XREVRANGE", "{s}big", b, a, "COUNT", rng.randrange(1, 50), read=True)
+        elif c < 0.73:
+            r("XREAD", "COUNT", rng.randrange(1, 20), "STREAMS", "{s}big", f"{rng.randrange(0, nid)}-0", read=True)
+        elif c < 0.78:
+            r("XCLAIM", "{s}big", "g", "c3", 0, *[f"{rng.randrange(1, nid)}-0" for _ in range(3)], "JUSTID")
+        elif c < 0.82:
+            r("XAUTOCLAIM", "{s}big", "g", "c1", 0, "0", "COUNT", rng.randrange(1, 10), "JUSTID")
+        elif c < 0.9:
+            r("XLEN", "{s}big", read=True)
+            p.same("XPENDING", "{s}big", "g")
+        else:
+            p.same("XINFO", "STREAM", "{s}big", shape=timeless)
+            p.same("XINFO", "GROUPS", "{s}big")
+    p.same("XINFO", "STREAM", "{s}big", "FULL", "COUNT", 5, shape=full_info)
+    r("XRANGE", "{s}big", "-", "+", read=True)
+    r("XTRIM", "{s}big", "MAXLEN", 0)
+    r("XLEN", "{s}big", read=True)
+    r("EXISTS", "{s}big", read=True)
+    r("XADD", "{s}big", "99999-0", "f", "again")
+    r("XLEN", "{s}big", read=True)
 
 
 def stream_blocking(p: Pair):

@@ -146,6 +146,7 @@ pub fn encoding(kind: ValueKind, value: &Bytes) -> Result<&'static str, Corrupt>
         return Ok(match kind {
             ValueKind::List => "quicklist",
             ValueKind::ZSet => "skiplist",
+            ValueKind::Stream => "stream",
             _ => "hashtable",
         });
     }

@@ -11,14 +11,19 @@ use dmc_resp::Reply;
 use futures::future::BoxFuture;
 
 use super::id::{self, StreamId};
+use super::stored::{self, Form};
+use super::tail;
 use super::value::{self, StreamValue};
 use super::{edit, edit_locked};
+
+/// Times a batch on a chunked stream starts over because the key changed under it.
+const TREE_ATTEMPTS: usize = 8;
 use crate::combine::{Answer, Batch, Combiner};
 use crate::{Engine, NOT_INTEGER, SYNTAX, notify, parse_i64};
 
 /// A trimming strategy of XADD or XTRIM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Strategy {
+pub(super) enum Strategy {
     MaxLen(u64),
     MinId(StreamId),
 }
@@ -187,8 +192,13 @@ pub(crate) struct XAddOp {
 type Added = (Reply, bool);
 
 impl XAddOp {
+    /// How this XADD trims, if it does.
+    pub(super) fn trim_strategy(&self) -> Option<Strategy> {
+        self.args.trim.strategy
+    }
+
     /// Applies this XADD to `cur` (`None`: the key is missing) at time `now`.
-    fn apply(&self, cur: &mut Option<StreamValue>, now: u64) -> Result<Added, Reply> {
+    pub(super) fn apply(&self, cur: &mut Option<StreamValue>, now: u64) -> Result<Added, Reply> {
         let a = &self.args;
         let s = match cur {
             Some(s) => s,
@@ -241,6 +251,18 @@ impl Batch for XAddOp {
     ) -> BoxFuture<'static, Result<Vec<Answer<Self>>, Reply>> {
         Box::pin(async move {
             let now = engine.now_ms();
+            for _ in 0..TREE_ATTEMPTS {
+                let Some((old, Form::Chunked { root, head })) =
+                    stored::read_for_change(&engine, db, &key).await?
+                else {
+                    break;
+                };
+                match tail::add(&engine, db, &key, &ops, now, &old, root, head).await? {
+                    tail::Outcome::Done(answers) => return Ok(answers),
+                    tail::Outcome::Changed => continue,
+                    tail::Outcome::Whole => break,
+                }
+            }
             edit_locked(&engine, db, &key, |cur| {
                 let mut stream = cur;
                 let answers: Vec<Answer<Self>> =

@@ -132,7 +132,7 @@ pub(super) async fn xread(
     // Resolve every ID (and check every key and group) before serving any.
     let mut from = Vec::with_capacity(a.keys.len());
     for (key, arg) in a.keys.iter().zip(&a.ids) {
-        let stream = load(engine, db, key).await?;
+        let stream = super::stored::load_head(engine, db, key).await?;
         if let Some((g, _)) = &a.group
             && !stream.as_ref().is_some_and(|st| st.groups.contains_key(g))
         {
@@ -188,25 +188,18 @@ async fn serve(
         let entries = match &a.group {
             None => {
                 let From::After(after) = *f else { continue };
-                let Some(st) = load(engine, db, key).await? else {
-                    continue;
-                };
-                if st
-                    .entries
-                    .keys()
-                    .next_back()
-                    .is_none_or(|top| *top <= after)
-                {
-                    continue;
-                }
                 let Some(start) = after.next() else { continue };
-                Some(
-                    st.entries
-                        .range(start..)
-                        .take(limit(count))
-                        .map(|(id, fields)| entry_reply(*id, fields))
-                        .collect::<Vec<_>>(),
-                )
+                let range = (start, StreamId::MAX);
+                let found = super::stored::range(engine, db, key, range, count_limit(count), false);
+                match found.await? {
+                    Some(entries) if !entries.is_empty() => Some(
+                        entries
+                            .iter()
+                            .map(|(id, fields)| entry_reply(*id, fields))
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => continue,
+                }
             }
             Some((group, consumer)) => {
                 serve_group(engine, db, key, group, consumer, *f, count, a.noack).await?
@@ -236,6 +229,11 @@ fn limit(count: u64) -> usize {
     } else {
         usize::try_from(count).unwrap_or(usize::MAX)
     }
+}
+
+/// [`limit`] as a count of entries to read.
+fn count_limit(count: u64) -> u64 {
+    if count == 0 { u64::MAX } else { count }
 }
 
 /// XREADGROUP on one stream: its entries, or `None` when `>` finds nothing new.

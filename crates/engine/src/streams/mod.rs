@@ -19,26 +19,32 @@ mod add;
 mod groups;
 pub mod id;
 mod info;
+mod stored;
+mod tail;
 pub mod value;
 
 pub(crate) use add::XAddOp;
 
+use std::collections::BTreeSet;
+
 use bytes::Bytes;
-use dmc_dht::{Change, ValueKind};
+use dmc_dht::ValueKind;
 use dmc_resp::Reply;
 
 use crate::table::StreamCmd;
-use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
+use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
 use id::StreamId;
 use value::StreamValue;
 
 const KIND: ValueKind = ValueKind::Stream;
+/// Times a change starts over because the key changed under it.
+const EDIT_ATTEMPTS: usize = 8;
 
 pub async fn run(engine: &Engine, s: &mut Session, cmd: StreamCmd, args: &[Bytes]) -> Reply {
     let db = engine.physical_db(s.db);
     let result = match cmd {
         StreamCmd::XAdd => add::xadd(engine, db, args).await,
-        StreamCmd::XLen => load(engine, db, &args[1])
+        StreamCmd::XLen => stored::load_head(engine, db, &args[1])
             .await
             .map(|v| Reply::Int(v.map_or(0, |s| s.len() as i64))),
         StreamCmd::XRange => xrange(engine, db, args, false).await,
@@ -59,18 +65,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: StreamCmd, args: &[Bytes
     result.unwrap_or_else(|r| r)
 }
 
-/// The stream at `key` (`None`: missing); WRONGTYPE for another type.
-pub(crate) async fn load(
-    engine: &Engine,
-    db: u8,
-    key: &[u8],
-) -> Result<Option<StreamValue>, Reply> {
-    match engine.read_stored(db, key).await.map_err(error_reply)? {
-        Some((KIND, v)) => Ok(Some(StreamValue::decode(&v)?)),
-        Some(_) => Err(error_reply(dmc_dht::DhtError::WrongType)),
-        None => Ok(None),
-    }
-}
+pub(crate) use stored::load;
 
 /// Changes the stream `key` under its lock: `f` gets it (`None`: missing) and returns
 /// its answer and the new stream, or `None` to write nothing. `f` may run again if
@@ -92,30 +87,33 @@ pub(crate) async fn edit_locked<T>(
     key: &[u8],
     mut f: impl FnMut(Option<StreamValue>) -> Result<(T, Option<StreamValue>), Reply>,
 ) -> Result<T, Reply> {
-    let mut answer = None;
-    let mut wrote = false;
-    let updated = engine
-        .dht
-        .update_kind(db, key, KIND, |cur| {
-            let current = cur.map(|v| StreamValue::decode(v)).transpose()?;
-            let (t, new) = f(current)?;
-            answer = Some(t);
-            wrote = new.is_some();
-            Ok::<_, Reply>(match new {
-                Some(v) => Change::Write(v.encode().into()),
-                None => Change::Keep,
-            })
-        })
-        .await;
-    match updated {
-        Ok(Ok(())) => {}
-        Ok(Err(reply)) => return Err(reply),
-        Err(e) => return Err(error_reply(e)),
+    for _ in 0..EDIT_ATTEMPTS {
+        let (old, current, tree) = match stored::read_for_change(engine, db, key).await? {
+            None => (None, None, None),
+            Some((old, stored::Form::Packed(s))) => (Some(old), Some(s), None),
+            Some((old, stored::Form::Chunked { root, mut head })) => {
+                match stored::load_entries(engine, db, key, root).await {
+                    Ok(entries) => head.entries = entries,
+                    Err(crate::tree::TreeError::Stale) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                let ids: BTreeSet<StreamId> = head.entries.keys().copied().collect();
+                (Some(old), Some(head), Some((root, ids)))
+            }
+        };
+        let (answer, new) = f(current)?;
+        let Some(new) = new else {
+            return Ok(answer);
+        };
+        let had = tree.as_ref().map(|(root, ids)| (*root, ids));
+        if stored::commit(engine, db, key, old.as_ref(), had, &new).await? {
+            engine.wrote_typed(db, key, KIND, None);
+            return Ok(answer);
+        }
     }
-    if wrote {
-        engine.wrote_typed(db, key, KIND, None);
-    }
-    answer.ok_or_else(|| Reply::err("ERR internal: a stream change gave no answer"))
+    Err(Reply::err(
+        "TRYAGAIN too much contention on this key, try again",
+    ))
 }
 
 /// An entry as replies show it: `[id, [field, value, ...]]`.
@@ -183,30 +181,25 @@ async fn xrange(engine: &Engine, db: u8, args: &[Bytes], rev: bool) -> Result<Re
             return Err(Reply::err(SYNTAX));
         }
     }
-    let Some(s) = load(engine, db, &args[1]).await? else {
-        return Ok(Reply::Array(Vec::new()));
-    };
     if count == Some(0) {
-        return Ok(Reply::NullArray);
+        // Redis answers a missing key's COUNT 0 with an empty array, an existing one's
+        // with a null.
+        let exists = stored::load_head(engine, db, &args[1]).await?.is_some();
+        return Ok(if exists {
+            Reply::NullArray
+        } else {
+            Reply::Array(Vec::new())
+        });
     }
-    if start > end {
-        return Ok(Reply::Array(Vec::new()));
-    }
-    let limit = count.map_or(usize::MAX, |c| usize::try_from(c).unwrap_or(usize::MAX));
-    let range = s.entries.range(start..=end);
-    let items: Vec<Reply> = if rev {
-        range
-            .rev()
-            .take(limit)
+    let limit = count.unwrap_or(u64::MAX);
+    let found = stored::range(engine, db, &args[1], (start, end), limit, rev).await?;
+    Ok(Reply::Array(
+        found
+            .unwrap_or_default()
+            .iter()
             .map(|(id, f)| entry_reply(*id, f))
-            .collect()
-    } else {
-        range
-            .take(limit)
-            .map(|(id, f)| entry_reply(*id, f))
-            .collect()
-    };
-    Ok(Reply::Array(items))
+            .collect(),
+    ))
 }
 
 async fn xsetid(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {

@@ -117,15 +117,18 @@ pub struct StreamValue {
     pub groups: BTreeMap<Bytes, Group>,
     /// Where Redis's nodes would be, oldest first.
     pub nodes: Vec<Node>,
+    /// Entries stored but not in `entries`: a chunked stream's head loaded with only a
+    /// window of its entries ([`super::stored`]); counted by [`len`](Self::len).
+    pub unloaded: u64,
 }
 
 impl StreamValue {
     pub fn len(&self) -> u64 {
-        self.entries.len() as u64
+        self.entries.len() as u64 + self.unloaded
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// The first live entry's ID, 0-0 when empty (Redis's `first_id`).
@@ -236,17 +239,27 @@ impl StreamValue {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_with(true)
+    }
+
+    /// The packed form without the entries (a chunked stream's head, whose entries
+    /// are in a tree).
+    pub fn encode_head(&self) -> Vec<u8> {
+        self.encode_with(false)
+    }
+
+    fn encode_with(&self, entries: bool) -> Vec<u8> {
         let mut out = vec![MAGIC, VERSION];
         out.extend_from_slice(&self.last_id.to_bytes());
         out.extend_from_slice(&self.max_deleted.to_bytes());
         out.extend_from_slice(&self.entries_added.to_le_bytes());
-        varint(&mut out, self.entries.len() as u64);
-        for (id, fields) in &self.entries {
-            out.extend_from_slice(&id.to_bytes());
-            varint(&mut out, (fields.len() / 2) as u64);
-            for f in fields {
-                bytes(&mut out, f);
+        if entries {
+            varint(&mut out, self.entries.len() as u64);
+            for (id, fields) in &self.entries {
+                encode_entry(&mut out, *id, fields);
             }
+        } else {
+            varint(&mut out, 0);
         }
         varint(&mut out, self.groups.len() as u64);
         for (name, g) in &self.groups {
@@ -297,12 +310,7 @@ impl StreamValue {
             ..Default::default()
         };
         for _ in 0..r.varint()? {
-            let id = r.id()?;
-            let pairs = r.varint()?;
-            let mut fields = Vec::new();
-            for _ in 0..pairs.checked_mul(2).ok_or(Corrupt)? {
-                fields.push(r.bytes()?);
-            }
+            let (id, fields) = r.entry()?;
             s.entries.insert(id, fields);
         }
         for _ in 0..r.varint()? {
@@ -362,6 +370,26 @@ impl StreamValue {
     }
 }
 
+/// One entry's bytes: `id ‖ pairs:varint ‖ (len:varint ‖ bytes)...` (also a record of
+/// a chunked stream's entries tree, whose key is the ID).
+pub fn encode_entry(out: &mut Vec<u8>, id: StreamId, fields: &[Bytes]) {
+    out.extend_from_slice(&id.to_bytes());
+    varint(out, (fields.len() / 2) as u64);
+    for f in fields {
+        bytes(out, f);
+    }
+}
+
+/// An entry from exactly its bytes.
+pub fn decode_entry(v: &[u8]) -> Result<(StreamId, Vec<Bytes>), Corrupt> {
+    let mut r = Reader { rest: v };
+    let entry = r.entry()?;
+    if !r.rest.is_empty() {
+        return Err(Corrupt);
+    }
+    Ok(entry)
+}
+
 fn varint(out: &mut Vec<u8>, mut n: u64) {
     loop {
         let b = (n & 0x7f) as u8;
@@ -409,6 +437,16 @@ impl<'a> Reader<'a> {
         let mut b = [0u8; 8];
         b.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(b))
+    }
+
+    fn entry(&mut self) -> Result<(StreamId, Vec<Bytes>), Corrupt> {
+        let id = self.id()?;
+        let pairs = self.varint()?;
+        let mut fields = Vec::new();
+        for _ in 0..pairs.checked_mul(2).ok_or(Corrupt)? {
+            fields.push(self.bytes()?);
+        }
+        Ok((id, fields))
     }
 
     fn id(&mut self) -> Result<StreamId, Corrupt> {
