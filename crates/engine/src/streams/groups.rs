@@ -13,7 +13,7 @@ use dmc_resp::Reply;
 
 use super::id::{self, StreamId};
 use super::value::{Consumer, Group, Pending, StreamValue};
-use super::{edit, entry_reply, load};
+use super::{Need, edit, edit_needing, entry_reply, load, load_head};
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, notify, parse_i64};
 
 /// Entries a blocked XREAD without COUNT is served at most (Redis's
@@ -249,7 +249,35 @@ async fn serve_group(
     noack: bool,
 ) -> Result<Option<Vec<Reply>>, Reply> {
     let now = engine.now_ms();
-    let (entries, created) = edit(engine, db, key, |cur| {
+    // The entries this read can serve: the new ones after the group's last ID, or the
+    // consumer's own pending ones.
+    let need = |st: &StreamValue| match st.groups.get(group) {
+        None => Need::ends(),
+        Some(g) => match from {
+            From::New => Need::Window {
+                ranges: g
+                    .last_id
+                    .next()
+                    .map(|s| (s, count_limit(count)))
+                    .into_iter()
+                    .collect(),
+                ids: Vec::new(),
+            },
+            From::After(after) => Need::Window {
+                ranges: Vec::new(),
+                ids: after
+                    .next()
+                    .map(|start| {
+                        g.pending_of(consumer)
+                            .filter(|id| *id >= start)
+                            .take(limit(count))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+        },
+    };
+    let (entries, created) = edit_needing(engine, db, key, need, |cur| {
         let Some(mut st) = cur else {
             return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
         };
@@ -465,7 +493,7 @@ pub(super) async fn xgroup(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Re
         return Err(sub_syntax(args));
     }
     let now = engine.now_ms();
-    let (reply, event) = edit(engine, db, key, |cur| {
+    let (reply, event) = edit_needing(engine, db, key, |_| Need::ends(), |cur| {
         let mut st = match cur {
             Some(st) => st,
             None if mkstream => StreamValue::default(),
@@ -549,7 +577,7 @@ pub(super) async fn xgroup(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Re
 
 pub(super) async fn xack(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Reply, Reply> {
     let (key, group) = (&args[1], &args[2]);
-    let Some(st) = load(engine, db, key).await? else {
+    let Some(st) = load_head(engine, db, key).await? else {
         return Ok(Reply::Int(0));
     };
     if !st.groups.contains_key(group) {
@@ -560,19 +588,25 @@ pub(super) async fn xack(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Repl
         .map(|a| id::parse(a, 0, true))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Reply::err)?;
-    let acked = edit(engine, db, key, |cur| {
-        let Some(mut st) = cur else {
-            return Ok((0, None));
-        };
-        let Some(g) = st.groups.get_mut(group) else {
-            return Ok((0, None));
-        };
-        let n = ids
-            .iter()
-            .filter(|id| g.pending.remove(id).is_some())
-            .count() as i64;
-        Ok((n, (n > 0).then_some(st)))
-    })
+    let acked = edit_needing(
+        engine,
+        db,
+        key,
+        |_| Need::ends(),
+        |cur| {
+            let Some(mut st) = cur else {
+                return Ok((0, None));
+            };
+            let Some(g) = st.groups.get_mut(group) else {
+                return Ok((0, None));
+            };
+            let n = ids
+                .iter()
+                .filter(|id| g.pending.remove(id).is_some())
+                .count() as i64;
+            Ok((n, (n > 0).then_some(st)))
+        },
+    )
     .await?;
     Ok(Reply::Int(acked))
 }
@@ -609,7 +643,7 @@ pub(super) async fn xpending(engine: &Engine, db: u8, args: &[Bytes]) -> Result<
         }
         range = Some((min_idle, start, end, count.max(0) as u64, args.get(at + 3)));
     }
-    let st = load(engine, db, key).await?;
+    let st = load_head(engine, db, key).await?;
     let Some(g) = st.as_ref().and_then(|st| st.groups.get(group)) else {
         return Err(no_group(key, group, ""));
     };
@@ -726,7 +760,11 @@ pub(super) async fn xclaim(engine: &Engine, db: u8, args: &[Bytes]) -> Result<Re
         Some(t) if (0..=now).contains(&t) => t as u64,
         _ => now as u64,
     };
-    let (reply, created) = edit(engine, db, key, |cur| {
+    let need = |_: &StreamValue| Need::Window {
+        ranges: Vec::new(),
+        ids: ids.clone(),
+    };
+    let (reply, created) = edit_needing(engine, db, key, need, |cur| {
         let Some(mut st) = cur else {
             return Err(no_group(key, group, ""));
         };

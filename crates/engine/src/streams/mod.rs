@@ -65,7 +65,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: StreamCmd, args: &[Bytes
     result.unwrap_or_else(|r| r)
 }
 
-pub(crate) use stored::load;
+pub(crate) use stored::{Need, load, load_head};
 
 /// Changes the stream `key` under its lock: `f` gets it (`None`: missing) and returns
 /// its answer and the new stream, or `None` to write nothing. `f` may run again if
@@ -85,6 +85,31 @@ pub(crate) async fn edit_locked<T>(
     engine: &Engine,
     db: u8,
     key: &[u8],
+    f: impl FnMut(Option<StreamValue>) -> Result<(T, Option<StreamValue>), Reply>,
+) -> Result<T, Reply> {
+    edit_needing_locked(engine, db, key, |_| Need::All, f).await
+}
+
+/// [`edit`] of a change that reads only the entries `need` names, given the stream's
+/// head (its groups and counters; `len()` counts every entry): a chunked stream is
+/// then handed to `f` with those entries and its first and last one loaded, the rest
+/// left in its tree (a packed stream comes whole).
+pub(crate) async fn edit_needing<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    need: impl Fn(&StreamValue) -> Need,
+    f: impl FnMut(Option<StreamValue>) -> Result<(T, Option<StreamValue>), Reply>,
+) -> Result<T, Reply> {
+    let _g = engine.lock_key(key).await;
+    edit_needing_locked(engine, db, key, need, f).await
+}
+
+async fn edit_needing_locked<T>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    need: impl Fn(&StreamValue) -> Need,
     mut f: impl FnMut(Option<StreamValue>) -> Result<(T, Option<StreamValue>), Reply>,
 ) -> Result<T, Reply> {
     for _ in 0..EDIT_ATTEMPTS {
@@ -92,11 +117,14 @@ pub(crate) async fn edit_locked<T>(
             None => (None, None, None),
             Some((old, stored::Form::Packed(s))) => (Some(old), Some(s), None),
             Some((old, stored::Form::Chunked { root, mut head })) => {
-                match stored::load_entries(engine, db, key, root).await {
+                head.unloaded = root.count;
+                let wanted = need(&head);
+                match stored::load_entries(engine, db, key, root, &wanted).await {
                     Ok(entries) => head.entries = entries,
                     Err(crate::tree::TreeError::Stale) => continue,
                     Err(e) => return Err(e.into()),
                 }
+                head.unloaded = root.count.saturating_sub(head.entries.len() as u64);
                 let ids: BTreeSet<StreamId> = head.entries.keys().copied().collect();
                 (Some(old), Some(head), Some((root, ids)))
             }

@@ -80,14 +80,63 @@ pub(crate) fn open<'p>(engine: &'p Engine, db: u8, key: &[u8], root: TreeRoot) -
     Tree::open(engine.dht.pool(), tag(db, key), root, Some(id_key))
 }
 
-/// Every entry of the tree `root` of `key`.
+/// The entries a change of a chunked stream reads.
+pub(crate) enum Need {
+    All,
+    /// The first and the last entry (so that `first_id`, the top ID and the length
+    /// hold), the entries from each `(start, at most n)`, and those of `ids`; the
+    /// others stay in the tree (`StreamValue::unloaded`).
+    Window {
+        ranges: Vec<(StreamId, u64)>,
+        ids: Vec<StreamId>,
+    },
+}
+
+impl Need {
+    /// The first and last entries only: a change of groups, pending entries or
+    /// consumers.
+    pub fn ends() -> Need {
+        Need::Window {
+            ranges: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+}
+
+/// The entries of the tree `root` of `key` that `need` names.
 pub(crate) async fn load_entries(
     engine: &Engine,
     db: u8,
     key: &[u8],
     root: TreeRoot,
+    need: &Need,
 ) -> Result<BTreeMap<StreamId, Vec<Bytes>>, TreeError> {
-    all_entries(&open(engine, db, key, root)).await
+    let t = open(engine, db, key, root);
+    let (ranges, ids) = match need {
+        Need::All => return all_entries(&t).await,
+        Need::Window { ranges, ids } => (ranges, ids),
+    };
+    let mut out = BTreeMap::new();
+    if t.is_empty() {
+        return Ok(out);
+    }
+    for at in [0, t.len() - 1] {
+        let rec = t.get(at).await?.ok_or(TreeError::Stale)?;
+        let (id, fields) = parse_record(&rec)?;
+        out.insert(id, fields);
+    }
+    for &(start, n) in ranges {
+        out.extend(forward(&t, start, StreamId::MAX, n).await?);
+    }
+    for id in ids {
+        if let (_, Some(rec)) = t.seek(&id.to_bytes()).await?
+            && rec.get(..16) == Some(&id.to_bytes()[..])
+        {
+            let (id, fields) = parse_record(&rec)?;
+            out.insert(id, fields);
+        }
+    }
+    Ok(out)
 }
 
 /// Every entry of a tree.
@@ -184,8 +233,10 @@ pub(crate) async fn range(
         if start > end {
             return Ok(Some(Vec::new()));
         }
-        let root = match Form::parse(&v)? {
-            Form::Packed(s) => {
+        let root = match TreeRoot::parse_all(&v)[..] {
+            [root] => root,
+            [] => {
+                let s = StreamValue::decode(&v)?;
                 let take = usize::try_from(limit).unwrap_or(usize::MAX);
                 let r = s.entries.range(start..=end);
                 let pick = |(id, f): (&StreamId, &Vec<Bytes>)| (*id, f.clone());
@@ -194,7 +245,7 @@ pub(crate) async fn range(
                     false => r.take(take).map(pick).collect(),
                 }));
             }
-            Form::Chunked { root, .. } => root,
+            _ => return Err(Corrupt.into()),
         };
         let t = open(engine, db, key, root);
         let read = match rev {
@@ -320,6 +371,9 @@ pub(crate) async fn commit(
             let kinds = (KIND, old);
             big::commit_trees_with(engine, db, key, kinds, vec![t], true, &head).await
         }
+        None if new.unloaded > 0 => Err(Reply::err(
+            "ERR internal: a stream loaded in part has no tree to keep the rest",
+        )),
         None => {
             let whole = new.encode();
             if whole.len() <= CHUNKED_AT {
