@@ -3,11 +3,13 @@
 //! argument rules, replies and error texts (`t_stream.c`).
 //!
 //! A stream is one key of type `stream` whose value is the packed form of
-//! [`value::StreamValue`]: entries, counters and consumer groups with their pending
-//! entries. A change is a read-modify-write under the key's lock committed in one slot
-//! swap (`Dht::update_kind`), so a reader on any agent sees the stream before or after
-//! a command, never half of it; an emptied stream stays, as in Redis. Blocking reads
-//! wait in [`crate::blocking`] on the key's owner, which every XADD runs on.
+//! [`value::StreamValue`] (entries, counters and consumer groups with their pending
+//! entries) or, past 4 KiB, its entries in a chunk tree and the rest packed after the
+//! root ([`stored`]; XADD's batches on that form are [`tail`]'s). A change is a
+//! read-modify-write under the key's lock committed in one slot swap, so a reader on
+//! any agent sees the stream before or after a command, never half of it; an emptied
+//! stream stays, as in Redis. Blocking reads wait in [`crate::blocking`] on the key's
+//! owner, which every XADD runs on.
 //!
 //! Approximate trimming (`~`) removes whole nodes, as Redis does: the stream records
 //! where Redis's radix-tree nodes would be ([`value::Node`], up to
