@@ -36,4 +36,20 @@ impl UmoError {
     pub fn node(node: NodeId) -> impl FnOnce(VerbsError) -> UmoError {
         move |source| UmoError::Node { node, source }
     }
+
+    /// Whether the address itself was refused (no such region, out of its bounds): what
+    /// a reference into freed and reused memory meets, unlike a failure of the node or
+    /// of the way to it.
+    pub fn is_bad_address(&self) -> bool {
+        matches!(
+            self,
+            UmoError::UnknownRegion(_)
+                | UmoError::Node {
+                    source: VerbsError::NoSuchRegion(_)
+                        | VerbsError::OutOfBounds { .. }
+                        | VerbsError::Misaligned { .. },
+                    ..
+                }
+        )
+    }
 }

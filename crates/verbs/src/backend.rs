@@ -250,21 +250,143 @@ impl Transport for ShmTransport {
     }
 }
 
-/// A memory node that executes verbs on the client's behalf.
+/// A memory node that executes verbs on the client's behalf. A post is sent as one
+/// request frame while it fits half the frame limit; a larger one (a 512 MiB value) is
+/// sent as several, in order, a large read or write split into pieces, so no frame
+/// ever carries a whole value.
 pub struct TcpTransport {
     node: NodeId,
     rpc: RpcClient,
+    /// Bytes of data (written or read) one request carries at most.
+    budget: usize,
 }
 
 impl TcpTransport {
     pub async fn connect(endpoint: Endpoint, options: RpcOptions) -> Result<Self, VerbsError> {
+        // Half the frame limit, and a piece's length fits the wire's u32.
+        let budget = usize::try_from((options.max_frame / 2).clamp(1, 1 << 30)).unwrap_or(1 << 30);
         let (rpc, hello) = RpcClient::connect(endpoint, options).await?;
         let node = match hello {
             Response::Pong { node, .. } => node,
             other => return Err(unexpected(&other)),
         };
-        Ok(Self { node, rpc })
+        Ok(Self { node, rpc, budget })
     }
+}
+
+/// Where a wire verb's result goes: the verb it came from and, for a piece of a read,
+/// where in its buffer and how long.
+#[derive(Clone, Copy)]
+struct Slot {
+    verb: usize,
+    at: usize,
+    len: usize,
+}
+
+/// One request's verbs and where their results go.
+type Frame = (Vec<WireVerb>, Vec<Slot>);
+
+/// The verbs of one post as requests of at most `budget` data bytes each.
+fn frames(verbs: &[Verb<'_>], budget: usize) -> Vec<Frame> {
+    let mut out: Vec<Frame> = vec![(Vec::new(), Vec::new())];
+    let mut bytes = 0usize;
+    let mut push = |wire: WireVerb, slot: Slot, len: usize, out: &mut Vec<Frame>| {
+        if bytes + len > budget && out.last().is_some_and(|f| !f.0.is_empty()) {
+            out.push((Vec::new(), Vec::new()));
+            bytes = 0;
+        }
+        bytes += len;
+        if let Some(f) = out.last_mut() {
+            f.0.push(wire);
+            f.1.push(slot);
+        }
+    };
+    // A piece of at most `budget` bytes at a time (one empty piece for an empty verb).
+    let pieces = |len: usize| {
+        (0..len.div_ceil(budget).max(1)).map(move |k| {
+            let at = k * budget;
+            (at, budget.min(len - at.min(len)))
+        })
+    };
+    for (verb, v) in verbs.iter().enumerate() {
+        match v {
+            Verb::Read {
+                region,
+                offset,
+                buf,
+            } => {
+                for (at, len) in pieces(buf.len()) {
+                    let wire = WireVerb::Read {
+                        region: *region,
+                        offset: offset + at as u64,
+                        len: len as u32,
+                    };
+                    push(wire, Slot { verb, at, len }, len, &mut out);
+                }
+            }
+            Verb::Write {
+                region,
+                offset,
+                data,
+            } => {
+                for (at, len) in pieces(data.len()) {
+                    let wire = WireVerb::Write {
+                        region: *region,
+                        offset: offset + at as u64,
+                        data: Bytes::copy_from_slice(&data[at..at + len]),
+                    };
+                    push(wire, Slot { verb, at, len }, len, &mut out);
+                }
+            }
+            Verb::Cas {
+                region,
+                offset,
+                expected,
+                new,
+                ..
+            } => {
+                let wire = WireVerb::Cas {
+                    region: *region,
+                    offset: *offset,
+                    expected: *expected,
+                    new: *new,
+                };
+                push(
+                    wire,
+                    Slot {
+                        verb,
+                        at: 0,
+                        len: 0,
+                    },
+                    16,
+                    &mut out,
+                );
+            }
+            Verb::Faa {
+                region,
+                offset,
+                add,
+                ..
+            } => {
+                let wire = WireVerb::Faa {
+                    region: *region,
+                    offset: *offset,
+                    add: *add,
+                };
+                push(
+                    wire,
+                    Slot {
+                        verb,
+                        at: 0,
+                        len: 0,
+                    },
+                    8,
+                    &mut out,
+                );
+            }
+        }
+    }
+    out
 }
 
 impl Transport for TcpTransport {
@@ -281,67 +403,37 @@ impl Transport for TcpTransport {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         Box::pin(async move {
-            let wire: Vec<WireVerb> = verbs
-                .iter()
-                .map(|v| match v {
-                    Verb::Read {
-                        region,
-                        offset,
-                        buf,
-                    } => WireVerb::Read {
-                        region: *region,
-                        offset: *offset,
-                        len: buf.len() as u32,
-                    },
-                    Verb::Write {
-                        region,
-                        offset,
-                        data,
-                    } => WireVerb::Write {
-                        region: *region,
-                        offset: *offset,
-                        data: Bytes::copy_from_slice(data),
-                    },
-                    Verb::Cas {
-                        region,
-                        offset,
-                        expected,
-                        new,
-                        ..
-                    } => WireVerb::Cas {
-                        region: *region,
-                        offset: *offset,
-                        expected: *expected,
-                        new: *new,
-                    },
-                    Verb::Faa {
-                        region,
-                        offset,
-                        add,
-                        ..
-                    } => WireVerb::Faa {
-                        region: *region,
-                        offset: *offset,
-                        add: *add,
-                    },
-                })
-                .collect();
-            let outs = match self.rpc.call(&Request::Verbs(wire)).await? {
-                Response::Verbs(outs) if outs.len() == verbs.len() => outs,
-                other => return Err(unexpected(&other)),
-            };
-            for (v, out) in verbs.iter_mut().zip(outs) {
-                match (v, out) {
-                    (Verb::Read { buf, .. }, VerbOut::Data(d)) if d.len() == buf.len() => {
-                        buf.copy_from_slice(&d)
-                    }
-                    (Verb::Write { .. }, VerbOut::Done) => {}
-                    (Verb::Cas { old, .. }, VerbOut::Word(w))
-                    | (Verb::Faa { old, .. }, VerbOut::Word(w)) => *old = w,
-                    (_, out) => {
-                        return Err(VerbsError::Malformed(format!(
-                            "verb result {out:?} does not match its verb"
-                        )));
+            for (wire, slots) in frames(verbs, self.budget) {
+                let n = wire.len();
+                let outs = match self.rpc.call(&Request::Verbs(wire)).await? {
+                    Response::Verbs(outs) if outs.len() == n => outs,
+                    other => return Err(unexpected(&other)),
+                };
+                for (slot, out) in slots.into_iter().zip(outs) {
+                    let Some(v) = verbs.get_mut(slot.verb) else {
+                        return Err(VerbsError::Malformed(
+                            "a verb result without its verb".into(),
+                        ));
+                    };
+                    match (v, out) {
+                        (Verb::Read { buf, .. }, VerbOut::Data(d)) => {
+                            match buf.get_mut(slot.at..slot.at + slot.len) {
+                                Some(piece) if d.len() == slot.len => piece.copy_from_slice(&d),
+                                _ => {
+                                    return Err(VerbsError::Malformed(
+                                        "a read returned another length than asked".into(),
+                                    ));
+                                }
+                            }
+                        }
+                        (Verb::Write { .. }, VerbOut::Done) => {}
+                        (Verb::Cas { old, .. }, VerbOut::Word(w))
+                        | (Verb::Faa { old, .. }, VerbOut::Word(w)) => *old = w,
+                        (_, out) => {
+                            return Err(VerbsError::Malformed(format!(
+                                "verb result {out:?} does not match its verb"
+                            )));
+                        }
                     }
                 }
             }

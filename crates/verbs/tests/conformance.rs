@@ -257,3 +257,58 @@ async fn a_revoked_client_runs_nothing_more() {
     assert_eq!(again.err(), Some(VerbsError::Revoked(0xa9)));
     other.write(1, 8, &[3; 8]).await.unwrap();
 }
+
+/// A value larger than a frame may carry is written and read over tcp in pieces, in
+/// order (the node here takes frames of at most 1 MiB; the value is 5 MiB), next to
+/// small verbs in the same post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_splits_values_larger_than_a_frame() {
+    use dmc_verbs::Verb;
+    let dir = tempfile::tempdir().unwrap();
+    let (ep, _stop) = start_node(dir.path(), b"s").await;
+    let small_frames = RpcOptions {
+        max_frame: 1 << 20,
+        ..options(b"s")
+    };
+    let t = backend::connect(BackendKind::Tcp, ep, small_frames)
+        .await
+        .unwrap();
+    let region = 9;
+    t.create_region(region, 32 << 20).await.unwrap();
+    let value: Vec<u8> = (0..5u32 << 20).map(|i| (i % 251) as u8).collect();
+    let mut verbs = [
+        Verb::Faa {
+            region,
+            offset: 0,
+            add: 5,
+            old: 0,
+        },
+        Verb::Write {
+            region,
+            offset: 4096,
+            data: &value,
+        },
+        Verb::Faa {
+            region,
+            offset: 0,
+            add: 1,
+            old: 0,
+        },
+    ];
+    t.post(&mut verbs).await.unwrap();
+    let Verb::Faa { old, .. } = verbs[2] else {
+        unreachable!()
+    };
+    assert_eq!(old, 5, "the verbs ran in order");
+    let mut back = vec![0u8; value.len()];
+    let mut read = [Verb::Read {
+        region,
+        offset: 4096,
+        buf: &mut back,
+    }];
+    t.post(&mut read).await.unwrap();
+    assert!(
+        back == value,
+        "the value read back in pieces is the value written"
+    );
+}

@@ -181,10 +181,13 @@ impl Pool {
                 if !rest.is_empty() {
                     return Ok(None);
                 }
-                if self.read_batch(&mut reads).await.is_err() {
-                    // Freed-and-reused chunk refs may point anywhere: a failed read is
-                    // a stale index entry, not a pool failure.
-                    return Ok(None);
+                match self.read_batch(&mut reads).await {
+                    Ok(()) => {}
+                    // Freed-and-reused chunk refs may point anywhere: an address the
+                    // node refuses is a stale index entry, not a pool failure.
+                    Err(e) if e.is_bad_address() => return Ok(None),
+                    // A failure of the node or of the way to it is not an absent key.
+                    Err(e) => return Err(e),
                 }
                 if !object::chained_crc_ok(&head, head_len, crc, &payload, klen)
                     || expect.is_some_and(|(_, key)| payload[..klen] != *key)
