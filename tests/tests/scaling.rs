@@ -1,6 +1,6 @@
 //! Scaling agents with `cluster-manager agents scale` while a client keeps running:
-//! a manager, two memory nodes over `shm` with `r = 2`, and agents started by the
-//! manager's launcher.
+//! a manager, two memory nodes over `shm` (and, once, over `tcp`) with `r = 2`, and
+//! agents started by the manager's launcher.
 
 use std::process::Command;
 use std::time::Duration;
@@ -41,7 +41,17 @@ assert got == [f"value-{i}".encode() for i in range(600)], got[:5]
 /// moved, keys did not.
 #[test]
 fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
-    let c = cluster("proxy");
+    rescale_loses_nothing_and_copies_nothing(cluster("proxy"));
+}
+
+/// The same with the pool reached over `tcp`: the memory nodes run every verb, as on
+/// hosts without shared memory.
+#[test]
+fn proxy_mode_rescale_over_tcp_loses_nothing_and_copies_nothing() {
+    rescale_loses_nothing_and_copies_nothing(cluster_with("proxy", &["--pool-transport", "tcp"]));
+}
+
+fn rescale_loses_nothing_and_copies_nothing(c: TestCluster) {
     let first = c.scale(1).unwrap();
     let port = port_of(&first["started"][0]);
     let client = PyClient::start(&port, &[]);
