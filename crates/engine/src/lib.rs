@@ -27,6 +27,16 @@
 //! [`Reply`](dmc_resp::Reply). Writes are acknowledged only after the pool committed
 //! them; the local cache is told afterwards (write-through).
 
+/// Unwraps a result whose error is already the command's reply, returning the reply.
+macro_rules! or_reply {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+
 pub mod acl;
 pub mod acl_cmd;
 pub mod big;

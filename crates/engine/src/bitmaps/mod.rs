@@ -39,16 +39,6 @@ macro_rules! tri {
     };
 }
 
-/// [`tri`] for results whose error is already the reply.
-macro_rules! or_reply {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return r,
-        }
-    };
-}
-
 pub async fn run(engine: &Engine, s: &mut Session, cmd: BitCmd, args: &[Bytes]) -> Reply {
     let db = engine.physical_db(s.db);
     match cmd {

@@ -29,16 +29,6 @@ macro_rules! tri {
     };
 }
 
-/// [`tri`] for results whose error is already the reply.
-macro_rules! or_reply {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return r,
-        }
-    };
-}
-
 /// Parses an expiry amount (`EX`, `PX`, `EXAT`, `PXAT`) into a Unix time in ms.
 pub(crate) fn expiry_at(engine: &Engine, unit: &str, arg: &[u8], cmd: &str) -> Result<u64, Reply> {
     let n = parse_i64(arg).ok_or_else(|| Reply::err(NOT_INTEGER))?;
