@@ -1,5 +1,6 @@
 //! The stream family: XADD, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, XSETID and XREAD
-//! here, the consumer groups in [`groups`], XINFO in [`info`], with Redis 7.0's
+//! here, the consumer groups in [`groups`] (their pending entries' XPENDING, XCLAIM
+//! and XAUTOCLAIM in [`claims`]), XINFO in [`info`], with Redis 7.0's
 //! argument rules, replies and error texts (`t_stream.c`).
 //!
 //! A stream is one key of type `stream` whose value is the packed form of
@@ -18,6 +19,7 @@
 //! large entries `~` may keep more entries than Redis would (never fewer than asked).
 
 mod add;
+mod claims;
 mod groups;
 pub mod id;
 mod info;
@@ -59,9 +61,9 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: StreamCmd, args: &[Bytes
         }
         StreamCmd::XGroup => groups::xgroup(engine, db, args).await,
         StreamCmd::XAck => groups::xack(engine, db, args).await,
-        StreamCmd::XPending => groups::xpending(engine, db, args).await,
-        StreamCmd::XClaim => groups::xclaim(engine, db, args).await,
-        StreamCmd::XAutoClaim => groups::xautoclaim(engine, db, args).await,
+        StreamCmd::XPending => claims::xpending(engine, db, args).await,
+        StreamCmd::XClaim => claims::xclaim(engine, db, args).await,
+        StreamCmd::XAutoClaim => claims::xautoclaim(engine, db, args).await,
         StreamCmd::XInfo => info::xinfo(engine, s, db, args).await,
     };
     result.unwrap_or_else(|r| r)

@@ -9,7 +9,7 @@ pub(crate) mod splice;
 use bytes::Bytes;
 use std::ops::Range;
 
-use dmc_dht::{DhtError, SetCond, SetExpiry, SetOptions, ValueKind};
+use dmc_dht::{DhtError, SetCond, SetExpiry, SetOptions};
 use dmc_resp::Reply;
 
 use crate::table::Cmd;
@@ -344,10 +344,7 @@ async fn rewrite_chunked<E>(
     key: &[u8],
     mut f: impl FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
 ) -> Result<Result<bool, E>, Reply> {
-    let wrong = || error_reply(DhtError::WrongType);
-    if engine.read_kind(db, key).await.map_err(error_reply)? != Some(ValueKind::String) {
-        return Err(wrong());
-    }
+    // Assembled; WRONGTYPE for a key of another type.
     let cur = engine.read(db, key).await.map_err(error_reply)?;
     let new = match f(cur.as_deref()) {
         Ok(Some(new)) => new,
@@ -433,9 +430,8 @@ async fn set_getting_old(
     opts: SetOptions,
 ) -> Result<dmc_dht::SetOutcome, DhtError> {
     match engine.dht.set(db, key, value, opts).await {
-        Err(DhtError::WrongType)
-            if opts.get && engine.read_kind(db, key).await? == Some(ValueKind::String) =>
-        {
+        Err(DhtError::WrongType) if opts.get => {
+            // A chunked string, answered assembled (another type stays WRONGTYPE).
             let old = engine.read(db, key).await?;
             let opts = SetOptions { get: false, ..opts };
             let out = engine.dht.set(db, key, value, opts).await?;
