@@ -1,5 +1,5 @@
 //! Model-based tests: random sequences of set/get/delete/expire/evict on the table,
-//! against a `HashMap`, on the `local` and `shm` backends.
+//! against a `HashMap`, on the `local`, `shm` and (emulated) `rdma` backends.
 
 mod common;
 
@@ -327,6 +327,16 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    /// The same model over the `rdma` transport on the emulated fabric: every one-sided
+    /// verb of the table is a work request checked against its registration.
+    #[test]
+    fn rdma_table_matches_model(policy in policy(), ops in proptest::collection::vec(op(60), 1..150)) {
+        run(Backend::Rdma, policy, ops)?;
+    }
+}
+
 /// Keys spread over 16 hash slots, so the index stays small next to the objects.
 fn key16(i: u32) -> Vec<u8> {
     format!("{{t{}}}k{i}", i % 16).into_bytes()
@@ -416,7 +426,7 @@ async fn maxmemory_evicts_or_refuses_per_policy() {
 /// Many keys in one table: subtables split repeatedly and nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn splits_keep_every_key() {
-    for backend in [Backend::Local, Backend::Shm] {
+    for backend in [Backend::Local, Backend::Shm, Backend::Rdma] {
         let clock = ManualClock::new(T0);
         let h = common::open(
             backend,
@@ -460,7 +470,7 @@ async fn splits_keep_every_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sets_racing_splits_lose_nothing() {
     use futures::StreamExt;
-    for backend in [Backend::Local, Backend::Shm] {
+    for backend in [Backend::Local, Backend::Shm, Backend::Rdma] {
         let h = common::open(
             backend,
             DhtConfig::default(),

@@ -10,6 +10,7 @@
 //! | [`memory`] | raw region memory (heap or shared mapping); all pool `unsafe` |
 //! | [`transport`] | the [`Transport`] trait and [`Verb`] |
 //! | [`backend`] | `local`, `shm` and `tcp` transports |
+//! | [`rdma`] | the `rdma` transport, its device interface and software emulation |
 //! | [`wire`] | the RPC wire format |
 //! | [`rpc`] | the pipelined RPC client |
 //! | [`node`] | the memory node's core: regions, locks, epochs, commits |
@@ -25,6 +26,7 @@ pub mod error;
 pub mod lazy;
 pub mod memory;
 pub mod node;
+pub mod rdma;
 pub mod revoke;
 pub mod rpc;
 pub mod server;

@@ -117,6 +117,13 @@ impl RegionMemory {
         self.len == 0
     }
 
+    /// The first byte's address, for registering the memory with an RDMA device (which
+    /// then reads and writes it by DMA, as a peer process does through a mapping). No
+    /// Rust code dereferences it; the memory stays mapped as long as `self` lives.
+    pub fn base_addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
     fn check(&self, offset: u64, len: usize) -> Result<usize, VerbsError> {
         let end = offset.checked_add(len as u64);
         match end {

@@ -742,6 +742,9 @@ impl NodeCore {
                 self.resolve(&commit, &abort);
                 Ok(Response::Ok)
             }
+            Request::RdmaConnect { .. } | Request::RdmaRegion { .. } => Err(VerbsError::Remote(
+                "this memory node serves no RDMA device; use the shm or tcp backend".into(),
+            )),
             Request::Hello { .. } | Request::CopyRegion { .. } => Err(VerbsError::Malformed(
                 "request is handled by the connection layer".into(),
             )),

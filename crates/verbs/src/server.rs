@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::VerbsError;
 use crate::node::NodeCore;
+use crate::rdma::{RcQp, RdmaResponder};
 use crate::revoke::ClientFence;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions, Stream};
 use crate::tls::{ClientTls, ServerTls};
@@ -91,6 +92,8 @@ pub struct ServerOptions {
     pub tls: Option<ServerTls>,
     /// How this node dials a peer it copies a region to.
     pub peer_tls: Option<ClientTls>,
+    /// The node's RDMA device side, when it serves the `rdma` backend.
+    pub rdma: Option<Arc<RdmaResponder>>,
 }
 
 impl Default for ServerOptions {
@@ -99,6 +102,7 @@ impl Default for ServerOptions {
             max_frame: wire::DEFAULT_MAX_FRAME,
             tls: None,
             peer_tls: None,
+            rdma: None,
         }
     }
 }
@@ -157,6 +161,9 @@ async fn serve_conn(
     let mut out = BytesMut::with_capacity(64 << 10);
     let mut authed = core.secret().is_none();
     let mut fence: Option<Arc<ClientFence>> = None;
+    let mut client_id = 0u64;
+    // This connection's RDMA queue pair: destroyed with the connection.
+    let mut queue_pair: Option<Arc<dyn RcQp>> = None;
     loop {
         let n = rd
             .read_buf(&mut buf)
@@ -217,6 +224,7 @@ async fn serve_conn(
                         match core.clients().register(client) {
                             Ok(f) => {
                                 fence = f;
+                                client_id = client;
                                 authed = true;
                                 core.bind_client(session, client);
                                 core.handle(session, Request::Ping)
@@ -240,7 +248,12 @@ async fn serve_conn(
                 // A revoked client's requests run no more (`revoke.rs`); the check
                 // holds until the request is done, so a revocation waits for it.
                 other => match fence.as_deref().map(|f| f.admit()).transpose() {
-                    Ok(_admitted) => core.handle(session, other),
+                    Ok(_admitted) => match &options.rdma {
+                        Some(rdma) => {
+                            handle_with_rdma(core, rdma, session, client_id, &mut queue_pair, other)
+                        }
+                        None => core.handle(session, other),
+                    },
                     Err(e) => {
                         metrics::counter!(node_metrics::REVOKED_REQUESTS.name).increment(1);
                         Response::Error(e)
@@ -266,6 +279,45 @@ async fn serve_conn(
 /// The fail point `node-drop-commit=return(ID)`: the memory node `ID` closes a
 /// connection instead of serving a commit on it (a coordinator's connection broken
 /// mid-commit, for the settlement tests).
+/// A request on a node that serves RDMA: queue pairs and region keys here, and the
+/// requests that change what is registered or who may use it keep the device in step.
+fn handle_with_rdma(
+    core: &NodeCore,
+    rdma: &RdmaResponder,
+    session: u64,
+    client: u64,
+    queue_pair: &mut Option<Arc<dyn RcQp>>,
+    req: Request,
+) -> Response {
+    match req {
+        Request::RdmaConnect { endpoint } => match rdma.accept(client, &endpoint) {
+            Ok((qp, mine)) => {
+                // A reconnect replaces (and so destroys) the connection's old pair.
+                *queue_pair = Some(qp);
+                Response::RdmaConnected(mine)
+            }
+            Err(e) => {
+                core.count_error();
+                Response::Error(e)
+            }
+        },
+        Request::RdmaRegion { region } => rdma.region(core, region).unwrap_or_else(|e| {
+            core.count_error();
+            Response::Error(e)
+        }),
+        Request::DropRegion { region } | Request::CreateRegion { region, .. } => {
+            rdma.forget(region);
+            core.handle(session, req)
+        }
+        Request::Revoke { client } => {
+            let resp = core.handle(session, req);
+            rdma.revoke(client);
+            resp
+        }
+        other => core.handle(session, other),
+    }
+}
+
 #[cfg(feature = "failpoints")]
 fn drops_commit(core: &NodeCore) -> bool {
     fail::eval("node-drop-commit", |id| {
@@ -360,11 +412,19 @@ pub struct LoopbackNode {
 impl LoopbackNode {
     /// Opens a node with `config` and serves it on 127.0.0.1 (port chosen by the OS).
     pub async fn spawn(config: crate::node::NodeConfig) -> Result<Self, VerbsError> {
+        Self::spawn_with(config, ServerOptions::default()).await
+    }
+
+    /// As [`spawn`](Self::spawn), with server options (an RDMA device, a frame limit).
+    pub async fn spawn_with(
+        config: crate::node::NodeConfig,
+        options: ServerOptions,
+    ) -> Result<Self, VerbsError> {
         let core = NodeCore::open(config)?;
         let listener = Listener::bind(&Endpoint::Tcp("127.0.0.1:0".into())).await?;
         let endpoint = listener.endpoint()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(core, listener, ServerOptions::default(), async {
+        tokio::spawn(serve(core, listener, options, async {
             let _ = stopped.await;
         }));
         Ok(LoopbackNode {

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::{self, Listener, ServerOptions};
 use dmc_verbs::wire::{self, Request};
 use dmc_verbs::{
     Endpoint, LocalTransport, NodeConfig, NodeCore, RpcOptions, Storage, Transport, VerbsError,
@@ -13,42 +12,8 @@ use dmc_verbs::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn start_node(
-    dir: &std::path::Path,
-    secret: &[u8],
-) -> (Endpoint, tokio::sync::oneshot::Sender<()>) {
-    let core = NodeCore::open(NodeConfig {
-        id: 7,
-        capacity: 64 << 20,
-        storage: Storage::Dir(dir.to_path_buf()),
-        secret: Some(Bytes::copy_from_slice(secret)),
-    })
-    .unwrap();
-    let listener = Listener::bind(&"127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let endpoint = listener.endpoint().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(
-        core,
-        listener,
-        ServerOptions {
-            max_frame: 1 << 20,
-            ..ServerOptions::default()
-        },
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    (endpoint, stop)
-}
-
-fn options(secret: &[u8]) -> RpcOptions {
-    RpcOptions {
-        secret: Bytes::copy_from_slice(secret),
-        ..RpcOptions::default()
-    }
-}
+mod common;
+use common::{options, start_node};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_backend_conforms() {

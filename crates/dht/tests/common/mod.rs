@@ -1,4 +1,5 @@
-//! Builds a table on the `local` backend or on in-process memory nodes over `shm`.
+//! Builds a table on the `local` backend or on in-process memory nodes over `shm` or
+//! over `rdma` on the software emulation of RC verbs.
 
 #![allow(dead_code)]
 
@@ -8,13 +9,16 @@ use std::time::Duration;
 use dmc_dht::{Clock, Dht, DhtConfig, Ownership};
 use dmc_umo::{Pool, PoolConfig};
 use dmc_verbs::backend::{self, BackendKind};
-use dmc_verbs::server::LoopbackNode;
+use dmc_verbs::rdma::{EmulatedFabric, RdmaResponder, RdmaTransport};
+use dmc_verbs::server::{LoopbackNode, ServerOptions};
 use dmc_verbs::{NodeConfig, RpcOptions, Storage, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Local,
     Shm,
+    /// Two memory nodes reached with the `rdma` transport on an emulated fabric.
+    Rdma,
 }
 
 /// Keeps the memory nodes of a test alive.
@@ -44,7 +48,8 @@ pub async fn open(
     let mut servers = Vec::new();
     let pool = match backend {
         Backend::Local => Pool::embedded(256 << 20, pool_config(grace)).await.unwrap(),
-        Backend::Shm => {
+        Backend::Shm | Backend::Rdma => {
+            let fabric = EmulatedFabric::default();
             let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
             for id in 1..=2 {
                 let dir = tempfile::tempdir().unwrap();
@@ -54,16 +59,24 @@ pub async fn open(
                     storage: Storage::Dir(dir.path().to_path_buf()),
                     secret: None,
                 };
-                let server = LoopbackNode::spawn(config).await.unwrap();
-                nodes.push(
-                    backend::connect(
-                        BackendKind::Shm,
-                        server.endpoint.clone(),
-                        RpcOptions::default(),
-                    )
-                    .await
-                    .unwrap(),
-                );
+                let options = ServerOptions {
+                    rdma: (backend == Backend::Rdma)
+                        .then(|| Arc::new(RdmaResponder::new(fabric.device()))),
+                    ..ServerOptions::default()
+                };
+                let server = LoopbackNode::spawn_with(config, options).await.unwrap();
+                let endpoint = server.endpoint.clone();
+                nodes.push(if backend == Backend::Rdma {
+                    let t =
+                        RdmaTransport::connect(endpoint, RpcOptions::default(), fabric.device())
+                            .await
+                            .unwrap();
+                    Arc::new(t)
+                } else {
+                    backend::connect(BackendKind::Shm, endpoint, RpcOptions::default())
+                        .await
+                        .unwrap()
+                });
                 dirs.push(dir);
                 servers.push(server);
             }

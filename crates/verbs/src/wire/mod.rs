@@ -183,6 +183,18 @@ pub enum Request {
         commit: Vec<(u64, u64)>,
         abort: Vec<(u64, u64)>,
     },
+    /// Connect an RDMA queue pair to the client's (the `rdma` backend): `endpoint` is
+    /// the client QP's address in the device's own encoding; answered with
+    /// [`Response::RdmaConnected`] carrying the node's. The node's QP lives as long as
+    /// this RPC connection, and a revocation of the client moves it to the error state.
+    RdmaConnect {
+        endpoint: Bytes,
+    },
+    /// The remote key and address of a region, registered for one-sided access on first
+    /// ask: answered with [`Response::RdmaRegion`].
+    RdmaRegion {
+        region: RegionId,
+    },
 }
 
 impl Request {
@@ -207,6 +219,8 @@ impl Request {
             Request::Settle { .. } => "settle",
             Request::Committed(_) => "committed",
             Request::Resolve { .. } => "resolve",
+            Request::RdmaConnect { .. } => "rdma_connect",
+            Request::RdmaRegion { .. } => "rdma_region",
         }
     }
 }
@@ -230,6 +244,15 @@ pub enum Response {
     Votes(Vec<TxVote>),
     /// Transactions as (coordinator's client id, txid).
     Txs(Vec<(u64, u64)>),
+    /// The node's queue pair, in the device's encoding.
+    RdmaConnected(Bytes),
+    /// A region registered for one-sided RDMA: verbs address `addr + offset` with `rkey`.
+    RdmaRegion {
+        region: RegionId,
+        addr: u64,
+        rkey: u32,
+        len: u64,
+    },
 }
 
 // ---------------------------------------------------------------- primitives
@@ -470,13 +493,25 @@ mod tests {
             commit: vec![(3, 4)],
             abort: vec![],
         });
-        let mut out = BytesMut::new();
-        Response::Txs(vec![(5, 6)]).encode(1, &mut out);
-        let f = split_frame(&mut out, u64::MAX).unwrap().unwrap();
-        assert_eq!(
-            Response::decode(f.tag, f.payload).unwrap(),
-            Response::Txs(vec![(5, 6)])
-        );
+        roundtrip_req(Request::RdmaConnect {
+            endpoint: Bytes::from_static(b"qp 17"),
+        });
+        roundtrip_req(Request::RdmaRegion { region: 300 });
+        for resp in [
+            Response::Txs(vec![(5, 6)]),
+            Response::RdmaConnected(Bytes::from_static(b"qp 18")),
+            Response::RdmaRegion {
+                region: 3,
+                addr: 0x7f00_0000_1000,
+                rkey: 0xabcd,
+                len: 1 << 20,
+            },
+        ] {
+            let mut out = BytesMut::new();
+            resp.encode(1, &mut out);
+            let f = split_frame(&mut out, u64::MAX).unwrap().unwrap();
+            assert_eq!(Response::decode(f.tag, f.payload).unwrap(), resp);
+        }
     }
 
     /// An error relayed through a response keeps its message, not one more "memory

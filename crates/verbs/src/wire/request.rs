@@ -27,6 +27,8 @@ impl Request {
             Request::Settle { .. } => 16,
             Request::Committed(_) => 17,
             Request::Resolve { .. } => 18,
+            Request::RdmaConnect { .. } => 19,
+            Request::RdmaRegion { .. } => 20,
         }
     }
 
@@ -52,9 +54,10 @@ impl Request {
                 out.put_u16_le(*region);
                 out.put_u64_le(*size);
             }
-            Request::DropRegion { region } | Request::OpenRegion { region } => {
-                out.put_u16_le(*region)
-            }
+            Request::RdmaConnect { endpoint } => put_bytes(out, endpoint),
+            Request::DropRegion { region }
+            | Request::OpenRegion { region }
+            | Request::RdmaRegion { region } => out.put_u16_le(*region),
             Request::Verbs(verbs) => {
                 out.put_u32_le(verbs.len() as u32);
                 for v in verbs {
@@ -278,6 +281,10 @@ impl Request {
                 commit: get_txs(&mut d)?,
                 abort: get_txs(&mut d)?,
             },
+            19 => Request::RdmaConnect {
+                endpoint: d.bytes()?,
+            },
+            20 => Request::RdmaRegion { region: d.u16()? },
             other => {
                 return Err(VerbsError::Malformed(format!(
                     "unknown request tag {other}"

@@ -18,6 +18,8 @@ impl Response {
             Response::Verbs(_) => 6,
             Response::Votes(_) => 7,
             Response::Txs(_) => 8,
+            Response::RdmaConnected(_) => 9,
+            Response::RdmaRegion { .. } => 10,
         }
     }
 
@@ -72,6 +74,18 @@ impl Response {
                 }
             }
             Response::Txs(ids) => put_txs(out, ids),
+            Response::RdmaConnected(endpoint) => put_bytes(out, endpoint),
+            Response::RdmaRegion {
+                region,
+                addr,
+                rkey,
+                len,
+            } => {
+                out.put_u16_le(*region);
+                out.put_u64_le(*addr);
+                out.put_u32_le(*rkey);
+                out.put_u64_le(*len);
+            }
             Response::Votes(votes) => {
                 out.put_u32_le(votes.len() as u32);
                 for v in votes {
@@ -168,6 +182,13 @@ impl Response {
                 Response::Votes(votes)
             }
             8 => Response::Txs(get_txs(&mut d)?),
+            9 => Response::RdmaConnected(d.bytes()?),
+            10 => Response::RdmaRegion {
+                region: d.u16()?,
+                addr: d.u64()?,
+                rkey: d.u32()?,
+                len: d.u64()?,
+            },
             other => {
                 return Err(VerbsError::Malformed(format!(
                     "unknown response tag {other}"

@@ -1,0 +1,429 @@
+//! A software emulation of RDMA reliable-connected verbs, in this process.
+//!
+//! An [`EmulatedFabric`] stands for the NICs of several hosts and the wire between them:
+//! each [`EmulatedFabric::device`] is one host's device with its own protection domain.
+//! Registrations and queue pairs live in the fabric's tables, and a queue pair's work
+//! requests run against the memory its peer registered, with the rules of RC verbs:
+//!
+//! - keys are checked: an lkey must belong to the requester's protection domain and
+//!   cover the SGE; an rkey must belong to the peer's, allow remote access and cover the
+//!   remote range, else the request fails with `LocalProtection` or `RemoteAccess`;
+//! - atomics need an 8-byte aligned remote address (`RemoteInvalidRequest`);
+//! - requests run in posting order; a successful one completes silently unless it is
+//!   signaled; the first failure completes with its status and moves the queue pair to
+//!   the error state, after which every request completes as `Flushed`;
+//! - a peer queue pair that is gone or in the error state (a dead host, a revocation)
+//!   fails requests with `RetryExceeded`.
+//!
+//! Each queue pair has a thread that plays its NIC: it takes posted chains in order and
+//! runs them after `post` has returned, so a caller that trusted a completion too early
+//! (a chain signaled before its end) would see reads not yet done. Completions wait in
+//! the queue pair's completion queue until polled. Real verbs differ in timing only.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::device::{
+    Access, Completion, DeviceCaps, RcDevice, RcQp, Registration, Remote, Sge, WcStatus, WorkOp,
+    WorkRequest,
+};
+use crate::error::VerbsError;
+use crate::memory::RegionMemory;
+
+/// Emulated memory addresses start here, so that no address is 0 and a region's
+/// addresses are far from any other's.
+const FIRST_ADDR: u64 = 0x1000_0000;
+/// Gap between two registrations' address ranges (an access past one's end never lands
+/// in the next).
+const ADDR_GAP: u64 = 1 << 20;
+
+/// NICs and wire of several emulated hosts. Cloning shares it.
+#[derive(Clone)]
+pub struct EmulatedFabric {
+    inner: Arc<Fabric>,
+}
+
+struct Mr {
+    pd: u64,
+    addr: u64,
+    access: Access,
+    mem: Arc<RegionMemory>,
+}
+
+struct Fabric {
+    caps: DeviceCaps,
+    mrs: RwLock<HashMap<u32, Mr>>,
+    qps: Mutex<HashMap<u64, Weak<QpShared>>>,
+    next_key: AtomicU32,
+    next_addr: AtomicU64,
+    next_qp: AtomicU64,
+    next_pd: AtomicU64,
+}
+
+impl Default for EmulatedFabric {
+    fn default() -> Self {
+        Self::new(DeviceCaps {
+            max_message: 1 << 30,
+            max_send_wr: 256,
+        })
+    }
+}
+
+impl EmulatedFabric {
+    pub fn new(caps: DeviceCaps) -> Self {
+        EmulatedFabric {
+            inner: Arc::new(Fabric {
+                caps,
+                mrs: RwLock::new(HashMap::new()),
+                qps: Mutex::new(HashMap::new()),
+                next_key: AtomicU32::new(1),
+                next_addr: AtomicU64::new(FIRST_ADDR),
+                next_qp: AtomicU64::new(1),
+                next_pd: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// One host's device (its own protection domain).
+    pub fn device(&self) -> Arc<dyn RcDevice> {
+        Arc::new(EmulatedDevice {
+            fabric: self.inner.clone(),
+            pd: self.inner.next_pd.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// Moves every queue pair to the error state, as a link that went down and came
+    /// back does: connections must be set up again.
+    pub fn break_links(&self) {
+        let qps: Vec<Arc<QpShared>> = self
+            .inner
+            .qps
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for qp in qps {
+            qp.to_error();
+        }
+    }
+
+    /// Registrations alive on the fabric (a leak check for tests).
+    pub fn registrations(&self) -> usize {
+        self.inner.mrs.read().len()
+    }
+}
+
+struct EmulatedDevice {
+    fabric: Arc<Fabric>,
+    pd: u64,
+}
+
+struct EmulatedRegistration {
+    fabric: Weak<Fabric>,
+    key: u32,
+    addr: u64,
+    mem: Arc<RegionMemory>,
+}
+
+impl Registration for EmulatedRegistration {
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+    fn memory(&self) -> &Arc<RegionMemory> {
+        &self.mem
+    }
+}
+
+impl Drop for EmulatedRegistration {
+    fn drop(&mut self) {
+        if let Some(f) = self.fabric.upgrade() {
+            f.mrs.write().remove(&self.key);
+        }
+    }
+}
+
+impl RcDevice for EmulatedDevice {
+    fn name(&self) -> String {
+        format!("emulated{}", self.pd)
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        self.fabric.caps
+    }
+
+    fn register(
+        &self,
+        mem: Arc<RegionMemory>,
+        access: Access,
+    ) -> Result<Arc<dyn Registration>, VerbsError> {
+        let key = self.fabric.next_key.fetch_add(1, Ordering::Relaxed);
+        let span = mem.len().div_ceil(4096) * 4096 + ADDR_GAP;
+        let addr = self.fabric.next_addr.fetch_add(span, Ordering::Relaxed);
+        self.fabric.mrs.write().insert(
+            key,
+            Mr {
+                pd: self.pd,
+                addr,
+                access,
+                mem: mem.clone(),
+            },
+        );
+        Ok(Arc::new(EmulatedRegistration {
+            fabric: Arc::downgrade(&self.fabric),
+            key,
+            addr,
+            mem,
+        }))
+    }
+
+    fn create_qp(&self) -> Result<Arc<dyn RcQp>, VerbsError> {
+        let id = self.fabric.next_qp.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(QpShared {
+            id,
+            pd: self.pd,
+            fabric: Arc::downgrade(&self.fabric),
+            state: Mutex::new(QpState::Reset),
+            cq: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+        });
+        self.fabric.qps.lock().insert(id, Arc::downgrade(&shared));
+        let (chains, posted) = std::sync::mpsc::channel::<Vec<WorkRequest>>();
+        let nic = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("dmc-emulated-qp{id}"))
+            .spawn(move || {
+                // Ends when the queue pair is dropped (the sender goes with it).
+                while let Ok(chain) = posted.recv() {
+                    nic.run_chain(&chain);
+                }
+            })
+            .map_err(|e| VerbsError::io("starting an emulated queue pair", e))?;
+        Ok(Arc::new(EmulatedQp {
+            shared,
+            chains: Mutex::new(chains),
+        }))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QpState {
+    Reset,
+    /// Ready to send, connected to the peer queue pair with this id.
+    Rts(u64),
+    Error,
+}
+
+struct QpShared {
+    id: u64,
+    pd: u64,
+    fabric: Weak<Fabric>,
+    state: Mutex<QpState>,
+    cq: Mutex<VecDeque<Completion>>,
+    ready: Condvar,
+}
+
+impl QpShared {
+    fn to_error(&self) {
+        *self.state.lock() = QpState::Error;
+    }
+
+    fn complete(&self, c: Completion) {
+        self.cq.lock().push_back(c);
+        self.ready.notify_all();
+    }
+}
+
+struct EmulatedQp {
+    shared: Arc<QpShared>,
+    /// To the queue pair's NIC thread, which runs chains in posting order.
+    chains: Mutex<std::sync::mpsc::Sender<Vec<WorkRequest>>>,
+}
+
+impl Drop for EmulatedQp {
+    fn drop(&mut self) {
+        if let Some(f) = self.shared.fabric.upgrade() {
+            f.qps.lock().remove(&self.shared.id);
+        }
+    }
+}
+
+/// Where an SGE or a remote range lands: a registration's memory and the offset in it.
+fn resolve(
+    mrs: &HashMap<u32, Mr>,
+    key: u32,
+    pd: u64,
+    addr: u64,
+    len: u64,
+    remote: bool,
+) -> Option<(Arc<RegionMemory>, u64)> {
+    let mr = mrs.get(&key)?;
+    let allowed = !remote || mr.access == Access::Remote;
+    let offset = addr.checked_sub(mr.addr)?;
+    let inside = offset
+        .checked_add(len)
+        .is_some_and(|end| end <= mr.mem.len());
+    (mr.pd == pd && allowed && inside).then(|| (mr.mem.clone(), offset))
+}
+
+impl QpShared {
+    /// Runs one work request against the peer `peer_pd`'s memory.
+    fn run(&self, fabric: &Fabric, peer_pd: u64, op: &WorkOp) -> WcStatus {
+        let mrs = fabric.mrs.read();
+        let pd = self.pd;
+        let local = |s: &Sge| resolve(&mrs, s.lkey, pd, s.addr, u64::from(s.len), false);
+        let remote = |r: &Remote, len: u64| resolve(&mrs, r.rkey, peer_pd, r.addr, len, true);
+        let word = |s: &Sge, r: &Remote| {
+            if s.len != 8 {
+                return Err(WcStatus::LocalProtection);
+            }
+            if !r.addr.is_multiple_of(8) {
+                return Err(WcStatus::RemoteInvalidRequest);
+            }
+            let l = local(s).ok_or(WcStatus::LocalProtection)?;
+            let r = remote(r, 8).ok_or(WcStatus::RemoteAccess)?;
+            Ok((l, r))
+        };
+        let result = match op {
+            WorkOp::Read {
+                local: s,
+                remote: r,
+            } => match (local(s), remote(r, u64::from(s.len))) {
+                (None, _) => Err(WcStatus::LocalProtection),
+                (_, None) => Err(WcStatus::RemoteAccess),
+                (Some((lm, lo)), Some((rm, ro))) => {
+                    let mut bytes = vec![0u8; s.len as usize];
+                    rm.read(ro, &mut bytes)
+                        .and_then(|()| lm.write(lo, &bytes))
+                        .map_err(|_| WcStatus::LocalProtection)
+                }
+            },
+            WorkOp::Write {
+                local: s,
+                remote: r,
+            } => match (local(s), remote(r, u64::from(s.len))) {
+                (None, _) => Err(WcStatus::LocalProtection),
+                (_, None) => Err(WcStatus::RemoteAccess),
+                (Some((lm, lo)), Some((rm, ro))) => {
+                    let mut bytes = vec![0u8; s.len as usize];
+                    lm.read(lo, &mut bytes)
+                        .and_then(|()| rm.write(ro, &bytes))
+                        .map_err(|_| WcStatus::RemoteAccess)
+                }
+            },
+            WorkOp::Cas {
+                local: s,
+                remote: r,
+                expected,
+                swap,
+            } => word(s, r).and_then(|((lm, lo), (rm, ro))| {
+                let old = rm
+                    .cas(ro, *expected, *swap)
+                    .map_err(|_| WcStatus::RemoteInvalidRequest)?;
+                lm.write(lo, &old.to_le_bytes())
+                    .map_err(|_| WcStatus::LocalProtection)
+            }),
+            WorkOp::Faa {
+                local: s,
+                remote: r,
+                add,
+            } => word(s, r).and_then(|((lm, lo), (rm, ro))| {
+                let old = rm
+                    .faa(ro, *add)
+                    .map_err(|_| WcStatus::RemoteInvalidRequest)?;
+                lm.write(lo, &old.to_le_bytes())
+                    .map_err(|_| WcStatus::LocalProtection)
+            }),
+        };
+        match result {
+            Ok(()) => WcStatus::Success,
+            Err(s) => s,
+        }
+    }
+
+    /// The peer's protection domain, if the peer can take requests.
+    fn peer(&self, fabric: &Fabric, peer: u64) -> Option<u64> {
+        let qp = fabric.qps.lock().get(&peer).and_then(Weak::upgrade)?;
+        let state = *qp.state.lock();
+        matches!(state, QpState::Rts(p) if p == self.id).then_some(qp.pd)
+    }
+
+    /// What the NIC does with one posted chain.
+    fn run_chain(&self, chain: &[WorkRequest]) {
+        let fabric = self.fabric.upgrade();
+        for wr in chain {
+            let state = *self.state.lock();
+            let status = match (state, &fabric) {
+                (QpState::Rts(peer), Some(fabric)) => match self.peer(fabric, peer) {
+                    None => WcStatus::RetryExceeded,
+                    Some(peer_pd) => self.run(fabric, peer_pd, &wr.op),
+                },
+                _ => WcStatus::Flushed,
+            };
+            if status != WcStatus::Success {
+                self.to_error();
+            }
+            if status != WcStatus::Success || wr.signaled {
+                self.complete(Completion { id: wr.id, status });
+            }
+        }
+    }
+}
+
+impl RcQp for EmulatedQp {
+    fn endpoint(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.shared.id.to_le_bytes())
+    }
+
+    fn connect(&self, peer: &[u8]) -> Result<(), VerbsError> {
+        let id = <[u8; 8]>::try_from(peer)
+            .map(u64::from_le_bytes)
+            .map_err(|_| VerbsError::Malformed("an emulated queue pair is 8 bytes".into()))?;
+        let mut state = self.shared.state.lock();
+        if *state != QpState::Reset {
+            return Err(VerbsError::Remote(format!(
+                "queue pair {} is not in the reset state",
+                self.shared.id
+            )));
+        }
+        *state = QpState::Rts(id);
+        Ok(())
+    }
+
+    fn post(&self, chain: &[WorkRequest]) -> Result<(), VerbsError> {
+        if *self.shared.state.lock() == QpState::Reset {
+            return Err(VerbsError::Remote(
+                "posting to a queue pair that is not connected".into(),
+            ));
+        }
+        self.chains
+            .lock()
+            .send(chain.to_vec())
+            .map_err(|_| VerbsError::Closed)
+    }
+
+    fn poll(&self, out: &mut Vec<Completion>, timeout: Duration) -> Result<(), VerbsError> {
+        let mut cq = self.shared.cq.lock();
+        if cq.is_empty() {
+            self.shared.ready.wait_for(&mut cq, timeout);
+        }
+        out.extend(cq.drain(..));
+        Ok(())
+    }
+
+    fn fail(&self) {
+        self.shared.to_error();
+        self.shared.ready.notify_all();
+    }
+}

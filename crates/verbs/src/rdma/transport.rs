@@ -1,0 +1,393 @@
+//! [`RdmaTransport`]: one-sided verbs over an RC queue pair, RPCs over the node's
+//! RPC channel.
+//!
+//! A post becomes rounds ([`super::chain`]); each round is one chain of work requests
+//! posted with one doorbell, staged in a registered buffer, with only its last request
+//! signaled. A poller thread per queue pair takes completions off the completion queue
+//! and wakes the round waiting for them (work request ids are `chain << 16 | index`, so
+//! an error completion of any request finds its chain). Credits bound the requests in
+//! flight to the send queue's depth.
+//!
+//! Failures: a bad verb is refused before posting (the queue pair stays up). An error
+//! completion moves the queue pair to the error state: a remote access error (a
+//! dropped or moved region) forgets the region's key; any other error sets the queue
+//! pair up again at once over the RPC channel, and a revoked client learns it there
+//! ([`VerbsError::Revoked`]), which is how queue-pair revocation fences an agent.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use tokio::sync::{Semaphore, oneshot};
+
+use super::chain::{self, Limits, PlannedOp, RemoteKey, Round};
+use super::device::{Completion, RcDevice, RcQp, Remote, Sge, WcStatus, WorkOp, WorkRequest};
+use super::stage::StagePool;
+use crate::error::VerbsError;
+use crate::rpc::{Endpoint, RpcClient, RpcOptions};
+use crate::transport::{Transport, Verb, unexpected};
+use crate::wire::{Request, Response};
+use crate::{NodeId, RegionId};
+
+/// Data bytes of one round at most (the largest staging buffer).
+pub const MAX_STAGE: usize = 4 << 20;
+/// How long the poller waits on an idle completion queue before checking whether its
+/// queue pair is still in use.
+const POLL_IDLE: Duration = Duration::from_millis(50);
+/// Bits of a work request id that index the request within its chain.
+const INDEX_BITS: u32 = 16;
+
+/// One connected queue pair and the rounds waiting on it.
+struct Link {
+    qp: Arc<dyn RcQp>,
+    waiters: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
+    next_chain: AtomicU64,
+    /// Free send-queue slots.
+    credits: Semaphore,
+    broken: AtomicBool,
+    /// Staging buffers of rounds that timed out: the device may still touch them until
+    /// the queue pair is destroyed, so they live as long as the link.
+    quarantine: Mutex<Vec<super::stage::Stage>>,
+}
+
+impl Link {
+    fn dispatch(&self, completions: &mut Vec<Completion>) {
+        let mut waiters = self.waiters.lock();
+        for c in completions.drain(..) {
+            if c.status != WcStatus::Success {
+                self.broken.store(true, Ordering::Release);
+            }
+            if let Some(w) = waiters.remove(&(c.id >> INDEX_BITS)) {
+                let _ = w.send(c.status);
+            }
+        }
+    }
+}
+
+/// Takes completions off `qp` for as long as its link lives.
+fn spawn_poller(qp: Arc<dyn RcQp>, link: Weak<Link>) {
+    let spawned = std::thread::Builder::new()
+        .name("dmc-rdma-cq".into())
+        .spawn(move || {
+            let mut completions = Vec::new();
+            loop {
+                if let Err(e) = qp.poll(&mut completions, POLL_IDLE) {
+                    tracing::warn!(error = %e, "polling a completion queue failed");
+                    std::thread::sleep(POLL_IDLE);
+                }
+                let Some(link) = link.upgrade() else { return };
+                link.dispatch(&mut completions);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start a completion poller");
+    }
+}
+
+/// A memory node reached with one-sided RDMA verbs.
+pub struct RdmaTransport {
+    node: NodeId,
+    rpc: RpcClient,
+    device: Arc<dyn RcDevice>,
+    limits: Limits,
+    timeout: Duration,
+    link: Mutex<Option<Arc<Link>>>,
+    relink: tokio::sync::Mutex<()>,
+    keys: ArcSwap<Vec<Option<RemoteKey>>>,
+    stages: StagePool,
+    /// Queue pairs set up over the transport's life (1 + reconnections).
+    links_opened: AtomicU64,
+}
+
+impl RdmaTransport {
+    /// Dials the node's RPC endpoint and connects a queue pair of `device` to it.
+    pub async fn connect(
+        endpoint: Endpoint,
+        options: RpcOptions,
+        device: Arc<dyn RcDevice>,
+    ) -> Result<Self, VerbsError> {
+        let timeout = options.timeout;
+        let (rpc, hello) = RpcClient::connect(endpoint, options).await?;
+        let node = match hello {
+            Response::Pong { node, .. } => node,
+            other => return Err(unexpected(&other)),
+        };
+        let caps = device.caps();
+        let limits = Limits {
+            stage: MAX_STAGE,
+            max_message: caps.max_message,
+            max_chain: caps.max_send_wr.min(1 << INDEX_BITS),
+        };
+        let t = RdmaTransport {
+            node,
+            rpc,
+            stages: StagePool::new(device.clone()),
+            device,
+            limits,
+            timeout,
+            link: Mutex::new(None),
+            relink: tokio::sync::Mutex::new(()),
+            keys: ArcSwap::from_pointee(Vec::new()),
+            links_opened: AtomicU64::new(0),
+        };
+        t.link().await?;
+        Ok(t)
+    }
+
+    /// Queue pairs set up so far (the first and every reconnection).
+    pub fn links_opened(&self) -> u64 {
+        self.links_opened.load(Ordering::Relaxed)
+    }
+
+    /// The live link, set up again if it broke.
+    async fn link(&self) -> Result<Arc<Link>, VerbsError> {
+        let live = |l: &Option<Arc<Link>>| {
+            l.as_ref()
+                .filter(|l| !l.broken.load(Ordering::Acquire))
+                .cloned()
+        };
+        if let Some(l) = live(&self.link.lock()) {
+            return Ok(l);
+        }
+        let _one = self.relink.lock().await;
+        if let Some(l) = live(&self.link.lock()) {
+            return Ok(l);
+        }
+        let qp = self.device.create_qp()?;
+        let peer = match self
+            .rpc
+            .call(&Request::RdmaConnect {
+                endpoint: qp.endpoint(),
+            })
+            .await?
+        {
+            Response::RdmaConnected(peer) => peer,
+            other => return Err(unexpected(&other)),
+        };
+        qp.connect(&peer)?;
+        let link = Arc::new(Link {
+            qp: qp.clone(),
+            waiters: Mutex::new(HashMap::new()),
+            next_chain: AtomicU64::new(1),
+            credits: Semaphore::new(self.limits.max_chain),
+            broken: AtomicBool::new(false),
+            quarantine: Mutex::new(Vec::new()),
+        });
+        spawn_poller(qp, Arc::downgrade(&link));
+        if self.links_opened.fetch_add(1, Ordering::Relaxed) > 0 {
+            tracing::info!(node = self.node, device = %self.device.name(), "RDMA queue pair set up again");
+        }
+        *self.link.lock() = Some(link.clone());
+        Ok(link)
+    }
+
+    fn key(&self, region: RegionId) -> Option<RemoteKey> {
+        self.keys.load().get(region as usize).copied().flatten()
+    }
+
+    /// Fetches the keys of the regions `verbs` name that this transport lacks.
+    async fn fetch_keys(&self, verbs: &[Verb<'_>]) -> Result<(), VerbsError> {
+        for v in verbs {
+            let region = v.region();
+            if self.key(region).is_some() {
+                continue;
+            }
+            let key = match self.rpc.call(&Request::RdmaRegion { region }).await {
+                Ok(Response::RdmaRegion {
+                    region: r,
+                    addr,
+                    rkey,
+                    len,
+                }) if r == region => RemoteKey { addr, rkey, len },
+                // An unknown region is the plan's typed error, after the verbs before it.
+                Err(VerbsError::NoSuchRegion(_)) => return Ok(()),
+                Ok(other) => return Err(unexpected(&other)),
+                Err(e) => return Err(e),
+            };
+            self.keys.rcu(|keys| {
+                let mut keys = Vec::clone(keys);
+                if keys.len() <= region as usize {
+                    keys.resize(region as usize + 1, None);
+                }
+                keys[region as usize] = Some(key);
+                keys
+            });
+        }
+        Ok(())
+    }
+
+    /// Posts one round and waits for its completion.
+    async fn run_round(&self, round: &Round, verbs: &mut [Verb<'_>]) -> Result<(), VerbsError> {
+        let link = self.link().await?;
+        let stage = self.stages.take(round.stage_len)?;
+        let reg = stage.registration();
+        for p in &round.requests {
+            if let (PlannedOp::Write, Some(Verb::Write { data, .. })) = (p.op, verbs.get(p.verb)) {
+                let bytes = data.get(p.at..p.at + p.len).ok_or_else(|| {
+                    VerbsError::Malformed("a planned write outside its verb".into())
+                })?;
+                reg.memory().write(p.stage_at as u64, bytes)?;
+            }
+        }
+        let chain_id = link.next_chain.fetch_add(1, Ordering::Relaxed);
+        let last = round.requests.len().saturating_sub(1);
+        let chain: Vec<WorkRequest> = round
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let len = if matches!(p.op, PlannedOp::Read | PlannedOp::Write) {
+                    p.len
+                } else {
+                    8
+                };
+                let local = Sge {
+                    addr: reg.addr() + p.stage_at as u64,
+                    len: len as u32,
+                    lkey: reg.lkey(),
+                };
+                let remote = Remote {
+                    addr: p.remote_addr,
+                    rkey: p.rkey,
+                };
+                let op = match p.op {
+                    PlannedOp::Read => WorkOp::Read { local, remote },
+                    PlannedOp::Write => WorkOp::Write { local, remote },
+                    PlannedOp::Cas { expected, swap } => WorkOp::Cas {
+                        local,
+                        remote,
+                        expected,
+                        swap,
+                    },
+                    PlannedOp::Faa { add } => WorkOp::Faa { local, remote, add },
+                };
+                WorkRequest {
+                    id: (chain_id << INDEX_BITS) | i as u64,
+                    op,
+                    signaled: i == last,
+                }
+            })
+            .collect();
+        let credits = u32::try_from(chain.len()).unwrap_or(u32::MAX);
+        let _slots = link
+            .credits
+            .acquire_many(credits)
+            .await
+            .map_err(|_| VerbsError::Closed)?;
+        let (tx, rx) = oneshot::channel();
+        link.waiters.lock().insert(chain_id, tx);
+        if let Err(e) = link.qp.post(&chain) {
+            link.waiters.lock().remove(&chain_id);
+            link.broken.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let status = match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(_)) => {
+                link.broken.store(true, Ordering::Release);
+                return Err(VerbsError::Closed);
+            }
+            Err(_) => {
+                link.broken.store(true, Ordering::Release);
+                link.qp.fail();
+                link.quarantine.lock().push(stage);
+                return Err(VerbsError::Timeout(self.timeout.as_millis() as u64));
+            }
+        };
+        if status != WcStatus::Success {
+            return Err(self.failed(status, round).await);
+        }
+        for p in &round.requests {
+            let stage_at = p.stage_at as u64;
+            match verbs.get_mut(p.verb) {
+                Some(Verb::Read { buf, .. }) if p.op == PlannedOp::Read => {
+                    let piece = buf.get_mut(p.at..p.at + p.len).ok_or_else(|| {
+                        VerbsError::Malformed("a planned read outside its buffer".into())
+                    })?;
+                    reg.memory().read(stage_at, piece)?;
+                }
+                Some(Verb::Cas { old, .. }) | Some(Verb::Faa { old, .. }) => {
+                    *old = reg.memory().load(stage_at)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The error a failed round reports, after mending what can be mended.
+    async fn failed(&self, status: WcStatus, round: &Round) -> VerbsError {
+        if status == WcStatus::RemoteAccess {
+            // A region dropped or moved under its key: fetch the key again next time.
+            let mut regions: Vec<RegionId> = round.requests.iter().map(|p| p.region).collect();
+            regions.dedup();
+            for r in &regions {
+                self.forget_region(*r);
+            }
+            return VerbsError::Remote(format!(
+                "RDMA remote access error on region(s) {regions:?}: the region was dropped or \
+                 moved (its key is fetched again on the next verb)"
+            ));
+        }
+        tracing::warn!(
+            node = self.node,
+            ?status,
+            "RDMA work request failed; setting the queue pair up again"
+        );
+        match self.link().await {
+            Err(e) => e,
+            Ok(_) => VerbsError::Remote(format!(
+                "RDMA work request failed ({status:?}); the queue pair was set up again"
+            )),
+        }
+    }
+}
+
+impl Transport for RdmaTransport {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn backend(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        Box::pin(async move {
+            self.fetch_keys(verbs).await?;
+            let keys = self.keys.load();
+            let key = |r: RegionId| keys.get(r as usize).copied().flatten();
+            let (rounds, bad) = chain::plan(verbs, key, self.limits);
+            for round in &rounds {
+                self.run_round(round, verbs).await?;
+            }
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        Box::pin(async move {
+            if let Request::DropRegion { region } | Request::CreateRegion { region, .. } = &req {
+                self.forget_region(*region);
+            }
+            self.rpc.call(&req).await
+        })
+    }
+
+    fn forget_region(&self, region: RegionId) {
+        self.keys.rcu(|keys| {
+            let mut keys = Vec::clone(keys);
+            if let Some(k) = keys.get_mut(region as usize) {
+                *k = None;
+            }
+            keys
+        });
+    }
+}
