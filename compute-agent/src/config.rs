@@ -26,6 +26,9 @@ pub enum PoolBackend {
     Shm,
     /// Memory nodes reached over TCP.
     Tcp,
+    /// Memory nodes reached with one-sided RDMA verbs (this build needs the `rdma`
+    /// feature and the host a device; see `rdma-device`).
+    Rdma,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +52,11 @@ pub struct PoolSection {
     /// Seconds after which an unused memory-node connection is closed (with
     /// `node_ids`; 0: never).
     pub idle_connection_timeout: u64,
+    /// The RDMA device for the `rdma` backend, as `ibv_devices` names it (unset: the
+    /// first one), its port, and the GID index (RoCE v2: usually 1 or 3).
+    pub rdma_device: Option<String>,
+    pub rdma_port: u8,
+    pub rdma_gid_index: u8,
 }
 
 impl Default for PoolSection {
@@ -63,6 +71,9 @@ impl Default for PoolSection {
             node_ids: Vec::new(),
             tls_ca_cert_file: None,
             idle_connection_timeout: 60,
+            rdma_device: None,
+            rdma_port: 1,
+            rdma_gid_index: 0,
         }
     }
 }
@@ -220,7 +231,7 @@ pub struct Args {
     /// and shm pools, whose memory is this host's, 64mb over tcp).
     #[arg(long)]
     pub local_cache_size: Option<ByteSize>,
-    /// embedded, shm or tcp.
+    /// embedded, shm, tcp or rdma.
     #[arg(long, value_enum)]
     pub pool_backend: Option<PoolBackend>,
     /// A memory node endpoint (repeat for each node).

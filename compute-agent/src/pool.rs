@@ -87,11 +87,18 @@ pub(crate) async fn open_pool(
             pc.replicas = 1;
             Pool::embedded(cfg.capacity.0, pc).await?
         }
-        PoolBackend::Shm | PoolBackend::Tcp => {
-            let kind = if cfg.backend == PoolBackend::Shm {
-                BackendKind::Shm
-            } else {
-                BackendKind::Tcp
+        PoolBackend::Shm | PoolBackend::Tcp | PoolBackend::Rdma => {
+            let kind = match cfg.backend {
+                PoolBackend::Shm => BackendKind::Shm,
+                PoolBackend::Rdma => {
+                    dmc_verbs::rdma::choose_device(dmc_verbs::rdma::DeviceChoice {
+                        name: cfg.rdma_device.clone(),
+                        port: cfg.rdma_port,
+                        gid_index: cfg.rdma_gid_index,
+                    });
+                    BackendKind::Rdma
+                }
+                _ => BackendKind::Tcp,
             };
             // Memory nodes demand the cluster secret (installed by `run`).
             let secret = dmc_process::secret::installed()
@@ -222,6 +229,7 @@ pub(crate) fn pool_from_map(own: &PoolSection, map: &ClusterMap) -> PoolSection 
         backend: match map.pool.transport {
             PoolTransport::Shm => PoolBackend::Shm,
             PoolTransport::Tcp => PoolBackend::Tcp,
+            PoolTransport::Rdma => PoolBackend::Rdma,
         },
         nodes: map.pool.nodes.clone(),
         node_ids: map.pool.node_ids.clone(),

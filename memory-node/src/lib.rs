@@ -8,6 +8,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -51,6 +52,12 @@ pub struct Config {
     /// The cluster manager's admin API (`http://host:port`) to register with; none if
     /// unset.
     pub manager: Option<String>,
+    /// Serve one-sided RDMA verbs on this device (`auto`: the first one) besides the
+    /// RPC port; needs the `rdma` build. Unset: no RDMA.
+    pub rdma_device: Option<String>,
+    pub rdma_port: u8,
+    /// The GID table index (RoCE v2: usually 1 or 3; InfiniBand: 0).
+    pub rdma_gid_index: u8,
 }
 
 impl Default for Config {
@@ -69,6 +76,9 @@ impl Default for Config {
             log: "info".into(),
             metrics_listen: None,
             manager: None,
+            rdma_device: None,
+            rdma_port: 1,
+            rdma_gid_index: 0,
         }
     }
 }
@@ -119,6 +129,13 @@ pub struct Args {
     /// Register with the cluster manager at this URL (http://host:port) and heartbeat.
     #[arg(long)]
     pub manager: Option<String>,
+    /// Serve one-sided RDMA verbs on this device (`auto`: the first); needs the `rdma`
+    /// build.
+    #[arg(long)]
+    pub rdma_device: Option<String>,
+    /// The RDMA device's GID index (RoCE v2: usually 1 or 3).
+    #[arg(long)]
+    pub rdma_gid_index: Option<u8>,
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -168,6 +185,12 @@ impl Args {
         if let Some(v) = &self.manager {
             cfg.manager = Some(v.clone());
         }
+        if let Some(v) = &self.rdma_device {
+            cfg.rdma_device = Some(v.clone());
+        }
+        if let Some(v) = self.rdma_gid_index {
+            cfg.rdma_gid_index = v;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -212,6 +235,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     dmc_process::secret::install(Some(secret.clone()));
     dmc_process::secret::install_manager_ca(cfg.manager_ca_cert_file.as_deref())?;
     let dir = cfg.dir();
+    let rdma = serve_rdma(&cfg)?;
     let core = NodeCore::open(NodeConfig {
         id: cfg.id,
         capacity: cfg.capacity.0,
@@ -276,12 +300,33 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 .as_deref()
                 .map(dmc_verbs::tls::ClientTls::from_ca_file)
                 .transpose()?,
+            rdma,
         },
         shutdown,
     )
     .await;
     tracing::info!("memory node stopped");
     Ok(())
+}
+
+/// The node's RDMA side, when the config names a device: opening it fails loudly (a
+/// build without the feature, no such device) rather than serving without RDMA.
+fn serve_rdma(cfg: &Config) -> Result<Option<Arc<dmc_verbs::rdma::RdmaResponder>>> {
+    let Some(name) = &cfg.rdma_device else {
+        return Ok(None);
+    };
+    let choice = dmc_verbs::rdma::DeviceChoice {
+        name: (name != "auto").then(|| name.clone()),
+        port: cfg.rdma_port,
+        gid_index: cfg.rdma_gid_index,
+    };
+    let device = dmc_verbs::rdma::open_device(&choice)
+        .context("rdma_device")?
+        .ok_or_else(|| {
+            anyhow::anyhow!("rdma_device = {name:?}: no such RDMA device on this machine")
+        })?;
+    tracing::info!(device = %device.name(), "serving one-sided RDMA verbs");
+    Ok(Some(Arc::new(dmc_verbs::rdma::RdmaResponder::new(device))))
 }
 
 /// Copies the node's counters into the metrics recorder (run before every scrape);
@@ -355,5 +400,28 @@ mod tests {
         let text = include_str!("../memory-node.example.toml");
         let cfg: Config = toml::from_str(text).unwrap();
         cfg.validate().unwrap();
+    }
+
+    /// Asking for RDMA where it cannot be served stops the node with the reason
+    /// (a build without the feature, or no such device here), never a silent tcp-only
+    /// node.
+    #[test]
+    fn an_rdma_device_that_cannot_be_opened_is_an_error() {
+        let args = Args::parse_from(["memory-node", "--rdma-device", "auto"]);
+        let cfg = args.resolve().unwrap();
+        assert_eq!(cfg.rdma_device.as_deref(), Some("auto"));
+        match serve_rdma(&cfg) {
+            Err(e) => {
+                let msg = format!("{e:#}");
+                assert!(
+                    msg.contains("no RDMA support") || msg.contains("no such RDMA device"),
+                    "{msg}"
+                );
+            }
+            Ok(Some(_)) => eprintln!("this machine has an RDMA device"),
+            Ok(None) => panic!("a configured device is never silently skipped"),
+        }
+        let plain = Args::parse_from(["memory-node"]).resolve().unwrap();
+        assert!(serve_rdma(&plain).unwrap().is_none());
     }
 }

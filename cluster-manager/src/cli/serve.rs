@@ -137,7 +137,7 @@ pub struct ServeArgs {
     lease_ms: Option<u64>,
     #[arg(long)]
     log: Option<String>,
-    /// shm or tcp: how agents reach the memory nodes.
+    /// shm, tcp or rdma: how agents reach the memory nodes.
     #[arg(long, value_parser = parse_transport)]
     pool_transport: Option<PoolTransport>,
     /// Copies of every region.
@@ -198,7 +198,8 @@ fn parse_transport(s: &str) -> Result<PoolTransport, String> {
     match s {
         "shm" => Ok(PoolTransport::Shm),
         "tcp" => Ok(PoolTransport::Tcp),
-        _ => Err(format!("{s}: expected shm or tcp")),
+        "rdma" => Ok(PoolTransport::Rdma),
+        _ => Err(format!("{s}: expected shm, tcp or rdma")),
     }
 }
 

@@ -186,9 +186,14 @@ impl Manager {
     }
 
     /// Whether revocation alone stops an agent writing: on a `tcp` pool every verb
-    /// goes through a memory node, which refuses a revoked client; over `shm` the
+    /// goes through a memory node, which refuses a revoked client, and on an `rdma`
+    /// pool the node moves the client's queue pairs to the error state; over `shm` the
     /// agent's one-sided stores bypass the node and only its lease stops them.
     fn fence_suffices(&self, f: Fenced) -> bool {
-        f == Fenced::Everywhere && self.pool.transport == PoolTransport::Tcp
+        f == Fenced::Everywhere
+            && matches!(
+                self.pool.transport,
+                PoolTransport::Tcp | PoolTransport::Rdma
+            )
     }
 }

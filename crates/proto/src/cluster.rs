@@ -16,6 +16,9 @@ pub enum PoolTransport {
     Shm,
     /// Memory nodes reached over TCP.
     Tcp,
+    /// Memory nodes reached with one-sided RDMA verbs (agents and nodes built with the
+    /// `rdma` feature, on hosts with a device); RPCs still go over TCP.
+    Rdma,
 }
 
 /// The memory pool an instance's agents open.

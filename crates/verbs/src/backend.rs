@@ -6,6 +6,8 @@
 //!   region file `MAP_SHARED` on first use and runs verbs on the mapping itself, so the
 //!   node's CPU never sees a READ, WRITE, CAS or FAA. RPCs go over the socket.
 //! * [`TcpTransport`]: the node executes each verb; a posted batch is one RPC.
+//! * [`crate::rdma::RdmaTransport`]: one-sided verbs on the node's registered memory
+//!   through an RDMA device; the node's CPU sees none of them.
 //!
 //! All of them pass [`crate::conformance`].
 
@@ -451,6 +453,18 @@ impl Transport for TcpTransport {
 pub enum BackendKind {
     Shm,
     Tcp,
+    /// One-sided RDMA verbs on this process's device ([`crate::rdma::process_device`]).
+    Rdma,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Shm => "shm",
+            BackendKind::Tcp => "tcp",
+            BackendKind::Rdma => "rdma",
+        }
+    }
 }
 
 impl std::str::FromStr for BackendKind {
@@ -459,8 +473,9 @@ impl std::str::FromStr for BackendKind {
         match s {
             "shm" => Ok(BackendKind::Shm),
             "tcp" => Ok(BackendKind::Tcp),
+            "rdma" => Ok(BackendKind::Rdma),
             other => Err(VerbsError::Malformed(format!(
-                "unknown backend {other:?} (expected shm or tcp)"
+                "unknown backend {other:?} (expected shm, tcp or rdma)"
             ))),
         }
     }
@@ -475,5 +490,9 @@ pub async fn connect(
     Ok(match kind {
         BackendKind::Shm => Arc::new(ShmTransport::connect(endpoint, options).await?),
         BackendKind::Tcp => Arc::new(TcpTransport::connect(endpoint, options).await?),
+        BackendKind::Rdma => {
+            let device = crate::rdma::process_device()?;
+            Arc::new(crate::rdma::RdmaTransport::connect(endpoint, options, device).await?)
+        }
     })
 }

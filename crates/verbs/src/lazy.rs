@@ -100,10 +100,7 @@ impl Transport for LazyTransport {
     }
 
     fn backend(&self) -> &'static str {
-        match self.kind {
-            BackendKind::Shm => "shm",
-            BackendKind::Tcp => "tcp",
-        }
+        self.kind.name()
     }
 
     fn post<'a, 'b: 'a>(
