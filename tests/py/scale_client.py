@@ -1,7 +1,7 @@
 """A redis-py client that writes and reads continuously through one agent while the
 test rescales the cluster, then checks every acknowledged write.
 
-usage: scale_client.py PORT KEYS READY_FILE STOP_FILE [--cluster] [--prefix P]
+usage: scale_client.py PORT KEYS READY_FILE STOP_FILE [--cluster] [--prefix P] [--host H]
 
 Loads KEYS keys, touches READY_FILE, then loops until STOP_FILE exists: SET a key to a
 new value, then GET a random key and compare it with the last value acknowledged for it
@@ -10,7 +10,7 @@ error. At the end every key is read back once more. Prints one JSON line:
 {"writes", "reads", "errors", "wrong", "missing", "first_errors", "per_second"}.
 With --cluster the client is redis-py's RedisCluster (it follows MOVED). Keys are
 P:0 .. P:KEYS-1 (P is "scale" unless --prefix says): clients running at once need
-their own prefixes.
+their own prefixes. The agent is on 127.0.0.1 unless --host says.
 """
 
 import json
@@ -29,11 +29,14 @@ def main():
     prefix = "scale"
     if "--prefix" in sys.argv[5:]:
         prefix = sys.argv[sys.argv.index("--prefix") + 1]
+    host = "127.0.0.1"
+    if "--host" in sys.argv[5:]:
+        host = sys.argv[sys.argv.index("--host") + 1]
     if cluster:
-        r = RedisCluster(host="127.0.0.1", port=port, socket_timeout=15,
+        r = RedisCluster(host=host, port=port, socket_timeout=15,
                          socket_connect_timeout=5, lib_name=None, lib_version=None)
     else:
-        r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=15,
+        r = redis.Redis(host=host, port=port, socket_timeout=15,
                         socket_connect_timeout=5, lib_name=None, lib_version=None)
     acked = {}
     for i in range(keys):

@@ -45,7 +45,24 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// Starts a binary that prints `<name> ready listen=ADDR` on stdout and returns the
 /// child and the address, waiting at most 20 s.
 fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Child, String)> {
-    let mut child = Command::new(bin(name)?)
+    start_ready_cmd(name, Command::new(bin(name)?), args, env)
+}
+
+/// [`start_ready`] inside the network namespace `netns` (`ip netns exec`, which execs
+/// the binary, so the child is the process itself).
+pub fn start_ready_in_netns(netns: &str, name: &str, args: &[String]) -> Result<(Child, String)> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns]).arg(bin(name)?);
+    start_ready_cmd(name, cmd, args, &[])
+}
+
+fn start_ready_cmd(
+    name: &str,
+    mut cmd: Command,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> Result<(Child, String)> {
+    let mut child = cmd
         .args(args)
         .env(SECRET_ENV, TEST_SECRET)
         .envs(env.iter().copied())
