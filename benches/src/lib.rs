@@ -1,7 +1,9 @@
 //! Shared setup for DMC's benches and measurement tools: a pool on the embedded
-//! backend or on in-process memory nodes reached over `shm`, and bulk loading.
+//! backend or on in-process memory nodes reached over `shm`, `tcp` or emulated `rdma`,
+//! and bulk loading.
 
 pub mod loadgen;
+pub mod traffic;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use futures::StreamExt;
 
 /// A table over `replicas` memory nodes served in this process and reached over `shm`
 /// (region files under a temporary directory in /dev/shm when it exists).
-pub struct ShmTable {
+pub struct PooledTable {
     pub dht: Arc<Dht>,
     _dirs: Vec<tempfile::TempDir>,
     _nodes: Vec<LoopbackNode>,
@@ -31,26 +33,58 @@ pub fn shm_dir() -> Result<tempfile::TempDir> {
     })
 }
 
-pub async fn shm_table(replicas: usize, capacity: u64) -> Result<ShmTable> {
+pub async fn shm_table(replicas: usize, capacity: u64) -> Result<PooledTable> {
+    pooled_table(Reach::Shm, replicas, capacity).await
+}
+
+/// How a [`pooled_table`] reaches its in-process memory nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Shm,
+    Tcp,
+    /// The `rdma` transport on the in-process emulation of RC verbs.
+    EmulatedRdma,
+}
+
+/// A table over `replicas` memory nodes served in this process, reached with `reach`.
+pub async fn pooled_table(reach: Reach, replicas: usize, capacity: u64) -> Result<PooledTable> {
+    let fabric = dmc_verbs::rdma::EmulatedFabric::default();
     let mut nodes: Vec<Arc<dyn Transport>> = Vec::new();
     let (mut dirs, mut servers) = (Vec::new(), Vec::new());
     for id in 1..=replicas as u32 {
         let dir = shm_dir()?;
-        let server = LoopbackNode::spawn(NodeConfig {
-            id,
-            capacity,
-            storage: Storage::Dir(dir.path().to_path_buf()),
-            secret: None,
-        })
+        let options = dmc_verbs::server::ServerOptions {
+            rdma: (reach == Reach::EmulatedRdma)
+                .then(|| Arc::new(dmc_verbs::rdma::RdmaResponder::new(fabric.device()))),
+            ..Default::default()
+        };
+        let server = LoopbackNode::spawn_with(
+            NodeConfig {
+                id,
+                capacity,
+                storage: Storage::Dir(dir.path().to_path_buf()),
+                secret: None,
+            },
+            options,
+        )
         .await?;
-        nodes.push(
-            backend::connect(
-                BackendKind::Shm,
-                server.endpoint.clone(),
-                RpcOptions::default(),
-            )
-            .await?,
-        );
+        let endpoint = server.endpoint.clone();
+        nodes.push(match reach {
+            Reach::Shm => {
+                backend::connect(BackendKind::Shm, endpoint, RpcOptions::default()).await?
+            }
+            Reach::Tcp => {
+                backend::connect(BackendKind::Tcp, endpoint, RpcOptions::default()).await?
+            }
+            Reach::EmulatedRdma => Arc::new(
+                dmc_verbs::rdma::RdmaTransport::connect(
+                    endpoint,
+                    RpcOptions::default(),
+                    fabric.device(),
+                )
+                .await?,
+            ),
+        });
         dirs.push(dir);
         servers.push(server);
     }
@@ -67,7 +101,7 @@ pub async fn shm_table(replicas: usize, capacity: u64) -> Result<ShmTable> {
         Ownership::all(0, 1),
     )
     .await?;
-    Ok(ShmTable {
+    Ok(PooledTable {
         dht,
         _dirs: dirs,
         _nodes: servers,
@@ -153,13 +187,13 @@ pub async fn load(
 }
 
 /// A table for the profiling examples: `n` keys loaded with 64 sets in flight, on the
-/// embedded pool (`local`) or over `shm` with `r = 2`. Keep the returned `ShmTable`
+/// embedded pool (`local`) or over `shm` with `r = 2`. Keep the returned `PooledTable`
 /// alive as long as the table is used.
 pub fn loaded_table(
     rt: &tokio::runtime::Runtime,
     n: u64,
     local: bool,
-) -> (Option<ShmTable>, Arc<Dht>) {
+) -> (Option<PooledTable>, Arc<Dht>) {
     rt.block_on(async {
         let (keep, dht) = if local {
             (None, embedded_table(4 << 30).await.expect("embedded table"))

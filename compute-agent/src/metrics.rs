@@ -107,6 +107,14 @@ pub fn collect(engine: &Engine) {
     counter(agent::POOL_FROZEN_WAITS, p.frozen_waits);
     counter(agent::POOL_FAILOVER_RETRIES, p.failover_retries);
     counter(agent::POOL_LEASE_REFUSALS, p.lease_refusals);
+    let traffic = dmc_verbs::stats::traffic();
+    let verbs = traffic.total();
+    counter(agent::POOL_POSTS, verbs.posts);
+    counter(agent::POOL_VERBS, verbs.verbs());
+    counter(agent::POOL_VERB_BYTES, verbs.bytes);
+    counter(agent::POOL_RPCS, traffic.rpcs);
+    counter(agent::POOL_RPC_BYTES_SENT, traffic.rpc_bytes_sent);
+    counter(agent::POOL_RPC_BYTES_RECEIVED, traffic.rpc_bytes_received);
     gauge(agent::LOCAL_CACHE_KEYS, c.keys);
     gauge(agent::LOCAL_CACHE_BYTES, c.bytes);
     counter(agent::LOCAL_CACHE_HITS, c.hits);

@@ -39,9 +39,25 @@ enum Cmd {
     /// Draw per-second timelines (`run --timeline` CSVs) as one PNG: throughput and
     /// p99 latency, with marked events.
     Plot(PlotArgs),
+    /// Verbs, round trips and bytes per GET and per SET on every backend (local, shm,
+    /// tcp, emulated rdma), with throughput: a table, CSV and Markdown.
+    Traffic(TrafficArgs),
     /// Draw curves from a CSV as one PNG: column X against column Y, one line per
     /// value of the --by columns (e.g. a benchmark's time per op against a size).
     Curve(CurveArgs),
+}
+
+#[derive(Debug, Args)]
+struct TrafficArgs {
+    /// Keys loaded into each backend's table first.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Operations per measurement.
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    /// Where traffic.csv and traffic.md go.
+    #[arg(long, default_value = "benches/results/traffic")]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -293,6 +309,9 @@ struct CompareArgs {
     /// Leave out the agent over two shm memory nodes.
     #[arg(long)]
     no_shm: bool,
+    /// Add an agent over two memory nodes reached over tcp (r = 2).
+    #[arg(long)]
+    tcp: bool,
     /// Directory of compute-agent and memory-node (default: next to this binary).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -308,6 +327,13 @@ fn main() -> Result<()> {
         Cmd::Curve(a) => curve_cmd(a),
         Cmd::Run(a) => rt.block_on(run_cmd(a)),
         Cmd::Trace(a) => rt.block_on(trace_cmd(a)),
+        Cmd::Traffic(a) => rt.block_on(dmc_benches::traffic::traffic_cmd(
+            dmc_benches::traffic::TrafficConfig {
+                keys: a.keys,
+                ops: a.ops,
+                out: a.out,
+            },
+        )),
         Cmd::Compare(a) => {
             let bin_dir = match a.bin_dir {
                 Some(d) => d,
@@ -327,6 +353,7 @@ fn main() -> Result<()> {
                 theta: a.theta,
                 connections: a.connections,
                 shm: !a.no_shm,
+                tcp: a.tcp,
                 bin_dir,
             }))
         }

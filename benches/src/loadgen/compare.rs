@@ -1,7 +1,8 @@
 //! `dmc-bench compare`: redis-server and DMC side by side on this machine, in one run.
 //!
 //! Starts each target on free loopback ports (redis-server; a standalone compute agent
-//! on its embedded pool; and an agent over two memory nodes on `shm` with `r = 2`),
+//! on its embedded pool; an agent over two memory nodes on `shm` with `r = 2`; with
+//! `--tcp`, one over two memory nodes reached over `tcp`, `r = 2`),
 //! runs the same `redis-benchmark` suite and the same `dmc-bench` YCSB workloads
 //! against each, repeating every measurement with the targets in alternating order,
 //! and reports DMC / redis-server as the median of the per-repetition ratios. Writes
@@ -39,6 +40,8 @@ pub struct CompareConfig {
     pub connections: usize,
     /// Include the agent over two shm memory nodes with r = 2.
     pub shm: bool,
+    /// Include the agent over two memory nodes reached over tcp, r = 2.
+    pub tcp: bool,
     /// Directory of the DMC binaries (`compute-agent`, `memory-node`).
     pub bin_dir: PathBuf,
 }
@@ -174,7 +177,8 @@ fn start_agent(
     })
 }
 
-fn start_shm(bin_dir: &Path) -> Result<Server> {
+/// An agent over two memory nodes reached with `backend` (`shm` or `tcp`), `r = 2`.
+fn start_pooled(bin_dir: &Path, backend: &str) -> Result<Server> {
     let (mut children, mut dirs, mut nodes) = (Vec::new(), Vec::new(), Vec::new());
     for id in 1..=2 {
         let dir = if Path::new("/dev/shm").is_dir() {
@@ -203,7 +207,7 @@ fn start_shm(bin_dir: &Path) -> Result<Server> {
     }
     let mut extra: Vec<String> = vec![
         "--pool-backend".into(),
-        "shm".into(),
+        backend.into(),
         "--replicas".into(),
         "2".into(),
     ];
@@ -211,7 +215,12 @@ fn start_shm(bin_dir: &Path) -> Result<Server> {
         extra.push("--pool-node".into());
         extra.push(n);
     }
-    start_agent(bin_dir, &extra, "dmc-shm-r2", children, dirs)
+    let name = if backend == "tcp" {
+        "dmc-tcp-r2"
+    } else {
+        "dmc-shm-r2"
+    };
+    start_agent(bin_dir, &extra, name, children, dirs)
 }
 
 /// One redis-benchmark row.
@@ -299,7 +308,10 @@ pub async fn compare(cfg: CompareConfig) -> Result<()> {
         start_agent(&cfg.bin_dir, &[], "dmc", Vec::new(), Vec::new())?,
     ];
     if cfg.shm {
-        servers.push(start_shm(&cfg.bin_dir)?);
+        servers.push(start_pooled(&cfg.bin_dir, "shm")?);
+    }
+    if cfg.tcp {
+        servers.push(start_pooled(&cfg.bin_dir, "tcp")?);
     }
     for s in &servers {
         eprintln!("{} on 127.0.0.1:{}", s.name, s.port);

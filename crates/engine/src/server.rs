@@ -570,6 +570,10 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
             "0"
         };
         let pool = engine.dht.pool_stats();
+        // This process's traffic to the pool: posts (doorbells), one-sided verbs and
+        // their bytes, and RPCs with their bytes on the wire.
+        let traffic = dmc_verbs::stats::traffic();
+        let verbs = traffic.total();
         sections.push((
             "Cluster",
             vec![
@@ -590,6 +594,22 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
                     pool.failover_retries.to_string(),
                 ),
                 ("dmc_pool_lease_refusals", pool.lease_refusals.to_string()),
+                ("dmc_pool_posts", verbs.posts.to_string()),
+                ("dmc_pool_verbs", verbs.verbs().to_string()),
+                ("dmc_pool_verbs_read", verbs.reads.to_string()),
+                ("dmc_pool_verbs_write", verbs.writes.to_string()),
+                ("dmc_pool_verbs_cas", verbs.cas.to_string()),
+                ("dmc_pool_verbs_faa", verbs.faa.to_string()),
+                ("dmc_pool_verb_bytes", verbs.bytes.to_string()),
+                ("dmc_pool_rpcs", traffic.rpcs.to_string()),
+                (
+                    "dmc_pool_rpc_bytes_sent",
+                    traffic.rpc_bytes_sent.to_string(),
+                ),
+                (
+                    "dmc_pool_rpc_bytes_received",
+                    traffic.rpc_bytes_received.to_string(),
+                ),
                 ("dmc_warm_fed", n(&st.warm_fed)),
                 ("dmc_warm_feed_dropped", n(&st.warm_feed_dropped)),
                 ("dmc_warm_confirmed", n(&st.warm_confirmed)),

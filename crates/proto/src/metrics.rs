@@ -123,6 +123,30 @@ pub mod agent {
         "dmc_agent_pool_failover_retries_total",
         "Pool operations retried on new copies after a memory node failed under them.",
     );
+    pub const POOL_POSTS: Desc = c(
+        "dmc_agent_pool_posts_total",
+        "Batches of one-sided verbs posted to memory nodes (one doorbell each; one RPC each over tcp).",
+    );
+    pub const POOL_VERBS: Desc = c(
+        "dmc_agent_pool_verbs_total",
+        "One-sided verbs (READ, WRITE, CAS, FAA) sent to memory nodes.",
+    );
+    pub const POOL_VERB_BYTES: Desc = c(
+        "dmc_agent_pool_verb_bytes_total",
+        "Bytes read and written by one-sided verbs.",
+    );
+    pub const POOL_RPCS: Desc = c(
+        "dmc_agent_pool_rpcs_total",
+        "RPCs sent to memory nodes (commits, region management, tcp verb batches).",
+    );
+    pub const POOL_RPC_BYTES_SENT: Desc = c(
+        "dmc_agent_pool_rpc_bytes_sent_total",
+        "Bytes of RPC frames sent to memory nodes.",
+    );
+    pub const POOL_RPC_BYTES_RECEIVED: Desc = c(
+        "dmc_agent_pool_rpc_bytes_received_total",
+        "Bytes of RPC frames received from memory nodes.",
+    );
     pub const POOL_LEASE_REFUSALS: Desc = c(
         "dmc_agent_pool_lease_refusals_total",
         "Pool writes refused because the agent's lease with the manager had lapsed.",
@@ -187,6 +211,12 @@ pub mod agent {
         POOL_FROZEN_WAITS,
         POOL_FAILOVER_RETRIES,
         POOL_LEASE_REFUSALS,
+        POOL_POSTS,
+        POOL_VERBS,
+        POOL_VERB_BYTES,
+        POOL_RPCS,
+        POOL_RPC_BYTES_SENT,
+        POOL_RPC_BYTES_RECEIVED,
         LOCAL_CACHE_KEYS,
         LOCAL_CACHE_BYTES,
         LOCAL_CACHE_HITS,

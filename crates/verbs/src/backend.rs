@@ -80,6 +80,7 @@ impl Transport for LocalTransport {
         &'a self,
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        crate::stats::post(crate::stats::LOCAL, verbs);
         let result = run_all(|r| self.core.region(r), verbs);
         Box::pin(std::future::ready(result))
     }
@@ -93,6 +94,7 @@ impl Transport for LocalTransport {
     }
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        crate::stats::post(crate::stats::LOCAL, verbs);
         // Only batches of several reads gain from prefetching (see `run_mapped`).
         if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
             for v in verbs.iter() {
@@ -182,6 +184,7 @@ impl ShmTransport {
         if !verbs.iter().all(|v| mapped(v.region()).is_some()) {
             return None;
         }
+        crate::stats::post(crate::stats::SHM, verbs);
         // A batch of reads (a get_many) overlaps its cache misses; writes gain nothing.
         if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
             for v in verbs.iter() {
@@ -405,6 +408,7 @@ impl Transport for TcpTransport {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         Box::pin(async move {
+            crate::stats::post(crate::stats::TCP, verbs);
             for (wire, slots) in frames(verbs, self.budget) {
                 let n = wire.len();
                 let outs = match self.rpc.call(&Request::Verbs(wire)).await? {

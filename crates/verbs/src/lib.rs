@@ -15,6 +15,7 @@
 //! | [`rpc`] | the pipelined RPC client |
 //! | [`node`] | the memory node's core: regions, locks, epochs, commits |
 //! | [`server`] | the memory node's RPC server |
+//! | [`stats`] | this process's verb and RPC traffic counters |
 //! | [`conformance`] | the suite every backend passes |
 //!
 //! This crate knows nothing of hash tables or objects; `dmc-umo` builds the pool's
@@ -30,6 +31,7 @@ pub mod rdma;
 pub mod revoke;
 pub mod rpc;
 pub mod server;
+pub mod stats;
 pub mod tls;
 pub mod transport;
 pub mod wire;

@@ -216,6 +216,7 @@ impl RpcClient {
         conn.waiters.lock().insert(id, tx);
         let mut buf = BytesMut::new();
         req.encode(id, &mut buf);
+        crate::stats::rpc_sent(buf.len());
         let queued =
             tokio::time::timeout(self.options.timeout, conn.frames.send(buf.freeze())).await;
         if !matches!(queued, Ok(Ok(()))) || conn.dead.load(Ordering::Acquire) {
@@ -289,6 +290,7 @@ async fn read_loop(
         loop {
             match wire::split_frame(&mut buf, max_frame) {
                 Ok(Some(frame)) => {
+                    crate::stats::rpc_received(wire::FRAME_HEADER + frame.payload.len());
                     let resp = Response::decode(frame.tag, frame.payload);
                     if frame.id == 0 {
                         // A connection-level error: the node is closing this stream.

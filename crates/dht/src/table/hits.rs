@@ -1,5 +1,6 @@
 //! Hit recording: each access becomes a pending metadata update (LRU clock, LFU count
-//! as the policy scores it), combined per key and sent as one FAA per key per batch.
+//! as the policy scores it), combined per key and sent as one FAA per key per batch,
+//! the batch's FAAs in one post per node.
 //!
 //! Called by the read paths, and by the engine for hits served from its own cache
 //! (`record_hit`). Metadata is advisory: a failed update is dropped, and a slot
@@ -152,10 +153,16 @@ impl Dht {
         self.send_hits(batch).await;
     }
 
+    /// Sends combined metadata updates: one post of FAAs per primary node and one of
+    /// writes per backup node for the whole batch (two round trips, not two per key).
     async fn send_hits(&self, batch: Vec<PendingHit>) {
-        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
-            // Metadata is advisory: a failed update only ages the key a little.
-            let _ = self.pool.faa(addr, add).await;
+        let adds = combine_hits(batch, self.ref_lifetime());
+        if adds.is_empty() {
+            return;
+        }
+        // Metadata is advisory: a failed update only ages the keys a little.
+        if let Err(e) = self.pool.faa_mirrored_many(&adds).await {
+            tracing::debug!(error = %e, "hit metadata updates were lost");
         }
     }
 }

@@ -55,6 +55,7 @@ use crate::layout::{self, RegionRecord, SUPER_REGION};
 
 mod allocation;
 mod commit;
+mod counters;
 mod failover;
 mod fence;
 mod gate;

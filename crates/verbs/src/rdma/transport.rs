@@ -361,6 +361,7 @@ impl Transport for RdmaTransport {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         Box::pin(async move {
+            crate::stats::post(crate::stats::RDMA, verbs);
             self.fetch_keys(verbs).await?;
             let keys = self.keys.load();
             let key = |r: RegionId| keys.get(r as usize).copied().flatten();

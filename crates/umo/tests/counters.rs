@@ -1,0 +1,109 @@
+//! Batched advisory counters (the hash table's hit metadata): a batch of additions
+//! costs at most two posts per memory node (the FAAs on the primaries, the sums written
+//! to the backups), not two per counter, and every copy ends with the same sums.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dmc_umo::object::ValueKind;
+use dmc_umo::{GlobalAddr, Pool, PoolConfig};
+use dmc_verbs::wire::{Request, Response};
+use dmc_verbs::{
+    LocalTransport, NodeConfig, NodeCore, NodeId, RegionId, Storage, Transport, Verb, VerbsError,
+};
+use futures::future::BoxFuture;
+
+/// An in-process node that counts the posts it is given.
+struct Counting {
+    inner: LocalTransport,
+    posts: Arc<AtomicU64>,
+}
+
+impl Transport for Counting {
+    fn node(&self) -> NodeId {
+        self.inner.node()
+    }
+
+    fn backend(&self) -> &'static str {
+        "counting"
+    }
+
+    fn post<'a, 'b: 'a>(
+        &'a self,
+        verbs: &'a mut [Verb<'b>],
+    ) -> BoxFuture<'a, Result<(), VerbsError>> {
+        self.posts.fetch_add(1, Ordering::Relaxed);
+        self.inner.post(verbs)
+    }
+
+    fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
+        self.inner.call(req)
+    }
+
+    fn forget_region(&self, region: RegionId) {
+        self.inner.forget_region(region)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_of_counters_costs_two_posts_per_node() {
+    let posts = Arc::new(AtomicU64::new(0));
+    let nodes: Vec<Arc<dyn Transport>> = (1..=2)
+        .map(|id| {
+            let core = NodeCore::open(NodeConfig {
+                id,
+                capacity: 64 << 20,
+                storage: Storage::Heap,
+                secret: None,
+            })
+            .expect("a node");
+            Arc::new(Counting {
+                inner: LocalTransport::new(core),
+                posts: posts.clone(),
+            }) as Arc<dyn Transport>
+        })
+        .collect();
+    let config = PoolConfig {
+        replicas: 2,
+        region_size: 4 << 20,
+        segment_size: 1 << 20,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::open(config, nodes).await.expect("a pool");
+    // Words inside 40 objects, spread over regions as the allocator places them.
+    let mut words: Vec<GlobalAddr> = Vec::new();
+    for i in 0..40u32 {
+        let obj = pool
+            .write_object(0, format!("k{i}").as_bytes(), ValueKind::String, &[0u8; 64])
+            .await
+            .expect("written");
+        words.push(obj.block.addr.offset_by(32));
+    }
+    let mut before = Vec::new();
+    for w in &words {
+        let mut b = [0u8; 8];
+        pool.read_copy(*w, 0, &mut b).await.expect("read");
+        before.push(u64::from_le_bytes(b));
+    }
+    let adds: Vec<(GlobalAddr, u64)> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (*w, i as u64 + 1))
+        .collect();
+    let start = posts.load(Ordering::Relaxed);
+    pool.faa_mirrored_many(&adds).await.expect("added");
+    pool.faa_mirrored_many(&adds).await.expect("added");
+    let used = posts.load(Ordering::Relaxed) - start;
+    assert!(used <= 8, "two batches of 40 counters took {used} posts");
+    for (i, w) in words.iter().enumerate() {
+        for copy in 0..2 {
+            let mut b = [0u8; 8];
+            pool.read_copy(*w, copy, &mut b).await.expect("read");
+            assert_eq!(
+                u64::from_le_bytes(b),
+                before[i].wrapping_add(2 * (i as u64 + 1)),
+                "counter {i} on copy {copy}"
+            );
+        }
+    }
+}
