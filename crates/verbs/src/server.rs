@@ -19,7 +19,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::VerbsError;
 use crate::node::NodeCore;
-use crate::rdma::{RcQp, RdmaResponder};
+use crate::rdma::RdmaResponder;
+use crate::rdma::serve::{ResponderLink, Serving};
 use crate::revoke::ClientFence;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions, Stream};
 use crate::tls::{ClientTls, ServerTls};
@@ -163,7 +164,7 @@ async fn serve_conn(
     let mut fence: Option<Arc<ClientFence>> = None;
     let mut client_id = 0u64;
     // This connection's RDMA queue pair: destroyed with the connection.
-    let mut queue_pair: Option<Arc<dyn RcQp>> = None;
+    let mut queue_pair: Option<ResponderLink> = None;
     loop {
         let n = rd
             .read_buf(&mut buf)
@@ -249,9 +250,13 @@ async fn serve_conn(
                 // holds until the request is done, so a revocation waits for it.
                 other => match fence.as_deref().map(|f| f.admit()).transpose() {
                     Ok(_admitted) => match &options.rdma {
-                        Some(rdma) => {
-                            handle_with_rdma(core, rdma, session, client_id, &mut queue_pair, other)
-                        }
+                        Some(rdma) => handle_with_rdma(
+                            core,
+                            rdma,
+                            (session, client_id, &fence),
+                            &mut queue_pair,
+                            other,
+                        ),
                         None => core.handle(session, other),
                     },
                     Err(e) => {
@@ -282,15 +287,19 @@ async fn serve_conn(
 /// A request on a node that serves RDMA: queue pairs and region keys here, and the
 /// requests that change what is registered or who may use it keep the device in step.
 fn handle_with_rdma(
-    core: &NodeCore,
+    core: &Arc<NodeCore>,
     rdma: &RdmaResponder,
-    session: u64,
-    client: u64,
-    queue_pair: &mut Option<Arc<dyn RcQp>>,
+    (session, client, fence): (u64, u64, &Option<Arc<ClientFence>>),
+    queue_pair: &mut Option<ResponderLink>,
     req: Request,
 ) -> Response {
+    let serving = || Serving {
+        core: core.clone(),
+        session,
+        fence: fence.clone(),
+    };
     match req {
-        Request::RdmaConnect { endpoint } => match rdma.accept(client, &endpoint) {
+        Request::RdmaConnect { endpoint } => match rdma.accept(client, &endpoint, serving()) {
             Ok((qp, mine)) => {
                 // A reconnect replaces (and so destroys) the connection's old pair.
                 *queue_pair = Some(qp);

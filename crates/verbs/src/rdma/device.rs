@@ -72,6 +72,22 @@ pub enum WorkOp {
         remote: Remote,
         add: u64,
     },
+    /// Two-sided: `local` bytes into the next receive buffer the peer posted (the RPC
+    /// messages of the commit path).
+    Send { local: Sge },
+}
+
+impl WorkOp {
+    /// The local memory the request reads or fills.
+    pub fn local(&self) -> Sge {
+        match *self {
+            WorkOp::Read { local, .. }
+            | WorkOp::Write { local, .. }
+            | WorkOp::Cas { local, .. }
+            | WorkOp::Faa { local, .. }
+            | WorkOp::Send { local } => local,
+        }
+    }
 }
 
 /// A work request. Only `signaled` requests produce a completion when they succeed;
@@ -104,11 +120,21 @@ pub enum WcStatus {
     Other(u32),
 }
 
+/// Which queue a completion is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A work request of the send queue (READ, WRITE, CAS, FAA, SEND).
+    Send,
+    /// A receive buffer was filled with a message of `len` bytes.
+    Recv { len: u32 },
+}
+
 /// A completion polled from a queue pair's completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
     pub id: u64,
     pub status: WcStatus,
+    pub kind: CompletionKind,
 }
 
 /// Limits of a device's queue pairs.
@@ -132,6 +158,9 @@ pub trait RcQp: Send + Sync {
     /// Posts a chain of work requests with one doorbell. An error here means nothing
     /// of the chain was posted.
     fn post(&self, chain: &[WorkRequest]) -> Result<(), VerbsError>;
+
+    /// Posts receive buffers (`(id, buffer)`), filled in order by the peer's SENDs.
+    fn post_recv(&self, buffers: &[(u64, Sge)]) -> Result<(), VerbsError>;
 
     /// Waits up to `timeout` for completions and appends those ready to `out`.
     fn poll(&self, out: &mut Vec<Completion>, timeout: Duration) -> Result<(), VerbsError>;

@@ -30,8 +30,8 @@ use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::device::{
-    Access, Completion, DeviceCaps, RcDevice, RcQp, Registration, Remote, Sge, WcStatus, WorkOp,
-    WorkRequest,
+    Access, Completion, CompletionKind, DeviceCaps, RcDevice, RcQp, Registration, Remote, Sge,
+    WcStatus, WorkOp, WorkRequest,
 };
 use crate::error::VerbsError;
 use crate::memory::RegionMemory;
@@ -197,6 +197,8 @@ impl RcDevice for EmulatedDevice {
             state: Mutex::new(QpState::Reset),
             cq: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
+            recvs: Mutex::new(VecDeque::new()),
+            unreceived: Mutex::new(VecDeque::new()),
         });
         self.fabric.qps.lock().insert(id, Arc::downgrade(&shared));
         let (chains, posted) = std::sync::mpsc::channel::<Vec<WorkRequest>>();
@@ -232,16 +234,67 @@ struct QpShared {
     state: Mutex<QpState>,
     cq: Mutex<VecDeque<Completion>>,
     ready: Condvar,
+    /// Posted receive buffers, filled in order.
+    recvs: Mutex<VecDeque<(u64, Sge)>>,
+    /// Messages that arrived before a receive buffer was posted (a real RC sender
+    /// retries them on "receiver not ready"; this one waits here instead).
+    unreceived: Mutex<VecDeque<Vec<u8>>>,
 }
 
 impl QpShared {
     fn to_error(&self) {
         *self.state.lock() = QpState::Error;
+        // Posted receive buffers are flushed, as a real queue pair's are.
+        let flushed: Vec<(u64, Sge)> = self.recvs.lock().drain(..).collect();
+        for (id, _) in flushed {
+            self.complete(Completion {
+                id,
+                status: WcStatus::Flushed,
+                kind: CompletionKind::Recv { len: 0 },
+            });
+        }
     }
 
     fn complete(&self, c: Completion) {
         self.cq.lock().push_back(c);
         self.ready.notify_all();
+    }
+
+    /// A message for this queue pair: into the next receive buffer, or kept until one
+    /// is posted. A message longer than the buffer fails (the sender's error).
+    fn deliver(&self, fabric: &Fabric, message: Vec<u8>) -> WcStatus {
+        let mut recvs = self.recvs.lock();
+        let Some((id, sge)) = recvs.pop_front() else {
+            self.unreceived.lock().push_back(message);
+            return WcStatus::Success;
+        };
+        drop(recvs);
+        self.fill(fabric, id, sge, &message)
+    }
+
+    fn fill(&self, fabric: &Fabric, id: u64, sge: Sge, message: &[u8]) -> WcStatus {
+        let len = message.len() as u64;
+        let target = {
+            let mrs = fabric.mrs.read();
+            resolve(&mrs, sge.lkey, self.pd, sge.addr, u64::from(sge.len), false)
+        };
+        let status = match target {
+            Some((mem, at)) if len <= u64::from(sge.len) && mem.write(at, message).is_ok() => {
+                WcStatus::Success
+            }
+            _ => WcStatus::LocalProtection,
+        };
+        self.complete(Completion {
+            id,
+            status,
+            kind: CompletionKind::Recv { len: len as u32 },
+        });
+        if status == WcStatus::Success {
+            WcStatus::Success
+        } else {
+            self.to_error();
+            WcStatus::RemoteInvalidRequest
+        }
     }
 }
 
@@ -296,6 +349,8 @@ impl QpShared {
             Ok((l, r))
         };
         let result = match op {
+            // Two-sided: handled by `send`, never here.
+            WorkOp::Send { .. } => Err(WcStatus::Other(0)),
             WorkOp::Read {
                 local: s,
                 remote: r,
@@ -352,11 +407,34 @@ impl QpShared {
         }
     }
 
-    /// The peer's protection domain, if the peer can take requests.
-    fn peer(&self, fabric: &Fabric, peer: u64) -> Option<u64> {
+    /// The peer, if it can take requests.
+    fn peer(&self, fabric: &Fabric, peer: u64) -> Option<Arc<QpShared>> {
         let qp = fabric.qps.lock().get(&peer).and_then(Weak::upgrade)?;
         let state = *qp.state.lock();
-        matches!(state, QpState::Rts(p) if p == self.id).then_some(qp.pd)
+        matches!(state, QpState::Rts(p) if p == self.id).then_some(qp)
+    }
+
+    /// A SEND: the local bytes, delivered to the peer.
+    fn send(&self, fabric: &Fabric, peer: &QpShared, local: &Sge) -> WcStatus {
+        let source = {
+            let mrs = fabric.mrs.read();
+            resolve(
+                &mrs,
+                local.lkey,
+                self.pd,
+                local.addr,
+                u64::from(local.len),
+                false,
+            )
+        };
+        let Some((mem, at)) = source else {
+            return WcStatus::LocalProtection;
+        };
+        let mut message = vec![0u8; local.len as usize];
+        if mem.read(at, &mut message).is_err() {
+            return WcStatus::LocalProtection;
+        }
+        peer.deliver(fabric, message)
     }
 
     /// What the NIC does with one posted chain.
@@ -367,7 +445,10 @@ impl QpShared {
             let status = match (state, &fabric) {
                 (QpState::Rts(peer), Some(fabric)) => match self.peer(fabric, peer) {
                     None => WcStatus::RetryExceeded,
-                    Some(peer_pd) => self.run(fabric, peer_pd, &wr.op),
+                    Some(peer) => match &wr.op {
+                        WorkOp::Send { local } => self.send(fabric, &peer, local),
+                        op => self.run(fabric, peer.pd, op),
+                    },
                 },
                 _ => WcStatus::Flushed,
             };
@@ -375,7 +456,11 @@ impl QpShared {
                 self.to_error();
             }
             if status != WcStatus::Success || wr.signaled {
-                self.complete(Completion { id: wr.id, status });
+                self.complete(Completion {
+                    id: wr.id,
+                    status,
+                    kind: CompletionKind::Send,
+                });
             }
         }
     }
@@ -411,6 +496,29 @@ impl RcQp for EmulatedQp {
             .lock()
             .send(chain.to_vec())
             .map_err(|_| VerbsError::Closed)
+    }
+
+    fn post_recv(&self, buffers: &[(u64, Sge)]) -> Result<(), VerbsError> {
+        let fabric = self.shared.fabric.upgrade().ok_or(VerbsError::Closed)?;
+        self.shared.recvs.lock().extend(buffers.iter().copied());
+        // Messages that waited for a buffer take the new ones, in order.
+        loop {
+            let next = {
+                let mut recvs = self.shared.recvs.lock();
+                let mut waiting = self.shared.unreceived.lock();
+                if recvs.is_empty() {
+                    None
+                } else {
+                    waiting
+                        .pop_front()
+                        .and_then(|m| recvs.pop_front().map(|r| (r, m)))
+                }
+            };
+            let Some(((id, sge), message)) = next else {
+                return Ok(());
+            };
+            self.shared.fill(&fabric, id, sge, &message);
+        }
     }
 
     fn poll(&self, out: &mut Vec<Completion>, timeout: Duration) -> Result<(), VerbsError> {

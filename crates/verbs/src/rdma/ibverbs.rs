@@ -11,7 +11,8 @@
 //!   walks INIT → RTR → RTS; [`RcQp::fail`] moves the pair to ERR (the revocation
 //!   fence).
 //! - **Posting.** A chain is one linked list of `ibv_send_wr` given to one
-//!   `ibv_post_send`: one doorbell. Polling drains the CQ, and sleeps on the completion
+//!   `ibv_post_send`: one doorbell. RPC messages are `IBV_WR_SEND` into the peer's
+//!   posted receive buffers (`ibv_post_recv`). Polling drains the CQ, and sleeps on the completion
 //!   channel's fd (with a timeout) when it is empty.
 //!
 //! Every `unsafe` block states the invariant it relies on. This file is built and
@@ -28,8 +29,10 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::device::{
-    Access, Completion, DeviceCaps, RcDevice, RcQp, Registration, WcStatus, WorkOp, WorkRequest,
+    Access, Completion, CompletionKind, DeviceCaps, RcDevice, RcQp, Registration, Sge, WcStatus,
+    WorkOp, WorkRequest,
 };
+use super::messages::{RECV_SLOTS, RECV_TAG};
 use crate::error::VerbsError;
 use crate::memory::RegionMemory;
 
@@ -319,7 +322,7 @@ impl IbvQp {
         if channel.is_null() {
             return Err(os_error("creating a completion channel"));
         }
-        let depth = dev.caps.max_send_wr as c_int;
+        let depth = (dev.caps.max_send_wr + RECV_SLOTS) as c_int;
         // SAFETY: `ctx` and `channel` are valid; no CQ context pointer is used.
         let cq = unsafe { ibv_create_cq(ctx, depth, std::ptr::null_mut(), channel, 0) };
         if cq.is_null() {
@@ -335,7 +338,7 @@ impl IbvQp {
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         init.sq_sig_all = 0;
         init.cap.max_send_wr = dev.caps.max_send_wr as u32;
-        init.cap.max_recv_wr = 1;
+        init.cap.max_recv_wr = RECV_SLOTS as u32;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         // SAFETY: `pd`, `cq` are valid and `init` is fully initialised.
@@ -399,9 +402,16 @@ impl IbvQp {
             ));
         }
         for wc in wcs.iter().take(n as usize) {
+            // A flushed completion's opcode is undefined: the id tells the queue.
+            let kind = if wc.wr_id & RECV_TAG != 0 {
+                CompletionKind::Recv { len: wc.byte_len }
+            } else {
+                CompletionKind::Send
+            };
             out.push(Completion {
                 id: wc.wr_id,
                 status: status(wc.status),
+                kind,
             });
         }
         Ok(n as usize)
@@ -488,12 +498,7 @@ impl RcQp for IbvQp {
             .map(|_| unsafe { std::mem::zeroed() })
             .collect();
         for wr in chain {
-            let local = match wr.op {
-                WorkOp::Read { local, .. }
-                | WorkOp::Write { local, .. }
-                | WorkOp::Cas { local, .. }
-                | WorkOp::Faa { local, .. } => local,
-            };
+            let local = wr.op.local();
             sges.push(ibv_sge {
                 addr: local.addr,
                 length: local.len,
@@ -520,6 +525,7 @@ impl RcQp for IbvQp {
                 std::ptr::null_mut()
             };
             match wr.op {
+                WorkOp::Send { .. } => w.opcode = ibv_wr_opcode::IBV_WR_SEND,
                 WorkOp::Read { remote, .. } | WorkOp::Write { remote, .. } => {
                     w.opcode = if matches!(wr.op, WorkOp::Read { .. }) {
                         ibv_wr_opcode::IBV_WR_RDMA_READ
@@ -566,6 +572,50 @@ impl RcQp for IbvQp {
         if rc != 0 {
             return Err(VerbsError::io(
                 "posting RDMA work requests",
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, buffers: &[(u64, Sge)]) -> Result<(), VerbsError> {
+        if buffers.is_empty() {
+            return Ok(());
+        }
+        let mut sges: Vec<ibv_sge> = buffers
+            .iter()
+            .map(|(_, s)| ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            })
+            .collect();
+        // SAFETY: all-zero receive WRs are valid; each is filled below.
+        let mut wrs: Vec<ibv_recv_wr> = (0..buffers.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        // Neither vector is resized from here on, so pointers into them stay valid.
+        let sge_base = sges.as_mut_ptr();
+        let wr_base = wrs.as_mut_ptr();
+        for (i, (w, (id, _))) in wrs.iter_mut().zip(buffers).enumerate() {
+            w.wr_id = *id;
+            // SAFETY: `i < sges.len()`.
+            w.sg_list = unsafe { sge_base.add(i) };
+            w.num_sge = 1;
+            w.next = if i + 1 < buffers.len() {
+                // SAFETY: `i + 1 < wrs.len()`.
+                unsafe { wr_base.add(i + 1) }
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: a well-formed list of receive WRs whose SGEs name registered memory
+        // the caller keeps posted until it completes; the call copies the list.
+        let rc = unsafe { ibv_post_recv(self.qp, wr_base, &mut bad) };
+        if rc != 0 {
+            return Err(VerbsError::io(
+                "posting RDMA receive buffers",
                 std::io::Error::from_raw_os_error(rc),
             ));
         }

@@ -7,11 +7,14 @@
 //! | `ibverbs` | real verbs on `rdma-sys` (cargo feature `rdma`) |
 //! | [`chain`] | a post's verbs as rounds of work-request chains |
 //! | [`stage`] | registered staging buffers |
+//! | [`messages`] | commit RPCs as SEND/RECV messages on the queue pair |
 //! | [`transport`] | [`RdmaTransport`], the agent's side |
 //! | [`responder`] | [`RdmaResponder`], the memory node's side |
+//! | [`serve`] | the node answering commit RPC messages on a queue pair |
 //!
-//! Commit RPCs and region management stay on the node's RPC channel (TCP); the queue
-//! pair is set up over it (`RdmaConnect`) and region keys arrive over it
+//! The commit path's RPCs (prepare, commit, abort) are SEND/RECV messages on the queue
+//! pair ([`messages`]); region management stays on the node's RPC channel (TCP), over
+//! which the queue pair is set up (`RdmaConnect`) and region keys arrive
 //! (`RdmaRegion`). Over RDMA a memory node's CPU sees no READ, WRITE, CAS or FAA.
 
 pub mod chain;
@@ -19,7 +22,9 @@ pub mod device;
 pub mod emulated;
 #[cfg(feature = "rdma")]
 pub mod ibverbs;
+pub mod messages;
 pub mod responder;
+pub mod serve;
 pub mod stage;
 pub mod transport;
 

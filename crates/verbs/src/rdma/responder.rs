@@ -17,6 +17,9 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use super::device::{Access, RcDevice, RcQp, Registration};
+use super::messages::Inbox;
+use super::serve::{self, ResponderLink, Serving};
+use super::stage::StagePool;
 use crate::RegionId;
 use crate::error::VerbsError;
 use crate::node::NodeCore;
@@ -50,17 +53,28 @@ impl RdmaResponder {
         self.device.name()
     }
 
-    /// Connects a queue pair to client `client`'s `peer`; the caller keeps it for as
-    /// long as the client's connection lives. Answers the node's endpoint.
-    pub fn accept(&self, client: u64, peer: &[u8]) -> Result<(Arc<dyn RcQp>, Bytes), VerbsError> {
+    /// Connects a queue pair to client `client`'s `peer` and answers the commit
+    /// path's messages on it as `serving`; the caller keeps the link for as long as the
+    /// client's connection lives. Answers the node's endpoint.
+    pub fn accept(
+        &self,
+        client: u64,
+        peer: &[u8],
+        serving: Serving,
+    ) -> Result<(ResponderLink, Bytes), VerbsError> {
         let qp = self.device.create_qp()?;
+        let inbox = Inbox::new(&*self.device)?;
+        inbox.post_all(&*qp)?;
         qp.connect(peer)?;
-        let mut clients = self.clients.lock();
-        let qps = clients.entry(client).or_default();
-        qps.retain(|q| q.strong_count() > 0);
-        qps.push(Arc::downgrade(&qp));
+        {
+            let mut clients = self.clients.lock();
+            let qps = clients.entry(client).or_default();
+            qps.retain(|q| q.strong_count() > 0);
+            qps.push(Arc::downgrade(&qp));
+        }
         let endpoint = qp.endpoint();
-        Ok((qp, endpoint))
+        let link = serve::start(qp, inbox, StagePool::new(self.device.clone()), serving)?;
+        Ok((link, endpoint))
     }
 
     /// The key of `region`'s current copy, registering it on first ask.

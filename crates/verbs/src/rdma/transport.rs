@@ -25,7 +25,10 @@ use parking_lot::Mutex;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::chain::{self, Limits, PlannedOp, RemoteKey, Round};
-use super::device::{Completion, RcDevice, RcQp, Remote, Sge, WcStatus, WorkOp, WorkRequest};
+use super::device::{
+    Completion, CompletionKind, RcDevice, RcQp, Remote, Sge, WcStatus, WorkOp, WorkRequest,
+};
+use super::messages::{self, Inbox, RECV_SLOTS};
 use super::stage::StagePool;
 use crate::error::VerbsError;
 use crate::rpc::{Endpoint, RpcClient, RpcOptions};
@@ -52,18 +55,54 @@ struct Link {
     /// Staging buffers of rounds that timed out: the device may still touch them until
     /// the queue pair is destroyed, so they live as long as the link.
     quarantine: Mutex<Vec<super::stage::Stage>>,
+    /// Receive buffers for the node's answers to RPCs sent as messages.
+    inbox: Inbox,
+    /// RPCs sent as messages, by frame id, waiting for their answer.
+    answers: Mutex<HashMap<u64, oneshot::Sender<Result<Response, VerbsError>>>>,
+    /// RPCs in flight as messages at most (the node's receive buffers).
+    rpc_slots: Semaphore,
+    next_rpc: AtomicU64,
 }
 
 impl Link {
     fn dispatch(&self, completions: &mut Vec<Completion>) {
-        let mut waiters = self.waiters.lock();
         for c in completions.drain(..) {
             if c.status != WcStatus::Success {
                 self.broken.store(true, Ordering::Release);
             }
-            if let Some(w) = waiters.remove(&(c.id >> INDEX_BITS)) {
-                let _ = w.send(c.status);
+            match c.kind {
+                CompletionKind::Recv { len } if c.status == WcStatus::Success => {
+                    self.answer(c.id, len)
+                }
+                CompletionKind::Recv { .. } => {
+                    // The queue pair failed: no answer will come on it.
+                    for (_, w) in self.answers.lock().drain() {
+                        let _ = w.send(Err(VerbsError::Closed));
+                    }
+                }
+                CompletionKind::Send => {
+                    if let Some(w) = self.waiters.lock().remove(&(c.id >> INDEX_BITS)) {
+                        let _ = w.send(c.status);
+                    }
+                }
             }
+        }
+    }
+
+    /// An RPC answer arrived in receive buffer `id`.
+    fn answer(&self, id: u64, len: u32) {
+        crate::stats::rpc_received(len as usize);
+        let frame = match self.inbox.take(&*self.qp, id, len) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "a bad RPC message from a memory node");
+                self.broken.store(true, Ordering::Release);
+                return;
+            }
+        };
+        let resp = Response::decode(frame.tag, frame.payload);
+        if let Some(w) = self.answers.lock().remove(&frame.id) {
+            let _ = w.send(resp);
         }
     }
 }
@@ -101,6 +140,8 @@ pub struct RdmaTransport {
     stages: StagePool,
     /// Queue pairs set up over the transport's life (1 + reconnections).
     links_opened: AtomicU64,
+    /// RPCs sent as messages on the queue pair.
+    messages_sent: AtomicU64,
 }
 
 impl RdmaTransport {
@@ -133,9 +174,15 @@ impl RdmaTransport {
             relink: tokio::sync::Mutex::new(()),
             keys: ArcSwap::from_pointee(Vec::new()),
             links_opened: AtomicU64::new(0),
+            messages_sent: AtomicU64::new(0),
         };
         t.link().await?;
         Ok(t)
+    }
+
+    /// RPCs sent as SEND messages on the queue pair so far (the rest took the channel).
+    pub fn messages_sent(&self) -> u64 {
+        self.messages_sent.load(Ordering::Relaxed)
     }
 
     /// Queue pairs set up so far (the first and every reconnection).
@@ -158,6 +205,8 @@ impl RdmaTransport {
             return Ok(l);
         }
         let qp = self.device.create_qp()?;
+        let inbox = Inbox::new(&*self.device)?;
+        inbox.post_all(&*qp)?;
         let peer = match self
             .rpc
             .call(&Request::RdmaConnect {
@@ -176,6 +225,10 @@ impl RdmaTransport {
             credits: Semaphore::new(self.limits.max_chain),
             broken: AtomicBool::new(false),
             quarantine: Mutex::new(Vec::new()),
+            inbox,
+            answers: Mutex::new(HashMap::new()),
+            rpc_slots: Semaphore::new(RECV_SLOTS),
+            next_rpc: AtomicU64::new(1),
         });
         spawn_poller(qp, Arc::downgrade(&link));
         if self.links_opened.fetch_add(1, Ordering::Relaxed) > 0 {
@@ -319,6 +372,90 @@ impl RdmaTransport {
         Ok(())
     }
 
+    /// Sends `req` as a message on the queue pair and waits for the node's answer;
+    /// `None` when it does not fit one message (the caller uses the RPC channel).
+    async fn call_as_message(&self, req: &Request) -> Option<Result<Response, VerbsError>> {
+        let link = match self.link().await {
+            Ok(l) => l,
+            Err(e) => return Some(Err(e)),
+        };
+        let _slot = match link.rpc_slots.acquire().await {
+            Ok(s) => s,
+            Err(_) => return Some(Err(VerbsError::Closed)),
+        };
+        let id = link.next_rpc.fetch_add(1, Ordering::Relaxed);
+        let mut frame = bytes::BytesMut::new();
+        req.encode(id, &mut frame);
+        let message = messages::fits(&frame)?;
+        crate::stats::rpc_sent(message.len());
+        self.messages_sent.fetch_add(1, Ordering::Relaxed);
+        Some(self.exchange(&link, id, &message).await)
+    }
+
+    async fn exchange(
+        &self,
+        link: &Arc<Link>,
+        id: u64,
+        message: &[u8],
+    ) -> Result<Response, VerbsError> {
+        let stage = self.stages.take(message.len())?;
+        let reg = stage.registration();
+        reg.memory().write(0, message)?;
+        let (answer_tx, answer) = oneshot::channel();
+        link.answers.lock().insert(id, answer_tx);
+        let chain_id = link.next_chain.fetch_add(1, Ordering::Relaxed);
+        let send = WorkRequest {
+            id: chain_id << INDEX_BITS,
+            op: WorkOp::Send {
+                local: Sge {
+                    addr: reg.addr(),
+                    len: message.len() as u32,
+                    lkey: reg.lkey(),
+                },
+            },
+            signaled: true,
+        };
+        let _credit = link
+            .credits
+            .acquire()
+            .await
+            .map_err(|_| VerbsError::Closed)?;
+        let (sent_tx, sent) = oneshot::channel();
+        link.waiters.lock().insert(chain_id, sent_tx);
+        if let Err(e) = link.qp.post(&[send]) {
+            link.waiters.lock().remove(&chain_id);
+            link.answers.lock().remove(&id);
+            link.broken.store(true, Ordering::Release);
+            return Err(e);
+        }
+        let timeout = self.timeout;
+        let waited = tokio::time::timeout(timeout, async {
+            match sent.await {
+                Ok(WcStatus::Success) => {}
+                Ok(status) => return Err(status),
+                Err(_) => return Err(WcStatus::Flushed),
+            }
+            answer.await.map_err(|_| WcStatus::Flushed)
+        })
+        .await;
+        match waited {
+            Ok(Ok(Ok(Response::Error(e)))) => Err(e),
+            Ok(Ok(Ok(resp))) => Ok(resp),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(status)) => {
+                link.answers.lock().remove(&id);
+                Err(self.failed(status, &Round::default()).await)
+            }
+            Err(_) => {
+                link.answers.lock().remove(&id);
+                link.broken.store(true, Ordering::Release);
+                link.qp.fail();
+                link.quarantine.lock().push(stage);
+                Err(VerbsError::Timeout(timeout.as_millis() as u64))
+            }
+        }
+    }
+
     /// The error a failed round reports, after mending what can be mended.
     async fn failed(&self, status: WcStatus, round: &Round) -> VerbsError {
         if status == WcStatus::RemoteAccess {
@@ -377,6 +514,11 @@ impl Transport for RdmaTransport {
         Box::pin(async move {
             if let Request::DropRegion { region } | Request::CreateRegion { region, .. } = &req {
                 self.forget_region(*region);
+            }
+            if messages::sendable(&req)
+                && let Some(answer) = self.call_as_message(&req).await
+            {
+                return answer;
             }
             self.rpc.call(&req).await
         })
