@@ -244,6 +244,11 @@ impl Transport for ShmTransport {
         })
     }
 
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        self.rpc.abort();
+        Box::pin(std::future::ready(()))
+    }
+
     fn forget_region(&self, region: RegionId) {
         self.maps.rcu(|maps| {
             let mut maps = Vec::clone(maps);
@@ -449,6 +454,11 @@ impl Transport for TcpTransport {
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         Box::pin(async move { self.rpc.call(&req).await })
+    }
+
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        self.rpc.abort();
+        Box::pin(std::future::ready(()))
     }
 }
 

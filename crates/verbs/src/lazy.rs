@@ -30,6 +30,8 @@ pub struct LazyTransport {
     used: AtomicBool,
     /// Connections opened over the transport's life.
     opened: AtomicU64,
+    /// Bumped by every abort: a connection dialled across one is dropped unused.
+    aborts: AtomicU64,
 }
 
 impl LazyTransport {
@@ -44,6 +46,7 @@ impl LazyTransport {
             connecting: tokio::sync::Mutex::new(()),
             used: AtomicBool::new(false),
             opened: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
         }
     }
 
@@ -65,7 +68,12 @@ impl LazyTransport {
         if let Some(c) = self.conn.read().clone() {
             return Ok(c);
         }
+        let aborts = self.aborts.load(Ordering::SeqCst);
         let c = backend::connect(self.kind, self.endpoint.clone(), self.options.clone()).await?;
+        if self.aborts.load(Ordering::SeqCst) != aborts {
+            c.abort().await;
+            return Err(VerbsError::Closed);
+        }
         if c.node() != self.node {
             return Err(VerbsError::Malformed(format!(
                 "{} is memory node {}, expected node {}",
@@ -123,6 +131,20 @@ impl Transport for LazyTransport {
 
     fn completes_inline(&self) -> bool {
         self.kind == BackendKind::Shm
+    }
+
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.aborts.fetch_add(1, Ordering::SeqCst);
+            let conn = self.conn.write().take();
+            if let Some(c) = conn {
+                tracing::warn!(
+                    node = self.node,
+                    "dropped the connection to a memory node that holds no copy any more (failed over or drained)"
+                );
+                c.abort().await;
+            }
+        })
     }
 
     fn forget_region(&self, region: RegionId) {

@@ -78,6 +78,9 @@ async fn dial_now(
                 .await
                 .map_err(|e| VerbsError::io(&format!("connecting to memory node {addr}"), e))?;
             let _ = s.set_nodelay(true);
+            // Closing resets the connection: what the kernel still holds unsent is
+            // dropped, never delivered late (see `RpcClient::abort`).
+            let _ = s.set_zero_linger();
             match tls {
                 Some(t) => Box::new(t.connect(addr, s).await?),
                 None => Box::new(s),
@@ -101,6 +104,16 @@ struct Conn {
     frames: mpsc::Sender<Bytes>,
     waiters: Waiters,
     dead: Arc<AtomicBool>,
+    /// Tells the reader and the writer to let go of the socket (an abort).
+    abort: Arc<Abort>,
+}
+
+/// One permit for each of a connection's two tasks (a permit waits for a task that is
+/// not listening yet).
+#[derive(Default)]
+struct Abort {
+    reader: tokio::sync::Notify,
+    writer: tokio::sync::Notify,
 }
 
 /// Options of an [`RpcClient`].
@@ -138,8 +151,25 @@ impl Default for RpcOptions {
 pub struct RpcClient {
     endpoint: Endpoint,
     options: RpcOptions,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection (its lock is never held across an await).
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// One dial at a time.
+    dialing: tokio::sync::Mutex<()>,
+    /// Bumped by every [`abort`](Self::abort): a dial begun before one is refused.
+    aborts: AtomicU64,
     next_id: AtomicU64,
+}
+
+impl Conn {
+    /// Fails every waiter and makes both tasks let go of the socket (reset on close).
+    fn kill(&self) {
+        self.dead.store(true, Ordering::Release);
+        self.abort.reader.notify_one();
+        self.abort.writer.notify_one();
+        for (_, w) in self.waiters.lock().drain() {
+            let _ = w.send(Err(VerbsError::Closed));
+        }
+    }
 }
 
 impl RpcClient {
@@ -151,11 +181,13 @@ impl RpcClient {
         let client = RpcClient {
             endpoint,
             options,
-            conn: tokio::sync::Mutex::new(None),
+            conn: Mutex::new(None),
+            dialing: tokio::sync::Mutex::new(()),
+            aborts: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
         };
         let (conn, hello) = client.open().await?;
-        *client.conn.lock().await = Some(conn);
+        *client.conn.lock() = Some(conn);
         Ok((client, hello))
     }
 
@@ -176,12 +208,14 @@ impl RpcClient {
             frames: tx,
             waiters: Arc::new(Mutex::new(HashMap::new())),
             dead: Arc::new(AtomicBool::new(false)),
+            abort: Arc::new(Abort::default()),
         });
-        tokio::spawn(write_loop(wr, rx, conn.dead.clone()));
+        tokio::spawn(write_loop(wr, rx, conn.dead.clone(), conn.abort.clone()));
         tokio::spawn(read_loop(
             rd,
             conn.waiters.clone(),
             conn.dead.clone(),
+            conn.abort.clone(),
             self.options.max_frame,
         ));
         let hello = self
@@ -193,19 +227,43 @@ impl RpcClient {
                     client: self.options.client,
                 },
             )
-            .await?;
-        Ok((conn, hello))
+            .await;
+        match hello {
+            Ok(hello) => Ok((conn, hello)),
+            Err(e) => {
+                conn.kill();
+                Err(e)
+            }
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Conn>> {
+        self.conn
+            .lock()
+            .as_ref()
+            .filter(|c| !c.dead.load(Ordering::Acquire))
+            .cloned()
     }
 
     async fn live_conn(&self) -> Result<Arc<Conn>, VerbsError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref()
-            && !c.dead.load(Ordering::Acquire)
-        {
-            return Ok(c.clone());
+        if let Some(c) = self.current() {
+            return Ok(c);
         }
+        let _one = self.dialing.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let aborts = self.aborts.load(Ordering::SeqCst);
         tracing::debug!(endpoint = %self.endpoint, "re-dialling memory node");
         let (conn, _) = self.open().await?;
+        let mut slot = self.conn.lock();
+        if self.aborts.load(Ordering::SeqCst) != aborts {
+            // Aborted while dialling: what was waiting for this connection must not
+            // go out on it.
+            drop(slot);
+            conn.kill();
+            return Err(VerbsError::Closed);
+        }
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -242,6 +300,18 @@ impl RpcClient {
         }
     }
 
+    /// Drops the connection at once (the node was failed over): requests in flight
+    /// fail with [`VerbsError::Closed`], and the socket is reset when its tasks let go,
+    /// so no request still queued in the kernel is delivered later, when a partition
+    /// heals, into a copy the manager has since refilled. The next call dials anew.
+    pub fn abort(&self) {
+        self.aborts.fetch_add(1, Ordering::SeqCst);
+        let conn = self.conn.lock().take();
+        if let Some(conn) = conn {
+            conn.kill();
+        }
+    }
+
     /// Sends one request and waits for its response; an error response is `Err`.
     pub async fn call(&self, req: &Request) -> Result<Response, VerbsError> {
         let conn = self.live_conn().await?;
@@ -253,9 +323,16 @@ async fn write_loop(
     mut wr: tokio::io::WriteHalf<Box<dyn Stream>>,
     mut rx: mpsc::Receiver<Bytes>,
     dead: Arc<AtomicBool>,
+    abort: Arc<Abort>,
 ) {
     let mut out = BytesMut::with_capacity(64 << 10);
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = abort.writer.notified() => return,
+            first = rx.recv() => first,
+        };
+        let Some(first) = first else { break };
         out.extend_from_slice(&first);
         while out.len() < (1 << 20) {
             match rx.try_recv() {
@@ -263,8 +340,13 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        if wr.write_all(&out).await.is_err() {
-            break;
+        // An abort lets go of the socket without a word (it is reset on close).
+        tokio::select! {
+            biased;
+            _ = abort.writer.notified() => return,
+            written = wr.write_all(&out) => if written.is_err() {
+                break;
+            },
         }
         out.clear();
     }
@@ -279,13 +361,17 @@ async fn read_loop(
     mut rd: tokio::io::ReadHalf<Box<dyn Stream>>,
     waiters: Waiters,
     dead: Arc<AtomicBool>,
+    abort: Arc<Abort>,
     max_frame: u64,
 ) {
     let mut buf = BytesMut::with_capacity(64 << 10);
     'outer: loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        tokio::select! {
+            read = rd.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            },
+            _ = abort.reader.notified() => break,
         }
         loop {
             match wire::split_frame(&mut buf, max_frame) {

@@ -130,6 +130,14 @@ pub trait Transport: Send + Sync {
     /// else (the manager filling a copy on a node that held the region before), and
     /// verbs must reach the new one. The next verb on the region opens it again.
     fn forget_region(&self, _region: RegionId) {}
+
+    /// Drops the connection at once because the node was failed over: requests in
+    /// flight fail now instead of waiting out their timeout, and nothing this client
+    /// queued for the node is delivered later (a healed partition must not land old
+    /// writes in copies the manager refilled since). The next use connects anew.
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Single-verb conveniences over [`Transport::post`].

@@ -277,3 +277,74 @@ async fn tcp_splits_values_larger_than_a_frame() {
         "the value read back in pieces is the value written"
     );
 }
+
+/// A node that answers `Hello` and then nothing (a node cut off mid-conversation):
+/// `abort` fails the request in flight at once, and the next call dials anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_fails_requests_in_flight_at_once() {
+    use dmc_verbs::rpc::RpcClient;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = bytes::BytesMut::new();
+                let mut answered = false;
+                loop {
+                    if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    while let Ok(Some(frame)) = wire::split_frame(&mut buf, 1 << 20) {
+                        if !answered {
+                            let mut out = bytes::BytesMut::new();
+                            wire::Response::Pong {
+                                node: 9,
+                                uptime_ms: 0,
+                            }
+                            .encode(frame.id, &mut out);
+                            let _ = s.write_all(&out).await;
+                            answered = true;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let options = RpcOptions {
+        timeout: std::time::Duration::from_secs(30),
+        ..RpcOptions::default()
+    };
+    let (client, _) = RpcClient::connect(Endpoint::Tcp(addr), options)
+        .await
+        .unwrap();
+    let client = std::sync::Arc::new(client);
+    let pending = {
+        let c = client.clone();
+        tokio::spawn(async move { c.call(&Request::Ping).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    client.abort();
+    // `Closed`, not the `Timeout` its 30 s limit would give: the abort failed it.
+    let result = pending.await.unwrap();
+    assert_eq!(result, Err(VerbsError::Closed));
+    let again = {
+        let c = client.clone();
+        tokio::spawn(async move { c.call(&Request::Ping).await })
+    };
+    wait_for(|| accepted.load(std::sync::atomic::Ordering::SeqCst) == 2).await;
+    again.abort();
+}
+
+async fn wait_for(mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

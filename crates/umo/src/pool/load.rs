@@ -130,6 +130,10 @@ impl Transport for Timed {
         self.inner.forget_region(region)
     }
 
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        self.inner.abort()
+    }
+
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         self.inner.call(req)
     }

@@ -94,6 +94,7 @@ impl Pool {
     /// before this returns. A copy to fill on a node this client has no connection to
     /// is an error (the rest is applied): its writes could not reach that copy.
     pub async fn place_regions(&self, placements: &[Placement]) -> Result<(), UmoError> {
+        let held_before = self.nodes_holding_copies();
         let mut changed = false;
         let mut unreachable = Vec::new();
         for p in placements {
@@ -155,6 +156,16 @@ impl Pool {
             .ready
             .lock()
             .retain(|region, _| filling.contains(region));
+        // A node that holds no copy any more was failed over (or drained): its
+        // connection goes now, so the writes in flight to it fail and are retried on
+        // the new copies at once (the drain below would otherwise wait out their
+        // timeouts), and nothing still queued for it lands after the manager refills it.
+        let held_after = self.nodes_holding_copies();
+        for n in held_before.difference(&held_after) {
+            if let Some(node) = self.nodes.get(*n) {
+                node.abort().await;
+            }
+        }
         if changed {
             self.placed.notify_waiters();
         }
@@ -171,6 +182,16 @@ impl Pool {
                  (region, node): {unreachable:?}"
             ))),
         }
+    }
+
+    /// The nodes (by index) holding or filling a copy of any region.
+    fn nodes_holding_copies(&self) -> BTreeSet<usize> {
+        self.regions
+            .read()
+            .iter()
+            .flatten()
+            .flat_map(|e| e.copies().collect::<Vec<_>>())
+            .collect()
     }
 
     /// Takes the log of chunks written in regions being filled whose writes have all

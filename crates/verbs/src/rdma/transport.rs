@@ -524,6 +524,16 @@ impl Transport for RdmaTransport {
         })
     }
 
+    fn abort(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(link) = self.link.lock().take() {
+                link.broken.store(true, Ordering::Release);
+                link.qp.fail();
+            }
+            self.rpc.abort();
+        })
+    }
+
     fn forget_region(&self, region: RegionId) {
         self.keys.rcu(|keys| {
             let mut keys = Vec::clone(keys);
