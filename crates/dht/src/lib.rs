@@ -6,12 +6,14 @@
 //! | [`hash`] | Redis hash slots (CRC16) and placement hashes |
 //! | [`table`] | [`Dht`]: get, set (NX/XX, expiry), delete, expire, scan, eviction |
 //! | [`policy`] | the `update`/`priority` policy interface and Redis's policies |
+//! | [`algorithms`] | Ditto's twelve caching algorithms as `priority`/`update` pairs |
 //! | [`owner`] | which hash slots this client writes, under which epoch |
 //! | [`clock`] | time as an input |
 //!
 //! Below it is `dmc-umo` (pool memory, objects, transactions); above it the compute
 //! agent's engine. The table stores bytes; Redis types are the engine's business.
 
+pub mod algorithms;
 pub mod clock;
 pub mod hash;
 pub mod layout;
