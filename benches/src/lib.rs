@@ -3,6 +3,7 @@
 //! and bulk loading.
 
 pub mod loadgen;
+pub mod study;
 pub mod traffic;
 
 use std::sync::Arc;

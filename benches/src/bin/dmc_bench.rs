@@ -39,12 +39,42 @@ enum Cmd {
     /// Draw per-second timelines (`run --timeline` CSVs) as one PNG: throughput and
     /// p99 latency, with marked events.
     Plot(PlotArgs),
+    /// Hit-ratio curves of the twelve caching algorithms on phase-changing traces,
+    /// simulated at several cache sizes: CSV, a Markdown table and a PNG per workload.
+    Study(StudyArgs),
     /// Verbs, round trips and bytes per GET and per SET on every backend (local, shm,
     /// tcp, emulated rdma), with throughput: a table, CSV and Markdown.
     Traffic(TrafficArgs),
     /// Draw curves from a CSV as one PNG: column X against column Y, one line per
     /// value of the --by columns (e.g. a benchmark's time per op against a size).
     Curve(CurveArgs),
+}
+
+#[derive(Debug, Args)]
+struct StudyArgs {
+    /// Workloads: zipf-moving, zipf-scan, loop, mix.
+    #[arg(
+        long,
+        default_value = "zipf-moving,zipf-scan,loop,mix",
+        value_delimiter = ','
+    )]
+    workloads: Vec<String>,
+    #[arg(long, default_value_t = 20_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 400_000)]
+    requests: u64,
+    #[arg(long, default_value_t = 4)]
+    phases: u64,
+    /// Cache sizes, per cent of the trace's footprint.
+    #[arg(long, default_value = "1,5,10,25,50", value_delimiter = ',')]
+    sizes: Vec<f64>,
+    /// Keys sampled per eviction (0: every key, the exact algorithm).
+    #[arg(long, default_value_t = 5)]
+    samples: usize,
+    #[arg(long, default_value = "benches/results/study")]
+    out: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -327,6 +357,16 @@ fn main() -> Result<()> {
         Cmd::Curve(a) => curve_cmd(a),
         Cmd::Run(a) => rt.block_on(run_cmd(a)),
         Cmd::Trace(a) => rt.block_on(trace_cmd(a)),
+        Cmd::Study(a) => dmc_benches::study::study(&dmc_benches::study::StudyConfig {
+            workloads: a.workloads,
+            keys: a.keys,
+            requests: a.requests,
+            phases: a.phases,
+            sizes: a.sizes,
+            samples: a.samples,
+            out: a.out,
+            seed: a.seed,
+        }),
         Cmd::Traffic(a) => rt.block_on(dmc_benches::traffic::traffic_cmd(
             dmc_benches::traffic::TrafficConfig {
                 keys: a.keys,
