@@ -147,12 +147,7 @@ fn render(rows: &[Row]) -> (String, String) {
         let t = r.per_op.total();
         let f = |n: u64| per(n, r.ops);
         let wire = r.per_op.rpc_bytes_sent + r.per_op.rpc_bytes_received;
-        let _ = writeln!(
-            csv,
-            "{},{},{:.0},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{:.1}",
-            r.backend,
-            r.op,
-            r.ops_per_sec,
+        let v = [
             f(t.posts),
             f(t.verbs()),
             f(t.reads),
@@ -161,23 +156,17 @@ fn render(rows: &[Row]) -> (String, String) {
             f(t.faa),
             f(t.bytes),
             f(r.per_op.rpcs),
-            f(wire)
+            f(wire),
+        ];
+        let _ = writeln!(
+            csv,
+            "{},{},{:.0},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{:.3},{:.1}",
+            r.backend, r.op, r.ops_per_sec, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]
         );
         let _ = writeln!(
             md,
             "| {} | {} | {:.0} | {:.2} | {:.2} ({:.2}/{:.2}/{:.2}/{:.2}) | {:.0} | {:.2} | {:.0} |",
-            r.backend,
-            r.op,
-            r.ops_per_sec,
-            f(t.posts),
-            f(t.verbs()),
-            f(t.reads),
-            f(t.writes),
-            f(t.cas),
-            f(t.faa),
-            f(t.bytes),
-            f(r.per_op.rpcs),
-            f(wire)
+            r.backend, r.op, r.ops_per_sec, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]
         );
     }
     (csv, md)

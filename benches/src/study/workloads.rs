@@ -63,7 +63,7 @@ pub fn generate(
                 }
             }
             "mix" => {
-                if phase % 2 == 0 {
+                if phase.is_multiple_of(2) {
                     // Recency phase: a hot set that moves every tenth of the phase.
                     let shift = (at * 10 / phase_len) * keys / 7;
                     (zipf.sample(&mut rng) + shift + phase * keys / 3) % keys

@@ -354,29 +354,31 @@ impl QpShared {
             WorkOp::Read {
                 local: s,
                 remote: r,
-            } => match (local(s), remote(r, u64::from(s.len))) {
-                (None, _) => Err(WcStatus::LocalProtection),
-                (_, None) => Err(WcStatus::RemoteAccess),
-                (Some((lm, lo)), Some((rm, ro))) => {
-                    let mut bytes = vec![0u8; s.len as usize];
-                    rm.read(ro, &mut bytes)
-                        .and_then(|()| lm.write(lo, &bytes))
-                        .map_err(|_| WcStatus::LocalProtection)
-                }
-            },
-            WorkOp::Write {
+            }
+            | WorkOp::Write {
                 local: s,
                 remote: r,
-            } => match (local(s), remote(r, u64::from(s.len))) {
-                (None, _) => Err(WcStatus::LocalProtection),
-                (_, None) => Err(WcStatus::RemoteAccess),
-                (Some((lm, lo)), Some((rm, ro))) => {
-                    let mut bytes = vec![0u8; s.len as usize];
-                    lm.read(lo, &mut bytes)
-                        .and_then(|()| rm.write(ro, &bytes))
-                        .map_err(|_| WcStatus::RemoteAccess)
+            } => {
+                let reading = matches!(op, WorkOp::Read { .. });
+                match (local(s), remote(r, u64::from(s.len))) {
+                    (None, _) => Err(WcStatus::LocalProtection),
+                    (_, None) => Err(WcStatus::RemoteAccess),
+                    (Some(l), Some(rm)) => {
+                        // A READ copies remote to local, a WRITE local to remote.
+                        let ((from, at), (to, to_at)) = if reading { (rm, l) } else { (l, rm) };
+                        let mut bytes = vec![0u8; s.len as usize];
+                        from.read(at, &mut bytes)
+                            .and_then(|()| to.write(to_at, &bytes))
+                            .map_err(|_| {
+                                if reading {
+                                    WcStatus::LocalProtection
+                                } else {
+                                    WcStatus::RemoteAccess
+                                }
+                            })
+                    }
                 }
-            },
+            }
             WorkOp::Cas {
                 local: s,
                 remote: r,
