@@ -325,6 +325,13 @@ fn serve_rdma(cfg: &Config) -> Result<Option<Arc<dmc_verbs::rdma::RdmaResponder>
         .ok_or_else(|| {
             anyhow::anyhow!("rdma_device = {name:?}: no such RDMA device on this machine")
         })?;
+    anyhow::ensure!(
+        device.atomics_coherent_with_cpu(),
+        "rdma_device {}: its atomics are not atomic against the CPU's (atomic_cap is not \
+         IBV_ATOMIC_GLOB), and this node's commit locks are CPU atomics on the words agents \
+         CAS through the NIC; serve this pool over tcp",
+        device.name()
+    );
     tracing::info!(device = %device.name(), "serving one-sided RDMA verbs");
     Ok(Some(Arc::new(dmc_verbs::rdma::RdmaResponder::new(device))))
 }

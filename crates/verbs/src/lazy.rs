@@ -61,6 +61,8 @@ impl LazyTransport {
 
     /// The connection, opened now if there is none.
     async fn get(&self) -> Result<Arc<dyn Transport>, VerbsError> {
+        // Read before anything: a use that began before an abort never connects anew.
+        let aborts = self.aborts.load(Ordering::SeqCst);
         if let Some(c) = self.conn.read().clone() {
             return Ok(c);
         }
@@ -68,12 +70,7 @@ impl LazyTransport {
         if let Some(c) = self.conn.read().clone() {
             return Ok(c);
         }
-        let aborts = self.aborts.load(Ordering::SeqCst);
         let c = backend::connect(self.kind, self.endpoint.clone(), self.options.clone()).await?;
-        if self.aborts.load(Ordering::SeqCst) != aborts {
-            c.abort().await;
-            return Err(VerbsError::Closed);
-        }
         if c.node() != self.node {
             return Err(VerbsError::Malformed(format!(
                 "{} is memory node {}, expected node {}",
@@ -82,9 +79,19 @@ impl LazyTransport {
                 self.node
             )));
         }
+        {
+            // Checked and stored under the slot's lock, which `abort` takes too.
+            let mut slot = self.conn.write();
+            if self.aborts.load(Ordering::SeqCst) == aborts {
+                *slot = Some(c.clone());
+            } else {
+                drop(slot);
+                c.abort().await;
+                return Err(VerbsError::Closed);
+            }
+        }
         tracing::debug!(node = self.node, endpoint = %self.endpoint, "connected on first use");
         self.opened.fetch_add(1, Ordering::Relaxed);
-        *self.conn.write() = Some(c.clone());
         Ok(c)
     }
 
@@ -135,8 +142,11 @@ impl Transport for LazyTransport {
 
     fn abort(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.aborts.fetch_add(1, Ordering::SeqCst);
-            let conn = self.conn.write().take();
+            let conn = {
+                let mut slot = self.conn.write();
+                self.aborts.fetch_add(1, Ordering::SeqCst);
+                slot.take()
+            };
             if let Some(c) = conn {
                 tracing::warn!(
                     node = self.node,

@@ -245,15 +245,21 @@ impl RpcClient {
             .cloned()
     }
 
-    async fn live_conn(&self) -> Result<Arc<Conn>, VerbsError> {
+    /// The connection to send on for a call begun when the abort count was `aborts`.
+    async fn live_conn(&self, aborts: u64) -> Result<Arc<Conn>, VerbsError> {
+        if self.aborts.load(Ordering::SeqCst) != aborts {
+            return Err(VerbsError::Closed);
+        }
         if let Some(c) = self.current() {
             return Ok(c);
         }
         let _one = self.dialing.lock().await;
+        if self.aborts.load(Ordering::SeqCst) != aborts {
+            return Err(VerbsError::Closed);
+        }
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let aborts = self.aborts.load(Ordering::SeqCst);
         tracing::debug!(endpoint = %self.endpoint, "re-dialling memory node");
         let (conn, _) = self.open().await?;
         let mut slot = self.conn.lock();
@@ -305,8 +311,11 @@ impl RpcClient {
     /// so no request still queued in the kernel is delivered later, when a partition
     /// heals, into a copy the manager has since refilled. The next call dials anew.
     pub fn abort(&self) {
-        self.aborts.fetch_add(1, Ordering::SeqCst);
-        let conn = self.conn.lock().take();
+        let conn = {
+            let mut slot = self.conn.lock();
+            self.aborts.fetch_add(1, Ordering::SeqCst);
+            slot.take()
+        };
         if let Some(conn) = conn {
             conn.kill();
         }
@@ -314,7 +323,9 @@ impl RpcClient {
 
     /// Sends one request and waits for its response; an error response is `Err`.
     pub async fn call(&self, req: &Request) -> Result<Response, VerbsError> {
-        let conn = self.live_conn().await?;
+        // A call begun before an abort never dials anew (it would deliver late).
+        let aborts = self.aborts.load(Ordering::SeqCst);
+        let conn = self.live_conn(aborts).await?;
         self.call_on(&conn, req).await
     }
 }

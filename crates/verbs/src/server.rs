@@ -316,7 +316,10 @@ fn handle_with_rdma(
         }),
         Request::DropRegion { region } | Request::CreateRegion { region, .. } => {
             rdma.forget(region);
-            core.handle(session, req)
+            let resp = core.handle(session, req);
+            // Again after: a key asked for in between registered the copy just dropped.
+            rdma.forget(region);
+            resp
         }
         Request::Revoke { client } => {
             let resp = core.handle(session, req);

@@ -279,3 +279,22 @@ async fn commit_rpcs_are_messages_on_the_queue_pair() {
     let err = agent.call(prepare(3, 1)).await.unwrap_err();
     assert_eq!(err, VerbsError::Revoked(0xc0));
 }
+
+/// `abort` (the node left every copy) drops the queue pair and the channel at once;
+/// work begun after it connects anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_drops_the_queue_pair_and_later_work_reconnects() {
+    let fabric = EmulatedFabric::default();
+    let (ep, _stop, _dir) = rdma_node(&fabric).await;
+    let agent = client(&fabric, &ep, options(b"s")).await;
+    let t: &dyn Transport = &agent;
+    t.create_region(1, 4096).await.unwrap();
+    t.write(1, 0, b"before").await.unwrap();
+    assert_eq!(agent.links_opened(), 1);
+    t.abort().await;
+    t.write(1, 0, b"after!").await.unwrap();
+    assert_eq!(agent.links_opened(), 2, "a new queue pair after the abort");
+    let mut buf = [0u8; 6];
+    t.read(1, 0, &mut buf).await.unwrap();
+    assert_eq!(&buf, b"after!");
+}

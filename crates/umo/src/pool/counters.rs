@@ -2,13 +2,14 @@
 //!
 //! Each addition is made as [`Pool::faa_mirrored`] makes one (added at the region's
 //! primary, the sum written to its backups), but the additions whose primary is one
-//! node go in one post, and the backups' writes in one post per node: a batch of hits
-//! costs two round trips to each node, not two per key, which is what keeps LRU and LFU
+//! node go in one post, and the backups' writes in one post per node, every node's at
+//! once: a batch of hits costs two round trips, not two per key, which is what keeps LRU and LFU
 //! metadata cheap over `tcp` and RDMA (one doorbell per node instead of one per key).
 
 use std::collections::BTreeMap;
 
 use dmc_verbs::{RegionId, Verb};
+use futures::future::join_all;
 
 use super::Pool;
 use crate::addr::GlobalAddr;
@@ -50,23 +51,30 @@ impl Pool {
                 b.extend(entry.copies().filter(|&n| n != primary));
             }
         }
-        let mut sums = vec![[0u8; 8]; adds.len()];
-        let mut first_error = None;
-        for (node, items) in &by_primary {
+        // The primaries' additions, every node at once.
+        let faas = join_all(by_primary.iter().map(|(node, items)| async move {
             let mut verbs: Vec<Verb> = items
                 .iter()
-                .map(|&i| Verb::Faa {
-                    region: adds[i].0.region(),
-                    offset: adds[i].0.offset(),
-                    add: adds[i].1,
+                .filter_map(|&i| adds.get(i))
+                .map(|(addr, add)| Verb::Faa {
+                    region: addr.region(),
+                    offset: addr.offset(),
+                    add: *add,
                     old: 0,
                 })
                 .collect();
-            match self.post_on(*node, &mut verbs).await {
+            let done = self.post_on(*node, &mut verbs).await;
+            (items, verbs, done)
+        }))
+        .await;
+        let mut sums = vec![[0u8; 8]; adds.len()];
+        let mut first_error = None;
+        for (items, verbs, done) in faas {
+            match done {
                 Ok(()) => {
                     for (&i, v) in items.iter().zip(&verbs) {
-                        if let (Verb::Faa { old, .. }, Some(sum)) = (v, sums.get_mut(i)) {
-                            *sum = old.wrapping_add(adds[i].1).to_le_bytes();
+                        if let (Verb::Faa { old, add, .. }, Some(sum)) = (v, sums.get_mut(i)) {
+                            *sum = old.wrapping_add(*add).to_le_bytes();
                         }
                     }
                 }
@@ -87,19 +95,23 @@ impl Pool {
                 by_backup.entry(n).or_default().push(i);
             }
         }
-        for (node, items) in &by_backup {
+        // The backups' sums, every node at once.
+        let sums = &sums;
+        join_all(by_backup.iter().map(|(node, items)| async move {
             let mut verbs: Vec<Verb> = items
                 .iter()
-                .map(|&i| Verb::Write {
-                    region: adds[i].0.region(),
-                    offset: adds[i].0.offset(),
-                    data: &sums[i],
+                .filter_map(|&i| Some((adds.get(i)?, sums.get(i)?)))
+                .map(|((addr, _), sum)| Verb::Write {
+                    region: addr.region(),
+                    offset: addr.offset(),
+                    data: sum,
                 })
                 .collect();
             if let Err(e) = self.post_on(*node, &mut verbs).await {
                 tracing::debug!(error = %e, "a backup missed counters' values");
             }
-        }
+        }))
+        .await;
         first_error.map_or(Ok(()), Err)
     }
 }

@@ -177,6 +177,14 @@ pub trait RcDevice: Send + Sync {
 
     fn caps(&self) -> DeviceCaps;
 
+    /// Whether the device's atomics are atomic against the host CPU's too. A memory
+    /// node takes its commit locks with CPU atomics on the words agents CAS with the
+    /// NIC, so it may serve RDMA only if they are (`IBV_ATOMIC_GLOB`; many NICs offer
+    /// only `IBV_ATOMIC_HCA`, atomic among NIC operations alone).
+    fn atomics_coherent_with_cpu(&self) -> bool {
+        true
+    }
+
     /// Registers `mem` for the given access.
     fn register(
         &self,

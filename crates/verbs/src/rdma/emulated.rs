@@ -502,6 +502,17 @@ impl RcQp for EmulatedQp {
 
     fn post_recv(&self, buffers: &[(u64, Sge)]) -> Result<(), VerbsError> {
         let fabric = self.shared.fabric.upgrade().ok_or(VerbsError::Closed)?;
+        if *self.shared.state.lock() == QpState::Error {
+            // A pair in the error state flushes what is posted to it.
+            for (id, _) in buffers {
+                self.shared.complete(Completion {
+                    id: *id,
+                    status: WcStatus::Flushed,
+                    kind: CompletionKind::Recv { len: 0 },
+                });
+            }
+            return Ok(());
+        }
         self.shared.recvs.lock().extend(buffers.iter().copied());
         // Messages that waited for a buffer take the new ones, in order.
         loop {

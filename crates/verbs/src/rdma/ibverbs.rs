@@ -38,7 +38,8 @@ use crate::memory::RegionMemory;
 
 /// Work requests in flight per queue pair (and completion queue entries).
 const QUEUE_DEPTH: u32 = 512;
-/// Outstanding RDMA READs and atomics per queue pair, each way.
+/// Outstanding RDMA READs and atomics per queue pair, each way, at most (the device's
+/// limits may be lower).
 const RD_ATOMIC: u8 = 16;
 
 fn os_error(what: &str) -> VerbsError {
@@ -79,6 +80,10 @@ pub struct IbvDevice {
     gid: [u8; 16],
     mtu: u32,
     caps: DeviceCaps,
+    /// Outstanding READs/atomics a queue pair may have (as initiator, as target).
+    rd_atomic: (u8, u8),
+    /// Whether the NIC's atomics are atomic against the CPU's too (`IBV_ATOMIC_GLOB`).
+    global_atomics: bool,
 }
 
 /// Opens the device named `name` (or the first one) on `port` with GID `gid_index`;
@@ -168,6 +173,11 @@ fn open_device(
             max_message: port_attr.max_msg_sz.max(4096) as usize,
             max_send_wr: max_wr as usize,
         },
+        rd_atomic: (
+            u8::try_from(dev_attr.max_qp_init_rd_atom.clamp(1, i32::from(RD_ATOMIC))).unwrap_or(1),
+            u8::try_from(dev_attr.max_qp_rd_atom.clamp(1, i32::from(RD_ATOMIC))).unwrap_or(1),
+        ),
+        global_atomics: dev_attr.atomic_cap == ibv_atomic_cap::IBV_ATOMIC_GLOB,
     })
 }
 
@@ -214,6 +224,10 @@ impl RcDevice for IbvDevice {
 
     fn caps(&self) -> DeviceCaps {
         self.caps
+    }
+
+    fn atomics_coherent_with_cpu(&self) -> bool {
+        self.global_atomics
     }
 
     fn register(
@@ -303,6 +317,7 @@ struct IbvQp {
     me: QpAddress,
     port: u8,
     gid_index: u8,
+    rd_atomic: (u8, u8),
     /// Serialises posting (one doorbell at a time keeps chains whole and in order).
     posting: Mutex<()>,
 }
@@ -357,6 +372,7 @@ impl IbvQp {
             },
             port: dev.port,
             gid_index: dev.gid_index,
+            rd_atomic: dev.rd_atomic,
             posting: Mutex::new(()),
         };
         if qp.is_null() {
@@ -452,7 +468,7 @@ impl RcQp for IbvQp {
         attr.path_mtu = self.me.mtu.min(peer.mtu);
         attr.dest_qp_num = peer.qpn;
         attr.rq_psn = peer.psn;
-        attr.max_dest_rd_atomic = RD_ATOMIC;
+        attr.max_dest_rd_atomic = self.rd_atomic.1;
         attr.min_rnr_timer = 12;
         attr.ah_attr.dlid = peer.lid;
         attr.ah_attr.port_num = self.port;
@@ -461,7 +477,8 @@ impl RcQp for IbvQp {
             attr.ah_attr.is_global = 1;
             attr.ah_attr.grh.dgid.raw = peer.gid;
             attr.ah_attr.grh.sgid_index = self.gid_index;
-            attr.ah_attr.grh.hop_limit = 1;
+            // Routed RoCE v2 crosses routers: a hop limit of 1 would stop at the first.
+            attr.ah_attr.grh.hop_limit = 64;
         }
         let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
             | ibv_qp_attr_mask::IBV_QP_AV.0
@@ -478,7 +495,7 @@ impl RcQp for IbvQp {
         attr.retry_cnt = 7;
         attr.rnr_retry = 7;
         attr.sq_psn = self.me.psn;
-        attr.max_rd_atomic = RD_ATOMIC;
+        attr.max_rd_atomic = self.rd_atomic.0;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
             | ibv_qp_attr_mask::IBV_QP_TIMEOUT.0
             | ibv_qp_attr_mask::IBV_QP_RETRY_CNT.0

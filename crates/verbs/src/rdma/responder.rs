@@ -79,8 +79,10 @@ impl RdmaResponder {
 
     /// The key of `region`'s current copy, registering it on first ask.
     pub fn region(&self, core: &NodeCore, region: RegionId) -> Result<Response, VerbsError> {
-        let mem = core.region(region)?;
+        // Under the lock `forget` takes: a drop that lands after this read is followed
+        // by a `forget` that removes what this registers.
         let mut regions = self.regions.lock();
+        let mem = core.region(region)?;
         let reg = match regions.get(&region) {
             Some(r) if Arc::ptr_eq(r.memory(), &mem) => r.clone(),
             _ => {

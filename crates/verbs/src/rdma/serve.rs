@@ -55,6 +55,19 @@ pub fn start(
 }
 
 fn serve(qp: Arc<dyn RcQp>, inbox: Inbox, stages: StagePool, s: Serving, alive: Weak<()>) {
+    answer_messages(&*qp, &inbox, &stages, &s, &alive);
+    // Whatever the client still waits for on this pair is flushed, not left to time
+    // out.
+    qp.fail();
+}
+
+fn answer_messages(
+    qp: &dyn RcQp,
+    inbox: &Inbox,
+    stages: &StagePool,
+    s: &Serving,
+    alive: &Weak<()>,
+) {
     let mut completions: Vec<Completion> = Vec::new();
     // Answers being sent, by work request id: their buffers live until sent.
     let mut sending: HashMap<u64, Stage> = HashMap::new();
@@ -69,10 +82,10 @@ fn serve(qp: Arc<dyn RcQp>, inbox: Inbox, stages: StagePool, s: Serving, alive: 
                     sending.remove(&c.id);
                 }
                 (CompletionKind::Recv { len }, WcStatus::Success) => {
-                    let answer = match inbox.take(&*qp, c.id, len) {
+                    let answer = match inbox.take(qp, c.id, len) {
                         Ok(frame) => {
                             let resp = match Request::decode(frame.tag, frame.payload) {
-                                Ok(req) => run(&s, req),
+                                Ok(req) => run(s, req),
                                 Err(e) => Response::Error(e),
                             };
                             let mut out = BytesMut::new();
@@ -93,7 +106,7 @@ fn serve(qp: Arc<dyn RcQp>, inbox: Inbox, stages: StagePool, s: Serving, alive: 
                     };
                     let id = next;
                     next += 1;
-                    match send(&*qp, &stages, id, &answer) {
+                    match send(qp, stages, id, &answer) {
                         Ok(stage) => {
                             sending.insert(id, stage);
                         }

@@ -38,6 +38,13 @@ impl Stage {
     pub fn registration(&self) -> &Arc<dyn Registration> {
         &self.reg
     }
+
+    /// This buffer, never to go back to the pool (the device may still write it): it
+    /// is deregistered when dropped.
+    pub fn discarded(mut self) -> Stage {
+        self.class = usize::MAX;
+        self
+    }
 }
 
 impl Drop for Stage {

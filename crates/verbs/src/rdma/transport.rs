@@ -142,6 +142,32 @@ pub struct RdmaTransport {
     links_opened: AtomicU64,
     /// RPCs sent as messages on the queue pair.
     messages_sent: AtomicU64,
+    /// Bumped by every abort: work begun before one neither reconnects nor keeps a
+    /// queue pair set up across it.
+    aborts: AtomicU64,
+}
+
+/// A staging buffer the device may still touch: if its round ends before its
+/// completion (the future was dropped, or timed out), the buffer is kept with the queue
+/// pair and never reused.
+struct InFlight {
+    link: Arc<Link>,
+    stage: Option<super::stage::Stage>,
+}
+
+impl InFlight {
+    /// The round completed: the device is done with the buffer.
+    fn done(mut self) -> Option<super::stage::Stage> {
+        self.stage.take()
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(stage) = self.stage.take() {
+            self.link.quarantine.lock().push(stage.discarded());
+        }
+    }
 }
 
 impl RdmaTransport {
@@ -175,8 +201,9 @@ impl RdmaTransport {
             keys: ArcSwap::from_pointee(Vec::new()),
             links_opened: AtomicU64::new(0),
             messages_sent: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
         };
-        t.link().await?;
+        t.link(0).await?;
         Ok(t)
     }
 
@@ -190,8 +217,12 @@ impl RdmaTransport {
         self.links_opened.load(Ordering::Relaxed)
     }
 
-    /// The live link, set up again if it broke.
-    async fn link(&self) -> Result<Arc<Link>, VerbsError> {
+    /// The live link, set up again if it broke, for work begun when the abort count was
+    /// `started`.
+    async fn link(&self, started: u64) -> Result<Arc<Link>, VerbsError> {
+        if self.aborts.load(Ordering::SeqCst) != started {
+            return Err(VerbsError::Closed);
+        }
         let live = |l: &Option<Arc<Link>>| {
             l.as_ref()
                 .filter(|l| !l.broken.load(Ordering::Acquire))
@@ -201,6 +232,9 @@ impl RdmaTransport {
             return Ok(l);
         }
         let _one = self.relink.lock().await;
+        if self.aborts.load(Ordering::SeqCst) != started {
+            return Err(VerbsError::Closed);
+        }
         if let Some(l) = live(&self.link.lock()) {
             return Ok(l);
         }
@@ -234,7 +268,19 @@ impl RdmaTransport {
         if self.links_opened.fetch_add(1, Ordering::Relaxed) > 0 {
             tracing::info!(node = self.node, device = %self.device.name(), "RDMA queue pair set up again");
         }
-        *self.link.lock() = Some(link.clone());
+        let old = {
+            let mut slot = self.link.lock();
+            if self.aborts.load(Ordering::SeqCst) != started {
+                drop(slot);
+                link.qp.fail();
+                return Err(VerbsError::Closed);
+            }
+            slot.replace(link.clone())
+        };
+        // What waited on the old pair gets its flush now, not a timeout.
+        if let Some(old) = old {
+            old.qp.fail();
+        }
         Ok(link)
     }
 
@@ -274,8 +320,13 @@ impl RdmaTransport {
     }
 
     /// Posts one round and waits for its completion.
-    async fn run_round(&self, round: &Round, verbs: &mut [Verb<'_>]) -> Result<(), VerbsError> {
-        let link = self.link().await?;
+    async fn run_round(
+        &self,
+        round: &Round,
+        verbs: &mut [Verb<'_>],
+        started: u64,
+    ) -> Result<(), VerbsError> {
+        let link = self.link(started).await?;
         let stage = self.stages.take(round.stage_len)?;
         let reg = stage.registration();
         for p in &round.requests {
@@ -338,6 +389,10 @@ impl RdmaTransport {
             link.broken.store(true, Ordering::Release);
             return Err(e);
         }
+        let in_flight = InFlight {
+            link: link.clone(),
+            stage: Some(stage),
+        };
         let status = match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(status)) => status,
             Ok(Err(_)) => {
@@ -347,13 +402,18 @@ impl RdmaTransport {
             Err(_) => {
                 link.broken.store(true, Ordering::Release);
                 link.qp.fail();
-                link.quarantine.lock().push(stage);
                 return Err(VerbsError::Timeout(self.timeout.as_millis() as u64));
             }
         };
+        // Completed (or failed, which ends the pair's use of it): the buffer is free.
+        let stage = in_flight.done();
         if status != WcStatus::Success {
-            return Err(self.failed(status, round).await);
+            return Err(self.failed(status, round, started).await);
         }
+        let Some(stage) = stage else {
+            return Err(VerbsError::Closed);
+        };
+        let reg = stage.registration();
         for p in &round.requests {
             let stage_at = p.stage_at as u64;
             match verbs.get_mut(p.verb) {
@@ -375,7 +435,8 @@ impl RdmaTransport {
     /// Sends `req` as a message on the queue pair and waits for the node's answer;
     /// `None` when it does not fit one message (the caller uses the RPC channel).
     async fn call_as_message(&self, req: &Request) -> Option<Result<Response, VerbsError>> {
-        let link = match self.link().await {
+        let started = self.aborts.load(Ordering::SeqCst);
+        let link = match self.link(started).await {
             Ok(l) => l,
             Err(e) => return Some(Err(e)),
         };
@@ -389,7 +450,7 @@ impl RdmaTransport {
         let message = messages::fits(&frame)?;
         crate::stats::rpc_sent(message.len());
         self.messages_sent.fetch_add(1, Ordering::Relaxed);
-        Some(self.exchange(&link, id, &message).await)
+        Some(self.exchange(&link, id, &message, started).await)
     }
 
     async fn exchange(
@@ -397,6 +458,7 @@ impl RdmaTransport {
         link: &Arc<Link>,
         id: u64,
         message: &[u8],
+        started: u64,
     ) -> Result<Response, VerbsError> {
         let stage = self.stages.take(message.len())?;
         let reg = stage.registration();
@@ -428,6 +490,10 @@ impl RdmaTransport {
             link.broken.store(true, Ordering::Release);
             return Err(e);
         }
+        let in_flight = InFlight {
+            link: link.clone(),
+            stage: Some(stage),
+        };
         let timeout = self.timeout;
         let waited = tokio::time::timeout(timeout, async {
             match sent.await {
@@ -444,20 +510,24 @@ impl RdmaTransport {
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(status)) => {
                 link.answers.lock().remove(&id);
-                Err(self.failed(status, &Round::default()).await)
+                drop(in_flight.done());
+                Err(self.failed(status, &Round::default(), started).await)
             }
             Err(_) => {
                 link.answers.lock().remove(&id);
                 link.broken.store(true, Ordering::Release);
                 link.qp.fail();
-                link.quarantine.lock().push(stage);
                 Err(VerbsError::Timeout(timeout.as_millis() as u64))
             }
         }
     }
 
     /// The error a failed round reports, after mending what can be mended.
-    async fn failed(&self, status: WcStatus, round: &Round) -> VerbsError {
+    async fn failed(&self, status: WcStatus, round: &Round, started: u64) -> VerbsError {
+        if self.aborts.load(Ordering::SeqCst) != started {
+            // The pair was dropped on purpose (the node left every copy): no reconnect.
+            return VerbsError::Closed;
+        }
         if status == WcStatus::RemoteAccess {
             // A region dropped or moved under its key: fetch the key again next time.
             let mut regions: Vec<RegionId> = round.requests.iter().map(|p| p.region).collect();
@@ -475,7 +545,7 @@ impl RdmaTransport {
             ?status,
             "RDMA work request failed; setting the queue pair up again"
         );
-        match self.link().await {
+        match self.link(started).await {
             Err(e) => e,
             Ok(_) => VerbsError::Remote(format!(
                 "RDMA work request failed ({status:?}); the queue pair was set up again"
@@ -498,13 +568,14 @@ impl Transport for RdmaTransport {
         verbs: &'a mut [Verb<'b>],
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         Box::pin(async move {
+            let started = self.aborts.load(Ordering::SeqCst);
             crate::stats::post(crate::stats::RDMA, verbs);
             self.fetch_keys(verbs).await?;
             let keys = self.keys.load();
             let key = |r: RegionId| keys.get(r as usize).copied().flatten();
             let (rounds, bad) = chain::plan(verbs, key, self.limits);
             for round in &rounds {
-                self.run_round(round, verbs).await?;
+                self.run_round(round, verbs, started).await?;
             }
             bad.map_or(Ok(()), Err)
         })
@@ -526,7 +597,12 @@ impl Transport for RdmaTransport {
 
     fn abort(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Some(link) = self.link.lock().take() {
+            let link = {
+                let mut slot = self.link.lock();
+                self.aborts.fetch_add(1, Ordering::SeqCst);
+                slot.take()
+            };
+            if let Some(link) = link {
                 link.broken.store(true, Ordering::Release);
                 link.qp.fail();
             }
