@@ -37,6 +37,23 @@ async fn client(
         .unwrap()
 }
 
+/// A node on a new fabric, and an agent that created region 1 there and wrote to it
+/// over its first queue pair. Keep the node alive as long as the agent is used.
+async fn written_once() -> (
+    EmulatedFabric,
+    (tokio::sync::oneshot::Sender<()>, tempfile::TempDir),
+    RdmaTransport,
+) {
+    let fabric = EmulatedFabric::default();
+    let (ep, stop, dir) = rdma_node(&fabric).await;
+    let agent = client(&fabric, &ep, options(b"s")).await;
+    let t: &dyn Transport = &agent;
+    t.create_region(1, 4096).await.unwrap();
+    t.write(1, 0, b"before").await.unwrap();
+    assert_eq!(agent.links_opened(), 1);
+    (fabric, (stop, dir), agent)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emulated_rdma_backend_conforms() {
     let fabric = EmulatedFabric::default();
@@ -121,13 +138,8 @@ async fn a_stale_key_fails_once_then_refreshes() {
 /// pair up again, and posts work on the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_queue_pair_is_set_up_again() {
-    let fabric = EmulatedFabric::default();
-    let (ep, _stop, _dir) = rdma_node(&fabric).await;
-    let agent = client(&fabric, &ep, options(b"s")).await;
+    let (fabric, _node, agent) = written_once().await;
     let t: &dyn Transport = &agent;
-    t.create_region(1, 4096).await.unwrap();
-    t.write(1, 0, b"before").await.unwrap();
-    assert_eq!(agent.links_opened(), 1);
     fabric.break_links();
     // The link learns of the failure from its flushed receive buffers or from the next
     // post; either way the queue pair is set up again, and the node is not taken for
@@ -284,13 +296,8 @@ async fn commit_rpcs_are_messages_on_the_queue_pair() {
 /// work begun after it connects anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_drops_the_queue_pair_and_later_work_reconnects() {
-    let fabric = EmulatedFabric::default();
-    let (ep, _stop, _dir) = rdma_node(&fabric).await;
-    let agent = client(&fabric, &ep, options(b"s")).await;
+    let (_fabric, _node, agent) = written_once().await;
     let t: &dyn Transport = &agent;
-    t.create_region(1, 4096).await.unwrap();
-    t.write(1, 0, b"before").await.unwrap();
-    assert_eq!(agent.links_opened(), 1);
     t.abort().await;
     t.write(1, 0, b"after!").await.unwrap();
     assert_eq!(agent.links_opened(), 2, "a new queue pair after the abort");
