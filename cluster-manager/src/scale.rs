@@ -120,21 +120,24 @@ pub async fn scale(
         wait_applied(m, instance, &ids, t0 + times.ready).await?;
         let records: Vec<_> = leaving
             .iter()
-            .filter_map(|(_, l)| snapshot.launched.get(l).cloned())
+            .filter_map(|(id, l)| snapshot.launched.get(l).map(|r| (*id, r.clone())))
             .collect();
-        for rec in &records {
+        for (_, rec) in &records {
             launcher
                 .stop(rec)
                 .map_err(|e| ManagerError::Invalid(e.to_string()))?;
         }
         let deadline = Instant::now() + times.drain + Duration::from_secs(2);
-        for rec in &records {
+        for (id, rec) in &records {
             while launcher.running(rec) && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             if launcher.running(rec) {
                 tracing::warn!(pid = rec.pid, "agent outlived its drain time; killing it");
                 launcher.kill(rec);
+            }
+            if !launcher.running(rec) {
+                m.removed_agents_exited(&[*id]);
             }
             m.forget_launch(&rec.listen)?;
             report.stopped.push(rec.listen.clone());

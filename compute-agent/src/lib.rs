@@ -197,6 +197,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         let applied = Arc::new(std::sync::atomic::AtomicU64::new(
             router.apply(id, map).await,
         ));
+        let applied_for_exit = applied.clone();
         router.drain(id);
         // Acknowledge the first map now: `agents scale` waits for it.
         let (u, v) = (url.clone(), applied.load(Ordering::Acquire));
@@ -243,7 +244,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             },
             heartbeat_every,
         );
-        me = Some((url, id));
+        me = Some((url, id, applied_for_exit));
     }
     // Memory-node connections open on first use; unused ones close.
     let idle = pool_cfg.idle_connection_timeout;
@@ -389,7 +390,8 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         }
     }
     drop(listener);
-    if let Some((url, id)) = me {
+    if let Some((url, id, _)) = &me {
+        let (url, id) = (url.clone(), *id);
         // Hand this agent's slots to the others before the connections close (a no-op
         // if `agents scale` already did).
         let left =
@@ -419,6 +421,11 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         left_open = engine.stats.connected_clients.load(Ordering::Relaxed),
         "drained; flushing metadata"
     );
+    if let Some((_, id, applied)) = &me
+        && !was_revoked
+    {
+        report_removal(&router, *id, applied).await;
+    }
     maintenance.abort();
     sampler.abort();
     if was_revoked {
@@ -427,6 +434,33 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     dht.flush_hits().await;
     Ok(())
 }
+
+/// Waits (at most [`REPORT_REMOVAL_FOR`]) until the manager has this agent's report
+/// of a map without it. The agents taking its shards write them only once it has
+/// reported that map (or its lease lapsed, or the manager saw its process exit): an
+/// agent that exited with the report still in flight would stall their writes.
+async fn report_removal(router: &Router, me: u64, applied: &std::sync::atomic::AtomicU64) {
+    let deadline = tokio::time::Instant::now() + REPORT_REMOVAL_FOR;
+    loop {
+        let reported = router.map().is_some_and(|map| {
+            map.agent(me).is_none() && applied.load(Ordering::Acquire) >= map.version
+        });
+        if reported {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                "exiting before the manager had this agent's report of the map that removed it; \
+                 the agents taking its shards wait for its exit to be seen or its lease"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How long an exiting agent waits for its report of the map that removed it.
+const REPORT_REMOVAL_FOR: Duration = Duration::from_secs(2);
 
 /// The next connection on the plain port or the TLS port; `true` for TLS.
 async fn accept_either(

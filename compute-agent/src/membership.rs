@@ -105,6 +105,12 @@ pub(crate) fn watch_map(
                         leaving = true;
                     }
                     router.drain(me);
+                    // A report the manager never gets (the tests' stand-in for an agent
+                    // that exits with it in flight).
+                    #[cfg(feature = "failpoints")]
+                    if removed && fail::eval("agent-removal-unreported", |_| ()).is_some() {
+                        std::future::pending::<()>().await;
+                    }
                     // The chunks written in regions being filled go with the report;
                     // `applied` (which heartbeats also report) rises only once the
                     // manager has them, so it never sees the version without them.

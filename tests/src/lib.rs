@@ -220,6 +220,12 @@ pub struct ClusterManager {
 
 impl ClusterManager {
     pub fn start(dir: &Path, extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(dir, extra, &[])
+    }
+
+    /// [`start`](Self::start) with environment variables, which the agents it
+    /// launches inherit (`FAILPOINTS`).
+    pub fn start_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let state = dir.join("cluster.json");
         let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--log", "warn"]
             .iter()
@@ -231,7 +237,7 @@ impl ClusterManager {
             dir.join("agents").display().to_string(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, addr) = start_ready("cluster-manager", &args, &[])?;
+        let (child, addr) = start_ready("cluster-manager", &args, env)?;
         Ok(ClusterManager {
             child,
             url: format!("http://{addr}"),
@@ -361,6 +367,25 @@ impl TestCluster {
         Self::start_with_node_env(manager_args, agent_toml, nodes, capacity, &|_| Vec::new())
     }
 
+    /// [`start`](Self::start), the manager (and so the agents it launches) started
+    /// with the environment `manager_env`.
+    pub fn start_with_manager_env(
+        manager_args: &[&str],
+        agent_toml: &str,
+        nodes: u32,
+        capacity: &str,
+        manager_env: &[(&str, &str)],
+    ) -> Result<TestCluster> {
+        Self::start_with_envs(
+            manager_args,
+            agent_toml,
+            nodes,
+            capacity,
+            manager_env,
+            &|_| Vec::new(),
+        )
+    }
+
     /// [`start`](Self::start), memory node `id` (from 1) started with the environment
     /// `node_env(id)` gives.
     pub fn start_with_node_env(
@@ -368,6 +393,17 @@ impl TestCluster {
         agent_toml: &str,
         nodes: u32,
         capacity: &str,
+        node_env: &dyn Fn(u32) -> Vec<(&'static str, &'static str)>,
+    ) -> Result<TestCluster> {
+        Self::start_with_envs(manager_args, agent_toml, nodes, capacity, &[], node_env)
+    }
+
+    fn start_with_envs(
+        manager_args: &[&str],
+        agent_toml: &str,
+        nodes: u32,
+        capacity: &str,
+        manager_env: &[(&str, &str)],
         node_env: &dyn Fn(u32) -> Vec<(&'static str, &'static str)>,
     ) -> Result<TestCluster> {
         let dir = tempfile::tempdir()?;
@@ -379,7 +415,7 @@ impl TestCluster {
         if !manager_args.contains(&"--balance") {
             args.extend(["--balance", "false"]);
         }
-        let manager = ClusterManager::start(dir.path(), &args)?;
+        let manager = ClusterManager::start_with_env(dir.path(), &args, manager_env)?;
         let node_dirs = (0..nodes)
             .map(|_| tempfile::tempdir())
             .collect::<std::io::Result<Vec<_>>>()?;
@@ -413,13 +449,24 @@ impl TestCluster {
     /// agents in `routing` mode (drain timeout 5 s), and `nodes` memory nodes of
     /// 512 MiB: the cluster the scaling and failover tests start from.
     pub fn routed(routing: &str, nodes: u32, extra: &[&str]) -> Result<TestCluster> {
+        Self::routed_with_env(routing, nodes, extra, &[])
+    }
+
+    /// [`routed`](Self::routed), the manager and its agents started with `env`.
+    pub fn routed_with_env(
+        routing: &str,
+        nodes: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<TestCluster> {
         let mut args = vec!["--region-size", "64mb", "--segment-size", "1mb"];
         args.extend_from_slice(extra);
-        TestCluster::start(
+        TestCluster::start_with_manager_env(
             &args,
             &format!("log = \"warn\"\nrouting = \"{routing}\"\ndrain-timeout = 5\n"),
             nodes,
             "512mb",
+            env,
         )
     }
 

@@ -204,3 +204,53 @@ fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
     assert_eq!(result["wrong"], 0, "{result}");
     assert_eq!(result["missing"], 0, "{result}");
 }
+
+/// SETs one at a time (as a plain client sends them) of keys in every slot, then
+/// GETs: each SET acknowledged within the router's patience (10 s; a reply later than
+/// that is a stall, not a slow machine) and each value the one written.
+const ONE_AT_A_TIME: &str = r#"
+import sys, time, redis
+r = redis.Redis(port=int(sys.argv[1]), lib_name=None, lib_version=None)
+slowest = 0.0
+for i in range(400):
+    t = time.monotonic()
+    assert r.set(f"single:{i}", f"value-{i}") is True
+    slowest = max(slowest, time.monotonic() - t)
+assert slowest < 10, f"a SET waited {slowest:.1f} s"
+for i in range(400):
+    assert r.get(f"single:{i}") == f"value-{i}".encode()
+"#;
+
+/// An agent that `agents scale` removes and stops, and that exits before the manager
+/// has its report of the map that removed it (here the report is lost), does not hold
+/// up the agent taking its shards for one and a half leases (30 s with this lease),
+/// longer than the router's patience (10 s, then TRYAGAIN): the manager saw its process
+/// exit. Plain SETs of keys in every slot through the remaining agent are acknowledged.
+#[test]
+fn a_scaled_in_agent_whose_removal_report_is_lost_stalls_no_write() {
+    let c = TestCluster::routed_with_env(
+        "proxy",
+        2,
+        &["--shards", "64", "--lease-ms", "20000"],
+        &[("FAILPOINTS", "agent-removal-unreported=return")],
+    )
+    .unwrap();
+    let first = c.scale(2).unwrap();
+    let port = port_of(&first["started"][0]);
+    c.scale(1).unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new("python3")
+        .args(["-c", ONE_AT_A_TIME, &port])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "400 SETs and GETs after the scale-in: {:?}",
+        started.elapsed()
+    );
+}

@@ -235,6 +235,21 @@ impl Manager {
         self.fail_over(&records)
     }
 
+    /// Records that removed agents' processes were seen to exit (the launcher reaped
+    /// them after `agents scale` stopped them), so the agents taking their shards need
+    /// not wait for a report of the map that removed them, which an agent that exited
+    /// early never sends, nor for their lease: [`exit_grace`](Self::exit_grace) after
+    /// now suffices. Agents still members are left alone (failover is
+    /// [`agents_exited`](Self::agents_exited)).
+    pub fn removed_agents_exited(&self, ids: &[AgentId]) {
+        let departed = self.departed.lock();
+        let now = Instant::now();
+        let mut exited = self.exited.lock();
+        for id in ids.iter().filter(|id| departed.contains_key(id)) {
+            exited.insert(*id, now);
+        }
+    }
+
     /// Removes failed agents, queueing their revocation first (so no handoff ever
     /// sees them removed but not yet to be revoked); a failed removal queues nothing.
     pub(super) fn fail_over(&self, agents: &[AgentRecord]) -> Result<(), ManagerError> {
@@ -461,6 +476,45 @@ mod tests {
 
     /// Agent failover (issue 15): an agent silent for a lease is removed and its shards
     /// go to the live agents; an instance whose agents are all silent keeps them.
+    /// An agent removed by `agents scale` that exited before reporting the map that
+    /// removed it (a scaled-in agent the manager stopped at once) releases its shards
+    /// once its exit is seen and the grace has passed, not one and a half leases later.
+    #[test]
+    fn a_removed_agent_seen_exiting_releases_its_shards_after_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            Duration::from_secs(60),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        let v = m.snapshot().map_version;
+        m.applied(a, v).unwrap();
+        m.applied(b, v).unwrap();
+        m.remove_agents(&[b]).unwrap();
+        let after = m.snapshot().map_version;
+        m.applied(a, after).unwrap();
+        assert!(
+            !m.released(a, after),
+            "b may still write until it reports or exits"
+        );
+        // Only departed agents are noted: a member's exit is failover's business.
+        m.removed_agents_exited(&[a]);
+        assert!(!m.exited.lock().contains_key(&a));
+        m.removed_agents_exited(&[b]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !m.released(a, after) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "released within the grace, not after 90 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn lapsed_agents_are_removed_while_their_instance_has_a_live_one() {
         let dir = tempfile::tempdir().unwrap();
