@@ -118,19 +118,34 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         Some(_) => Ownership::none(),
         None => Ownership::all(0, 1),
     };
+    // A table created now is sized to the instance (small ones group hash slots); in a
+    // cluster no group may span two shards.
+    let shard_of = |slot: u16| first_map.as_ref().map_or(0, |m| m.shards.shard_of(slot));
+    let defaults = DhtConfig::default();
     let dht = Dht::open(
         pool,
         DhtConfig {
             maxmemory: cfg.maxmemory.0,
             policy,
             samples: cfg.maxmemory_samples,
-            ..DhtConfig::default()
+            slot_group_bits: dmc_dht::slot_group_bits(
+                cfg.maxmemory.0,
+                defaults.buckets_per_subtable,
+                shard_of,
+            ),
+            ..defaults
         },
         Arc::new(SystemClock),
         ownership,
     )
     .await
     .context("opening the hash table")?;
+    anyhow::ensure!(
+        dmc_dht::groups_within_shards(dht.slot_group_bits(), &shard_of),
+        "the pool's hash table groups {} hash slots per partition, across this cluster's shard \
+         boundaries",
+        1u32 << dht.slot_group_bits()
+    );
     let maintenance = dht.spawn_maintenance(Duration::from_millis(100));
     let password = (!cfg.requirepass.is_empty()).then(|| Bytes::from(cfg.requirepass.clone()));
     let engine = Engine::new(

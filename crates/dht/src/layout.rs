@@ -8,6 +8,9 @@
 //! | db map: 32 × u8 at byte 16: logical db i is stored as physical db i ^ map[i]  |
 //! | (all zero: identity; SWAPDB swaps two entries in one transaction)              |
 //! +------------------------------------------------------------------------------+
+//! | slot_group_bits:u32 at byte 48: hash slots share a directory in groups of      |
+//! | 2^bits consecutive slots, kept by the group's first slot (0: one per slot)     |
+//! +------------------------------------------------------------------------------+
 //! | slot table: 16384 × u64 directory refs (class << 48 | address, 0 = empty) |
 //! +----------------------------------------------------------------------------+
 //!
@@ -49,6 +52,10 @@ pub const ROOT_LEN: u64 = ROOT_HEADER + 8 * HASH_SLOTS as u64;
 /// Where the db map starts in the root block, and how many databases it can remap.
 pub const DB_MAP: u64 = 16;
 pub const DB_MAP_LEN: usize = 32;
+/// Where the slot-group size is in the root block, and its largest value (groups of
+/// 1024 slots: 16 partitions).
+pub const SLOT_GROUP_BITS: usize = 48;
+pub const MAX_SLOT_GROUP_BITS: u32 = 10;
 
 pub const BUCKET: u64 = 128;
 pub const BUCKET_HEADER: u64 = 16;
@@ -60,6 +67,8 @@ pub const MAX_DEPTH: u32 = 20;
 
 const _: () = assert!(BUCKET_HEADER + SLOT * SLOTS_PER_BUCKET as u64 == BUCKET);
 const _: () = assert!(ROOT_HEADER >= 16);
+const _: () = assert!(SLOT_GROUP_BITS >= DB_MAP as usize + DB_MAP_LEN);
+const _: () = assert!(SLOT_GROUP_BITS + 4 <= ROOT_HEADER as usize);
 
 pub const MOVED: u64 = 1 << 63;
 /// A slot word's lock bit (see the diagram).

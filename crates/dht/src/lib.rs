@@ -28,5 +28,5 @@ pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
     Change, Dht, DhtConfig, DhtError, DhtStats, Entry, Removal, SetCond, SetExpiry, SetOptions,
-    SetOutcome, SlotRef, Staged, Ttl,
+    SetOutcome, SlotRef, Staged, Ttl, groups_within_shards, slot_group_bits,
 };

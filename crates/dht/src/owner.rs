@@ -87,14 +87,16 @@ impl Ownership {
     /// heartbeat calls this, so an agent cut off from the manager stops writing before
     /// the manager gives its shards away.
     pub fn renew_until(&self, until: std::time::Instant) {
+        // Stored one past the microsecond, so 0 keeps meaning "no deadline" and a
+        // deadline at `base` itself still expires.
         let us = until.saturating_duration_since(self.base).as_micros() as u64;
-        self.writable_until.fetch_max(us.max(1), Ordering::SeqCst);
+        self.writable_until.fetch_max(us + 1, Ordering::SeqCst);
     }
 
     /// Whether this client's lease has run out (it may not start writes).
     pub fn lease_expired(&self) -> bool {
         let until = self.writable_until.load(Ordering::Relaxed);
-        until != 0 && self.base.elapsed().as_micros() as u64 >= until
+        until != 0 && self.base.elapsed().as_micros() as u64 + 1 >= until
     }
 
     /// Starts a one-sided write of `slot` if this client still holds it under `lease`.

@@ -85,6 +85,16 @@ impl Model {
 }
 
 fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    run_grouped(backend, policy, 0, ops)
+}
+
+/// [`run`] on a table whose hash slots share partitions in groups of `2^group_bits`.
+fn run_grouped(
+    backend: Backend,
+    policy: RedisPolicy,
+    group_bits: u32,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -95,6 +105,7 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
         let config = DhtConfig {
             policy,
             buckets_per_subtable: 2,
+            slot_group_bits: group_bits,
             ..DhtConfig::default()
         };
         let h = common::open(
@@ -298,6 +309,38 @@ fn run(backend: Backend, policy: RedisPolicy, ops: Vec<Op>) -> Result<(), TestCa
                 model.live(&kb, now).map(|w| w.0.clone())
             );
         }
+        // Visiting every slot's partition (KEYS, SCAN) finds every live key once, and a
+        // slot's own scan (CLUSTER GETKEYSINSLOT) finds exactly its keys.
+        let mut scanned = Vec::new();
+        for slot in 0..dmc_dht::layout::HASH_SLOTS as u16 {
+            scanned.extend(
+                dht.scan_partition(slot)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, k)| k.to_vec()),
+            );
+        }
+        scanned.sort();
+        let mut live: Vec<Vec<u8>> = (0..=255u8)
+            .map(key)
+            .filter(|k| model.live(k, now).is_some())
+            .collect();
+        live.sort();
+        prop_assert_eq!(&scanned, &live, "every partition's keys");
+        for k in &live {
+            let slot = dmc_dht::hash::key_slot(k);
+            let in_slot = dht.scan_slot(slot).await.unwrap();
+            prop_assert!(
+                in_slot
+                    .iter()
+                    .all(|(_, x)| dmc_dht::hash::key_slot(x) == slot)
+            );
+            prop_assert!(
+                in_slot.iter().any(|(_, x)| x[..] == k[..]),
+                "a key in its slot"
+            );
+        }
         Ok(())
     })
 }
@@ -316,6 +359,19 @@ proptest! {
     #[test]
     fn local_table_matches_model(policy in policy(), ops in proptest::collection::vec(op(60), 1..150)) {
         run(Backend::Local, policy, ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Hash slots sharing partitions (a small instance's table): the same model.
+    #[test]
+    fn grouped_table_matches_model(
+        policy in policy(),
+        group_bits in 1..=dmc_dht::layout::MAX_SLOT_GROUP_BITS,
+        ops in proptest::collection::vec(op(60), 1..150),
+    ) {
+        run_grouped(Backend::Local, policy, group_bits, ops)?;
     }
 }
 

@@ -162,7 +162,7 @@ async fn flush(engine: &Engine, db: Option<u8>) -> Result<(), dmc_dht::DhtError>
             continue;
         }
         // Expired keys not reclaimed yet go too: DBSIZE counts them.
-        for (kdb, k) in dht.scan_slot_with_expired(slot).await? {
+        for (kdb, k) in dht.scan_partition_with_expired(slot).await? {
             if db.is_none_or(|db| kdb == db) {
                 let _g = engine.lock_key(&k).await;
                 dht.delete(kdb, &k).await?;
@@ -173,11 +173,12 @@ async fn flush(engine: &Engine, db: Option<u8>) -> Result<(), dmc_dht::DhtError>
     Ok(())
 }
 
-/// Live keys of `db` in one hash slot.
+/// Live keys of `db` stored with hash slot `slot` (of its whole slot group when it
+/// is the group's first slot, none otherwise: see `Dht::scan_partition`).
 async fn slot_keys(engine: &Engine, db: u8, slot: u16) -> Result<Vec<Bytes>, dmc_dht::DhtError> {
     Ok(engine
         .dht
-        .scan_slot(slot)
+        .scan_partition(slot)
         .await?
         .into_iter()
         .filter(|(d, _)| *d == db)

@@ -54,6 +54,12 @@ impl From<UmoError> for DhtError {
 pub struct DhtConfig {
     /// Buckets per subtable (a power of two); 4 buckets are 512 bytes.
     pub buckets_per_subtable: u32,
+    /// Hash slots share one directory in groups of `2^slot_group_bits` consecutive
+    /// slots (at most [`MAX_SLOT_GROUP_BITS`](crate::layout::MAX_SLOT_GROUP_BITS)), so
+    /// a small instance does not spend its memory on 16384 near-empty subtables; see
+    /// [`slot_group_bits`]. Only a table created now takes it: an existing table keeps
+    /// its own.
+    pub slot_group_bits: u32,
     /// Bytes of pool memory this instance may use (0: unlimited).
     pub maxmemory: u64,
     pub policy: RedisPolicy,
@@ -67,12 +73,46 @@ impl Default for DhtConfig {
     fn default() -> Self {
         Self {
             buckets_per_subtable: 4,
+            slot_group_bits: 0,
             maxmemory: 0,
             policy: RedisPolicy::NoEviction,
             samples: 5,
             hit_batch: 64,
         }
     }
+}
+
+/// The slot-group size for a table of an instance limited to `maxmemory` bytes (0:
+/// unlimited) with `buckets` buckets per subtable: the smallest groups whose empty
+/// partitions (a subtable and a directory each) together cost at most 1/32 of
+/// `maxmemory`, so the index grows with the keys rather than with the 16384 hash slots
+/// (a 1-slot group on an 8 MB instance spent the whole 8 MB on subtables). A group
+/// never spans two shards (`shard_of`: the shard of a hash slot), since one shard's
+/// owner alone writes a partition.
+pub fn slot_group_bits(maxmemory: u64, buckets: u32, shard_of: impl Fn(u16) -> u32) -> u32 {
+    if maxmemory == 0 {
+        return 0;
+    }
+    let per_partition = u64::from(buckets) * crate::layout::BUCKET + 64;
+    let budget = maxmemory / 32;
+    let slots = crate::layout::HASH_SLOTS as u64;
+    let mut bits = 0;
+    while bits < crate::layout::MAX_SLOT_GROUP_BITS && (slots >> bits) * per_partition > budget {
+        bits += 1;
+    }
+    // The largest size up to that which keeps every group inside one shard.
+    while bits > 0 && !groups_within_shards(bits, &shard_of) {
+        bits -= 1;
+    }
+    bits
+}
+
+/// Whether every group of `2^bits` consecutive hash slots lies inside one shard.
+pub fn groups_within_shards(bits: u32, shard_of: &impl Fn(u16) -> u32) -> bool {
+    let size = 1usize << bits;
+    (0..crate::layout::HASH_SLOTS)
+        .step_by(size)
+        .all(|first| shard_of(first as u16) == shard_of((first + size - 1) as u16))
 }
 
 /// The condition of a set (`NX` / `XX`).

@@ -68,8 +68,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_delete(db, key)).await;
         }
-        let loc = Self::loc(db, key);
-        self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        self.lease(loc.key_slot)?;
         for attempt in 0..MAX_RETRIES {
             let (probe, found) = self.lookup(&loc, key, false).await?;
             let (Some(probe), Some(f)) = (probe, found) else {
@@ -97,6 +97,6 @@ impl Dht {
             // off progressively rather than spin through every retry.
             self.backoff(attempt, true).await;
         }
-        Err(DhtError::Contention(loc.slot))
+        Err(DhtError::Contention(loc.key_slot))
     }
 }

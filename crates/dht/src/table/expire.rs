@@ -36,8 +36,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_expire(db, key, at)).await;
         }
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         // Only the metadata word changes, which a split copies without validating: hold
         // the hash slot's split lock so a split cannot carry the old metadata over.
         let _split_guard = self.no_rebuild(loc.slot).await;
@@ -85,11 +85,11 @@ impl Dht {
                 }
                 TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
                 TxOutcome::Locked => self.backoff(attempt, true).await,
-                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
+                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.key_slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
         }
-        Err(DhtError::Contention(loc.slot))
+        Err(DhtError::Contention(loc.key_slot))
     }
 
     /// One active-expiry pass: samples `buckets` random buckets of owned partitions and

@@ -60,7 +60,7 @@ mod write;
 
 pub use config::{
     Change, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
-    SlotRef, Ttl,
+    SlotRef, Ttl, groups_within_shards, slot_group_bits,
 };
 pub use staged::Staged;
 
@@ -103,7 +103,12 @@ struct Counters {
 #[derive(Debug, Clone, Copy)]
 struct Loc {
     db: u8,
+    /// The partition the key is stored in: the first hash slot of its slot group
+    /// ([`Dht::partition_of`]); everything that finds, locks or rebuilds the key's
+    /// subtables goes by it.
     slot: u16,
+    /// The key's own hash slot (what errors name).
+    key_slot: u16,
     hash: u64,
     fp: u8,
 }
@@ -125,6 +130,8 @@ pub struct Dht {
     clock: Arc<dyn Clock>,
     root: GlobalAddr,
     buckets: u64,
+    /// Hash slots share partitions in groups of `2^group_bits` (the table's setting).
+    group_bits: u32,
     maxmemory: AtomicU64,
     /// See [`Dht::set_eviction_limit`].
     evict_at: AtomicU64,
@@ -307,14 +314,28 @@ impl Dht {
             .is_some_and(|at| now_abs >= at)
     }
 
-    fn loc(db: u8, key: &[u8]) -> Loc {
+    fn loc(&self, db: u8, key: &[u8]) -> Loc {
         let hash = key_hash(db, key);
+        let key_slot = key_slot(key);
         Loc {
             db,
-            slot: key_slot(key),
+            slot: self.partition_of(key_slot),
+            key_slot,
             hash,
             fp: fingerprint(hash),
         }
+    }
+
+    /// Hash slots share partitions in groups of `2^slot_group_bits()`.
+    pub fn slot_group_bits(&self) -> u32 {
+        self.group_bits
+    }
+
+    /// The partition hash slot `slot` is stored in: the first slot of its group of
+    /// `2^slot_group_bits` consecutive slots (itself when groups are single slots).
+    /// Only a group's first slot ever has a directory.
+    pub fn partition_of(&self, slot: u16) -> u16 {
+        slot & !((1u16 << self.group_bits) - 1)
     }
 
     /// Holds off rebuilds of `slot`'s subtables (shared with other writers): at once

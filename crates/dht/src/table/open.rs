@@ -31,7 +31,14 @@ impl Dht {
                 "buckets_per_subtable must be a power of two up to 4096",
             ));
         }
-        let (root, buckets) = Self::open_root(&pool, config.buckets_per_subtable).await?;
+        if config.slot_group_bits > layout::MAX_SLOT_GROUP_BITS {
+            return Err(corrupt(format!(
+                "slot_group_bits must be at most {}",
+                layout::MAX_SLOT_GROUP_BITS
+            )));
+        }
+        let (root, buckets, group_bits) =
+            Self::open_root(&pool, config.buckets_per_subtable, config.slot_group_bits).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let commit_batches = Arc::new(std::sync::atomic::AtomicU64::new(0));
         tokio::spawn(commit_loop(pool.clone(), rx, commit_batches.clone()));
@@ -42,6 +49,7 @@ impl Dht {
             clock,
             root,
             buckets,
+            group_bits,
             maxmemory: AtomicU64::new(config.maxmemory),
             evict_at: AtomicU64::new(0),
             spare_started: Mutex::new(None),
@@ -74,12 +82,18 @@ impl Dht {
         Ok(Arc::new(dht))
     }
 
-    async fn open_root(pool: &Pool, buckets: u32) -> Result<(GlobalAddr, u64), DhtError> {
+    /// The table's root, buckets per subtable and slot-group bits: the pool's table's
+    /// own, or `buckets` and `group_bits` in a table created now.
+    async fn open_root(
+        pool: &Pool,
+        buckets: u32,
+        group_bits: u32,
+    ) -> Result<(GlobalAddr, u64, u32), DhtError> {
         loop {
             let root = pool.root().await?;
             if root != 0 {
                 let addr = GlobalAddr::from_bits(root);
-                let mut head = [0u8; 16];
+                let mut head = [0u8; layout::ROOT_HEADER as usize];
                 pool.read(addr, &mut head).await?;
                 if le64(&head, 0) != layout::MAGIC {
                     return Err(corrupt("the pool root does not point at a hash table"));
@@ -95,18 +109,25 @@ impl Dht {
                 if !b.is_power_of_two() {
                     return Err(corrupt("bad buckets_per_subtable in the table header"));
                 }
-                return Ok((addr, b));
+                let g = layout::SLOT_GROUP_BITS;
+                let bits = u32::from_le_bytes([head[g], head[g + 1], head[g + 2], head[g + 3]]);
+                if bits > layout::MAX_SLOT_GROUP_BITS {
+                    return Err(corrupt("bad slot_group_bits in the table header"));
+                }
+                return Ok((addr, b, bits));
             }
             let block = pool.alloc(layout::ROOT_LEN, true).await?;
             let mut bytes = vec![0u8; layout::ROOT_LEN as usize];
             bytes[0..8].copy_from_slice(&layout::MAGIC.to_le_bytes());
             bytes[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
             bytes[12..16].copy_from_slice(&buckets.to_le_bytes());
+            let g = layout::SLOT_GROUP_BITS;
+            bytes[g..g + 4].copy_from_slice(&group_bits.to_le_bytes());
             pool.write_all(&[(block.addr, &bytes)]).await?;
             match pool.set_root(0, block.addr.bits()).await? {
                 TxOutcome::Committed => {
-                    tracing::info!(root = %block.addr, buckets, "created the hash table");
-                    return Ok((block.addr, buckets as u64));
+                    tracing::info!(root = %block.addr, buckets, slot_group_bits = group_bits, "created the hash table");
+                    return Ok((block.addr, buckets as u64, group_bits));
                 }
                 _ => pool.free(block), // another client created it first: use theirs
             }

@@ -73,7 +73,7 @@ impl Dht {
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
             self.load_dir(loc.slot).await?;
         }
-        Err(DhtError::Contention(loc.slot))
+        Err(DhtError::Contention(loc.key_slot))
     }
 
     /// Finds `key` among the probe's slots.

@@ -76,7 +76,7 @@ impl Dht {
     /// `key`'s version, for WATCH: its slot word (every write installs a new one) and
     /// its expiry (EXPIRE and PERSIST change only that), 0 when absent or expired.
     pub async fn version(&self, db: u8, key: &[u8]) -> Result<u64, DhtError> {
-        let loc = Self::loc(db, key);
+        let loc = self.loc(db, key);
         let (_, found) = self.lookup(&loc, key, false).await?;
         let now = self.clock.now_ms();
         Ok(found
@@ -85,7 +85,7 @@ impl Dht {
     }
 
     pub async fn get(&self, db: u8, key: &[u8]) -> Result<Option<Entry>, DhtError> {
-        let loc = Self::loc(db, key);
+        let loc = self.loc(db, key);
         let (abs, now) = self.now();
         if self.is_staging() {
             // A transaction's read: its own writes first; no hit recorded, no reclaim.
@@ -135,7 +135,7 @@ impl Dht {
         let mut settled = vec![false; keys.len()];
         if self.inline_reads && keys.len() > 1 && !self.is_staging() {
             let (abs, now) = self.now();
-            let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
+            let locs: Vec<Loc> = keys.iter().map(|k| self.loc(db, k)).collect();
             // Stage 1: the first candidate bucket of every key with a cached directory.
             let mut buckets: Vec<(usize, GlobalAddr)> = Vec::with_capacity(keys.len());
             for (i, loc) in locs.iter().enumerate() {
@@ -234,7 +234,7 @@ impl Dht {
         db: u8,
         keys: &[&[u8]],
     ) -> Result<Vec<Option<Entry>>, DhtError> {
-        let locs: Vec<Loc> = keys.iter().map(|k| Self::loc(db, k)).collect();
+        let locs: Vec<Loc> = keys.iter().map(|k| self.loc(db, k)).collect();
         let mut slot = 0;
         for attempt in 0..MAX_RETRIES {
             let mut first: Vec<Option<Found>> = Vec::with_capacity(keys.len());
@@ -320,7 +320,7 @@ impl Dht {
     /// USAGE`, `LCS`-style inspection), with the pool bytes one copy of it occupies
     /// (its slot plus its object's blocks).
     pub async fn peek(&self, db: u8, key: &[u8]) -> Result<Option<(Entry, u64)>, DhtError> {
-        let loc = Self::loc(db, key);
+        let loc = self.loc(db, key);
         let (abs, now) = self.now();
         let (_, found) = self.lookup(&loc, key, true).await?;
         let Some(f) = found.filter(|f| !self.is_expired(f.meta, abs)) else {
@@ -350,7 +350,7 @@ impl Dht {
         if let Some(ttl) = self.staged_ttl(db, key) {
             return Ok(ttl);
         }
-        let loc = Self::loc(db, key);
+        let loc = self.loc(db, key);
         let (_, found) = self.lookup(&loc, key, false).await?;
         let abs = self.clock.now_ms();
         Ok(match found {

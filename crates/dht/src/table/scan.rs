@@ -1,5 +1,6 @@
-//! Scanning: the occupied slot words of a hash slot's partition, its live keys
-//! (`scan_slot`, for KEYS, SCAN and FLUSHDB) and their count.
+//! Scanning: the occupied slot words of a partition, its live keys (`scan_partition`,
+//! for KEYS, SCAN and FLUSHDB), and one hash slot's keys and their count (`scan_slot`,
+//! `count_in_slot`, for CLUSTER GETKEYSINSLOT and COUNTKEYSINSLOT).
 //!
 //! Read-only. Keys present for the whole scan are all returned; keys written meanwhile
 //! may or may not be.
@@ -7,6 +8,7 @@
 use bytes::Bytes;
 
 use super::{Dht, DhtError};
+use crate::hash::key_slot;
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
 
 impl Dht {
@@ -43,19 +45,46 @@ impl Dht {
     /// The live keys of hash slot `slot`, as (db, key). Keys present for the whole call
     /// are all returned; keys written meanwhile may or may not be.
     pub async fn scan_slot(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
-        self.keys_in_slot(slot, false).await
+        let mut keys = self
+            .keys_in_partition(self.partition_of(slot), false)
+            .await?;
+        if self.group_bits > 0 {
+            keys.retain(|(_, k)| key_slot(k) == slot);
+        }
+        Ok(keys)
     }
 
-    /// Keys (of every db) in hash slot `slot`, expired ones not yet reclaimed
-    /// included: what FLUSHALL must remove (DBSIZE counts them, as Redis's does).
-    pub async fn scan_slot_with_expired(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
-        self.keys_in_slot(slot, true).await
+    /// The live keys stored in the partition of hash slot `slot` when `slot` is its
+    /// group's first slot (every slot of the group), none otherwise: visiting every
+    /// slot visits every key once, as KEYS and SCAN do.
+    pub async fn scan_partition(&self, slot: u16) -> Result<Vec<(u8, Bytes)>, DhtError> {
+        if self.partition_of(slot) != slot {
+            return Ok(Vec::new());
+        }
+        self.keys_in_partition(slot, false).await
     }
 
-    async fn keys_in_slot(&self, slot: u16, expired: bool) -> Result<Vec<(u8, Bytes)>, DhtError> {
+    /// [`scan_partition`](Self::scan_partition) with expired keys not yet reclaimed:
+    /// what FLUSHALL must remove (DBSIZE counts them, as Redis's does).
+    pub async fn scan_partition_with_expired(
+        &self,
+        slot: u16,
+    ) -> Result<Vec<(u8, Bytes)>, DhtError> {
+        if self.partition_of(slot) != slot {
+            return Ok(Vec::new());
+        }
+        self.keys_in_partition(slot, true).await
+    }
+
+    /// Keys (of every db) stored in partition `part`.
+    async fn keys_in_partition(
+        &self,
+        part: u16,
+        expired: bool,
+    ) -> Result<Vec<(u8, Bytes)>, DhtError> {
         let abs = self.clock.now_ms();
         let mut keys = Vec::new();
-        for (w, m) in self.scan_words(slot).await? {
+        for (w, m) in self.scan_words(part).await? {
             if !expired && self.is_expired(m, abs) {
                 continue;
             }
@@ -65,12 +94,16 @@ impl Dht {
                 keys.push((db, key));
             }
         }
-        self.staged_scan(slot, &mut keys);
+        self.staged_scan(part, &mut keys);
         Ok(keys)
     }
 
     /// Keys (of every db) in hash slot `slot`, expired ones excluded.
     pub async fn count_in_slot(&self, slot: u16) -> Result<usize, DhtError> {
+        if self.group_bits > 0 {
+            // The partition holds other slots' keys too: only the keys tell.
+            return Ok(self.scan_slot(slot).await?.len());
+        }
         let abs = self.clock.now_ms();
         Ok(self
             .scan_words(slot)

@@ -239,8 +239,8 @@ impl Dht {
         value: &[u8],
         opts: SetOptions,
     ) -> Result<SetOutcome, DhtError> {
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         let (_, found) = self.lookup(&loc, key, opts.get).await?;
         let (abs, now) = self.now();
         let (expire, old) = match self.set_decision(found.as_ref(), &opts, abs)? {
@@ -266,8 +266,8 @@ impl Dht {
         kind: ValueKind,
         f: impl FnOnce(Option<&Bytes>) -> Result<Change, E>,
     ) -> Result<Result<(), E>, DhtError> {
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         let (_, found) = self.lookup(&loc, key, true).await?;
         let (abs, now) = self.now();
         let live = found.as_ref().filter(|f| !self.is_expired(f.meta, abs));
@@ -300,8 +300,8 @@ impl Dht {
 
     /// `delete` inside a transaction: whether a live key was removed.
     pub(super) async fn staged_delete(&self, db: u8, key: &[u8]) -> Result<bool, DhtError> {
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         let (_, found) = self.lookup(&loc, key, false).await?;
         let Some(f) = found else {
             return Ok(false);
@@ -319,8 +319,8 @@ impl Dht {
         key: &[u8],
         at: Option<u64>,
     ) -> Result<bool, DhtError> {
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         let (_, found) = self.lookup(&loc, key, false).await?;
         let abs = self.clock.now_ms();
         let Some(f) = found.filter(|f| !self.is_expired(f.meta, abs)) else {

@@ -42,8 +42,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_update(db, key, kind, f)).await;
         }
-        let loc: Loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc: Loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         for attempt in 0..MAX_RETRIES {
             let Some((split_guard, probe, found)) =
                 self.probe_for_write(&loc, lease, key, true).await?
@@ -122,12 +122,12 @@ impl Dht {
                 }
                 TxOutcome::StaleEpoch { .. } => {
                     self.pool.free_object(obj).await;
-                    return Err(DhtError::NotOwner(loc.slot));
+                    return Err(DhtError::NotOwner(loc.key_slot));
                 }
                 // In doubt: the object may be reachable, so it is leaked, not freed.
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
         }
-        Err(DhtError::Contention(loc.slot))
+        Err(DhtError::Contention(loc.key_slot))
     }
 }

@@ -42,8 +42,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_set(db, key, value, opts)).await;
         }
-        let loc = Self::loc(db, key);
-        let lease = self.lease(loc.slot)?;
+        let loc = self.loc(db, key);
+        let lease = self.lease(loc.key_slot)?;
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
         self.make_room(need).await?;
         let obj = self.write_with_room(db, key, opts.kind, value).await?;
@@ -89,10 +89,10 @@ impl Dht {
             }
         }
         unique.reverse();
-        let locs: Vec<Loc> = unique.iter().map(|(k, _)| Self::loc(db, k)).collect();
+        let locs: Vec<Loc> = unique.iter().map(|(k, _)| self.loc(db, k)).collect();
         let mut lease = None;
         for loc in &locs {
-            let l = self.lease(loc.slot)?;
+            let l = self.lease(loc.key_slot)?;
             match lease {
                 None => lease = Some(l),
                 Some(first) if (first.shard, first.epoch) != (l.shard, l.epoch) => {
@@ -338,11 +338,11 @@ impl Dht {
                 }
                 TxOutcome::Conflict { .. } => self.backoff(attempt, false).await,
                 TxOutcome::Locked => self.backoff(attempt, true).await,
-                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.slot)),
+                TxOutcome::StaleEpoch { .. } => return Err(DhtError::NotOwner(loc.key_slot)),
                 TxOutcome::Failed(e) => return Err(e.into()),
             }
         }
-        Err(DhtError::Contention(loc.slot))
+        Err(DhtError::Contention(loc.key_slot))
     }
 
     /// Probes `key` for a one-sided write, holding the hash slot's rebuild lock
@@ -398,7 +398,7 @@ impl Dht {
             if self.owner.lease_expired() {
                 return Err(DhtError::LeaseExpired);
             }
-            return Err(DhtError::NotOwner(loc.slot));
+            return Err(DhtError::NotOwner(loc.key_slot));
         };
         // Widens the window a release must wait out, for the ownership race test:
         // `return(MS)` pauses this write MS milliseconds (without blocking a thread).
