@@ -88,6 +88,8 @@ pub struct Config {
     pub maxmemory: ByteSize,
     pub maxmemory_policy: String,
     pub maxmemory_samples: usize,
+    /// The experts `maxmemory-policy adaptive` weighs: lru, lfu, mru, size.
+    pub adaptive_experts: String,
     pub requirepass: String,
     pub maxclients: u64,
     /// Close clients idle this many seconds (0: never), Redis's `timeout`.
@@ -154,6 +156,7 @@ impl Default for Config {
             maxmemory: ByteSize(0),
             maxmemory_policy: "noeviction".into(),
             maxmemory_samples: 5,
+            adaptive_experts: "lru,lfu".into(),
             requirepass: String::new(),
             maxclients: 10_000,
             timeout: 0,
@@ -199,9 +202,13 @@ pub struct Args {
     #[arg(long)]
     pub maxmemory: Option<ByteSize>,
     /// noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu,
-    /// volatile-random, volatile-ttl.
+    /// volatile-random, volatile-ttl, or adaptive (experts weighted by regret).
     #[arg(long)]
     pub maxmemory_policy: Option<String>,
+    /// The experts `adaptive` weighs, comma-separated, e.g. lru,lfu (lru, lfu, mru,
+    /// size).
+    #[arg(long)]
+    pub adaptive_experts: Option<String>,
     #[arg(long)]
     pub requirepass: Option<String>,
     #[arg(long)]
@@ -300,6 +307,9 @@ impl Args {
         }
         if let Some(v) = &self.maxmemory_policy {
             cfg.maxmemory_policy = v.clone();
+        }
+        if let Some(v) = &self.adaptive_experts {
+            cfg.adaptive_experts = v.clone();
         }
         if let Some(v) = &self.requirepass {
             cfg.requirepass = v.clone();
@@ -411,9 +421,11 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         anyhow::ensure!(
             RedisPolicy::parse(&self.maxmemory_policy).is_some(),
-            "maxmemory-policy {:?} is not one of Redis's policies",
+            "maxmemory-policy {:?} is not one of Redis's policies nor adaptive",
             self.maxmemory_policy
         );
+        dmc_dht::adaptive::parse_experts(&self.adaptive_experts)
+            .map_err(|e| anyhow::anyhow!("adaptive-experts: {e}"))?;
         anyhow::ensure!(
             (1..=64).contains(&self.maxmemory_samples),
             "maxmemory-samples must be 1..=64"

@@ -128,6 +128,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             maxmemory: cfg.maxmemory.0,
             policy,
             samples: cfg.maxmemory_samples,
+            adaptive_experts: dmc_dht::adaptive::parse_experts(&cfg.adaptive_experts)
+                .map_err(anyhow::Error::msg)
+                .context("adaptive-experts")?,
             slot_group_bits: dmc_dht::slot_group_bits(
                 cfg.maxmemory.0,
                 defaults.buckets_per_subtable,

@@ -10,6 +10,8 @@
 //! +------------------------------------------------------------------------------+
 //! | slot_group_bits:u32 at byte 48: hash slots share a directory in groups of      |
 //! | 2^bits consecutive slots, kept by the group's first slot (0: one per slot)     |
+//! | adaptive block:u64 at byte 56: the adaptive policy's history counter and       |
+//! | regret sums (`table/adaptive.rs`; 0 until an agent first needs it)             |
 //! +------------------------------------------------------------------------------+
 //! | slot table: 16384 × u64 directory refs (class << 48 | address, 0 = empty) |
 //! +----------------------------------------------------------------------------+
@@ -28,6 +30,9 @@
 //!
 //! slot word (changed only by its shard's owner):
 //!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
+//!   or, with size 0, an eviction-history entry (empty to writers and readers):
+//!   fp:8 << 56 | 0:8 << 48 | history counter:40 << 8 | experts:7 << 1, with the
+//!   evicted key's 64-bit hash in the meta word
 //!   size = object head class + 1, | 0x80 when the object is chained
 //!   bit 0 of the pointer = LOCK (every size class is a multiple of 4 bytes from an
 //!   aligned segment, so a committed pointer has it clear): set while a writer updates the slot (the one-sided single-key
@@ -56,6 +61,8 @@ pub const DB_MAP_LEN: usize = 32;
 /// 1024 slots: 16 partitions).
 pub const SLOT_GROUP_BITS: usize = 48;
 pub const MAX_SLOT_GROUP_BITS: u32 = 10;
+/// Where the root keeps the address of the adaptive policy's block (0: none yet).
+pub const ADAPTIVE_BLOCK: u64 = 56;
 
 pub const BUCKET: u64 = 128;
 pub const BUCKET_HEADER: u64 = 16;
@@ -68,7 +75,8 @@ pub const MAX_DEPTH: u32 = 20;
 const _: () = assert!(BUCKET_HEADER + SLOT * SLOTS_PER_BUCKET as u64 == BUCKET);
 const _: () = assert!(ROOT_HEADER >= 16);
 const _: () = assert!(SLOT_GROUP_BITS >= DB_MAP as usize + DB_MAP_LEN);
-const _: () = assert!(SLOT_GROUP_BITS + 4 <= ROOT_HEADER as usize);
+const _: () = assert!(SLOT_GROUP_BITS + 4 <= ADAPTIVE_BLOCK as usize);
+const _: () = assert!(ADAPTIVE_BLOCK + 8 <= ROOT_HEADER);
 
 pub const MOVED: u64 = 1 << 63;
 /// A slot word's lock bit (see the diagram).
@@ -121,9 +129,10 @@ impl SlotWord {
         SlotWord(((fp as u64) << 56) | ((size as u64) << 48) | obj.block.addr.bits())
     }
 
-    /// No key, locked or not.
+    /// No key, locked or not: 0, or an eviction-history entry (a zero size byte; see
+    /// `adaptive::history_word`), which writers may take like an empty slot.
     pub fn is_empty(self) -> bool {
-        self.0 & !LOCK == 0
+        self.0 & !LOCK == 0 || (self.0 >> 48) as u8 == 0
     }
 
     /// A writer holds the slot (or its subtable was retired).

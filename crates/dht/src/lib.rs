@@ -13,6 +13,7 @@
 //! Below it is `dmc-umo` (pool memory, objects, transactions); above it the compute
 //! agent's engine. The table stores bytes; Redis types are the engine's business.
 
+pub mod adaptive;
 pub mod algorithms;
 pub mod clock;
 pub mod hash;
@@ -27,6 +28,6 @@ pub use dmc_umo::ValueKind;
 pub use owner::{Lease, Ownership};
 pub use policy::{Policy, RedisPolicy};
 pub use table::{
-    Change, Dht, DhtConfig, DhtError, DhtStats, Entry, Removal, SetCond, SetExpiry, SetOptions,
-    SetOutcome, SlotRef, Staged, Ttl, groups_within_shards, slot_group_bits,
+    AdaptiveStatus, Change, Dht, DhtConfig, DhtError, DhtStats, Entry, Removal, SetCond, SetExpiry,
+    SetOptions, SetOutcome, SlotRef, Staged, Ttl, groups_within_shards, slot_group_bits,
 };

@@ -96,7 +96,9 @@ impl Policy for RedisPolicy {
     fn priority(&self, meta: SlotMeta, now: &Now, noise: f64) -> f64 {
         let idle = now.idle_secs(meta) as f64;
         match self {
-            RedisPolicy::AllKeysLru | RedisPolicy::VolatileLru => -idle,
+            // The adaptive policy's experts choose in `table/adaptive.rs`; where one
+            // rank is needed (an exhaustive search), LRU's.
+            RedisPolicy::AllKeysLru | RedisPolicy::VolatileLru | RedisPolicy::Adaptive => -idle,
             RedisPolicy::AllKeysLfu | RedisPolicy::VolatileLfu => {
                 lfu_decayed(meta, now) as f64 - idle / 65536.0
             }

@@ -28,6 +28,10 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
             dmc_dht::Policy::name(&dht.policy()).to_string(),
         ),
         ("maxmemory-samples", dht.samples().to_string()),
+        (
+            "adaptive-experts",
+            dmc_dht::adaptive::experts_string(&dht.adaptive_experts()),
+        ),
         ("databases", engine.config.databases.to_string()),
         ("port", engine.config.port.to_string()),
         ("save", String::new()),
@@ -233,6 +237,10 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                     "maxmemory-samples" => match value.parse::<usize>() {
                         Ok(v) if v > 0 && v <= 64 => engine.dht.set_samples(v),
                         _ => return bad(),
+                    },
+                    "adaptive-experts" => match dmc_dht::adaptive::parse_experts(&value) {
+                        Ok(v) => engine.dht.set_adaptive_experts(v),
+                        Err(_) => return bad(),
                     },
                     // Durability is the memory nodes' replication; there is nothing to
                     // snapshot or append to, and saying yes to either would be a lie.
@@ -445,6 +453,12 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
         let system = stats::system_memory_bytes();
         let peak = st.used_memory_peak.load(Ordering::Relaxed);
         let maxmemory = engine.dht.maxmemory();
+        let adaptive = engine.dht.adaptive_status();
+        let weights: Vec<String> = adaptive
+            .weights
+            .iter()
+            .map(|(name, w)| format!("{name}={w:.4}"))
+            .collect();
         let mut rows = vec![
             ("used_memory", used.to_string()),
             ("used_memory_human", stats::human(used)),
@@ -461,6 +475,9 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
                 "maxmemory_policy",
                 dmc_dht::Policy::name(&engine.dht.policy()).into(),
             ),
+            ("adaptive_weights", weights.join(",")),
+            ("adaptive_regrets", adaptive.regrets.to_string()),
+            ("adaptive_history", adaptive.history.to_string()),
             (
                 "mem_fragmentation_ratio",
                 format!("{:.2}", rss as f64 / used.max(1) as f64),

@@ -1,4 +1,4 @@
-//! Redis's `maxmemory-policy` names, shared by every process: the manager validates
+//! Redis's `maxmemory-policy` names (and DMC's `adaptive`), shared by every process: the manager validates
 //! an instance's policy with them, agents parse config and `CONFIG SET` with them,
 //! and the hash table (`dmc-dht`) implements eviction for each. Only names live here;
 //! what a policy does is the hash table's.
@@ -14,10 +14,12 @@ pub enum RedisPolicy {
     VolatileLfu,
     VolatileRandom,
     VolatileTtl,
+    /// Ditto's adaptive policy: several experts, weighted by regret (not Redis's).
+    Adaptive,
 }
 
 impl RedisPolicy {
-    pub const ALL: [RedisPolicy; 8] = [
+    pub const ALL: [RedisPolicy; 9] = [
         RedisPolicy::NoEviction,
         RedisPolicy::AllKeysLru,
         RedisPolicy::AllKeysLfu,
@@ -26,6 +28,7 @@ impl RedisPolicy {
         RedisPolicy::VolatileLfu,
         RedisPolicy::VolatileRandom,
         RedisPolicy::VolatileTtl,
+        RedisPolicy::Adaptive,
     ];
 
     /// The policy with this name, case-insensitively.
@@ -46,6 +49,7 @@ impl RedisPolicy {
             RedisPolicy::VolatileLfu => "volatile-lfu",
             RedisPolicy::VolatileRandom => "volatile-random",
             RedisPolicy::VolatileTtl => "volatile-ttl",
+            RedisPolicy::Adaptive => "adaptive",
         }
     }
 

@@ -67,6 +67,8 @@ pub struct DhtConfig {
     pub samples: usize,
     /// Local hits combined before their metadata updates are sent.
     pub hit_batch: usize,
+    /// The experts `maxmemory-policy adaptive` runs (`adaptive-experts`).
+    pub adaptive_experts: Vec<crate::adaptive::Expert>,
 }
 
 impl Default for DhtConfig {
@@ -78,6 +80,7 @@ impl Default for DhtConfig {
             policy: RedisPolicy::NoEviction,
             samples: 5,
             hit_batch: 64,
+            adaptive_experts: vec![crate::adaptive::Expert::Lru, crate::adaptive::Expert::Lfu],
         }
     }
 }

@@ -20,6 +20,21 @@ impl Dht {
         db: Option<u8>,
         expect_meta: bool,
     ) -> Result<bool, DhtError> {
+        self.clear_leaving(loc_slot, probe_bucket, f, db, expect_meta, (0, 0))
+            .await
+    }
+
+    /// [`clear`](Self::clear), leaving `leave` (slot word, metadata word) in the slot:
+    /// 0 and 0, or an eviction-history entry (`adaptive::history_word`, the key's hash).
+    pub(super) async fn clear_leaving(
+        &self,
+        loc_slot: u16,
+        probe_bucket: (GlobalAddr, u64),
+        f: &Found,
+        db: Option<u8>,
+        expect_meta: bool,
+        leave: (u64, u64),
+    ) -> Result<bool, DhtError> {
         let lease = self.lease(loc_slot)?;
         let tx = Tx {
             shard: lease.shard,
@@ -34,7 +49,7 @@ impl Dht {
                 TxWrite {
                     addr: f.addr,
                     expect: Some(f.word.0),
-                    new: 0,
+                    new: leave.0,
                     in_word_lock: true,
                 },
                 TxWrite {
@@ -42,7 +57,7 @@ impl Dht {
                     // Reclaiming an expired key must not act on a torn read (a fresh
                     // word with the old, expired metadata): validate the metadata too.
                     expect: expect_meta.then_some(f.meta.0),
-                    new: 0,
+                    new: leave.1,
                     in_word_lock: false,
                 },
             ],

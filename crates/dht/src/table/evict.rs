@@ -139,12 +139,38 @@ impl Dht {
         bucket: (GlobalAddr, u64),
         found: &Found,
     ) -> Result<Option<Option<(u8, Bytes)>>, DhtError> {
+        self.evict_entry_leaving(slot, bucket, found, None).await
+    }
+
+    /// [`evict_entry`](Self::evict_entry), the slot left holding a history entry
+    /// (history counter value, expert bits) of the key when `history` says so.
+    async fn evict_entry_leaving(
+        &self,
+        slot: u16,
+        bucket: (GlobalAddr, u64),
+        found: &Found,
+        history: Option<(u64, u8)>,
+    ) -> Result<Option<Option<(u8, Bytes)>>, DhtError> {
         let Some(obj) = found.word.object() else {
             return Ok(None);
         };
         let key = self.pool.read_any(obj).await?;
+        let leave = match (history, &key) {
+            (Some((id, bits)), Some(o)) => (
+                crate::adaptive::history_word(found.word.fp(), id, bits),
+                crate::hash::key_hash(o.db, &o.key),
+            ),
+            _ => (0, 0),
+        };
         if !self
-            .clear(slot, bucket, found, key.as_ref().map(|k| k.db), false)
+            .clear_leaving(
+                slot,
+                bucket,
+                found,
+                key.as_ref().map(|k| k.db),
+                false,
+                leave,
+            )
             .await?
         {
             return Ok(None);
@@ -217,9 +243,16 @@ impl Dht {
         }
         let k = self.samples();
         let (abs, now) = self.now();
+        let adaptive = policy == crate::RedisPolicy::Adaptive;
+        if adaptive {
+            // Weights as of the instance's latest sums (a no-op until enough regrets).
+            self.sync_adaptive(false).await?;
+        }
         for _ in 0..MAX_RETRIES {
             let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
             let mut seen = 0;
+            // Under the adaptive policy: every live candidate, for the experts.
+            let mut sampled: Vec<(u16, GlobalAddr, u64, Found)> = Vec::new();
             // Bounded sampling: sparse tables may need many bucket reads to find K keys.
             for _ in 0..(k * 8).max(64) {
                 for cand in self.sample_bucket(&parts).await? {
@@ -234,12 +267,26 @@ impl Dht {
                         policy.priority(meta, &now, rng::next_f64())
                     };
                     seen += 1;
+                    if adaptive && !expired {
+                        sampled.push(cand.clone());
+                    }
                     if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
                         best = Some((p, cand));
                     }
                 }
                 if seen >= k {
                     break;
+                }
+            }
+            // An expired candidate goes first, whatever the policy; otherwise the
+            // experts choose, and the victim's slot keeps a history entry.
+            let mut history = None;
+            if adaptive && best.as_ref().is_some_and(|(p, _)| *p > f64::NEG_INFINITY) {
+                let words: Vec<(SlotWord, SlotMeta)> =
+                    sampled.iter().map(|c| (c.3.word, c.3.meta)).collect();
+                if let Some((i, bits)) = self.adaptive_pick(&words, &now) {
+                    history = Some(bits);
+                    best = sampled.get(i).cloned().map(|c| (0.0, c));
                 }
             }
             if best.is_none() {
@@ -252,7 +299,15 @@ impl Dht {
             let Some((_, (slot, bucket, header, victim))) = best else {
                 return Ok(None);
             };
-            if let Some(key) = self.evict_entry(slot, (bucket, header), &victim).await? {
+            let evicted = match history {
+                Some(bits) => {
+                    let id = self.next_history().await?;
+                    self.evict_entry_leaving(slot, (bucket, header), &victim, Some((id, bits)))
+                        .await?
+                }
+                None => self.evict_entry(slot, (bucket, header), &victim).await?,
+            };
+            if let Some(key) = evicted {
                 return Ok(key);
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,6 @@
 //! Background upkeep (Redis's `serverCron` share of it): active expiry, flushing
-//! combined hits, evicting down to maxmemory, keeping a spare segment, and reloading
-//! the db map, on a timer.
+//! combined hits, evicting down to maxmemory, keeping a spare segment, merging the
+//! adaptive policy's regrets, and reloading the db map, on a timer.
 //!
 //! Started by the table's owner with `spawn_maintenance`. The task holds only a weak
 //! reference, so it ends with the table; a failed step is logged, never fatal.
@@ -50,6 +50,11 @@ impl Dht {
                 // write of a size class without free blocks rarely waits for one.
                 if let Err(e) = dht.keep_spare_segment().await {
                     tracing::warn!(error = %e, "freeing a spare segment failed");
+                }
+                // The adaptive policy's weights: this agent's regrets out, every
+                // agent's back in.
+                if let Err(e) = dht.sync_adaptive(true).await {
+                    tracing::warn!(error = %e, "merging the adaptive policy's regrets failed");
                 }
                 // Another agent's SWAPDB reaches this one within a tick (until the
                 // cluster manager pushes such changes).

@@ -31,12 +31,14 @@
 //! | `expire` | TTL changes, lazy and active expiry |
 //! | `partition` | creating, splitting and rebuilding subtables |
 //! | `evict` | making room, sampling and evicting per the policy |
+//! | `adaptive` | the adaptive policy: expert picks, history entries, regret, weights |
 //! | `vacate` | emptying a memory range or a region |
 //! | `scan` | a hash slot's keys |
 //! | `staged` | transactions that stage their writes and commit them at once |
 //! | `db_map` | logical to stored database numbers, `SWAPDB` |
 //! | `maintenance` | the background upkeep task |
 
+mod adaptive;
 mod commit;
 mod config;
 mod db_map;
@@ -58,6 +60,7 @@ mod update;
 mod vacate;
 mod write;
 
+pub use adaptive::AdaptiveStatus;
 pub use config::{
     Change, DhtConfig, DhtError, DhtStats, Entry, SetCond, SetExpiry, SetOptions, SetOutcome,
     SlotRef, Ttl, groups_within_shards, slot_group_bits,
@@ -169,6 +172,7 @@ pub struct Dht {
     in_doubt: Mutex<Vec<(u16, GlobalAddr)>>,
     /// Logical database -> the database number keys are stored under (SWAPDB).
     db_map: Box<[std::sync::atomic::AtomicU8]>,
+    adaptive: adaptive::Adaptive,
 }
 
 type RemovedHook = Box<dyn Fn(u8, &[u8], Removal) + Send + Sync>;

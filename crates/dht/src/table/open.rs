@@ -76,6 +76,7 @@ impl Dht {
             db_map: (0..=u8::MAX)
                 .map(std::sync::atomic::AtomicU8::new)
                 .collect(),
+            adaptive: super::adaptive::Adaptive::new(config.adaptive_experts.clone()),
         };
         dht.load_db_map().await?;
         dht.recover().await?;
@@ -117,7 +118,12 @@ impl Dht {
                 return Ok((addr, b, bits));
             }
             let block = pool.alloc(layout::ROOT_LEN, true).await?;
+            let adaptive = pool.alloc(super::adaptive::BLOCK_LEN, true).await?;
+            pool.write_all(&[(adaptive.addr, &[0u8; super::adaptive::BLOCK_LEN as usize])])
+                .await?;
             let mut bytes = vec![0u8; layout::ROOT_LEN as usize];
+            let at = layout::ADAPTIVE_BLOCK as usize;
+            bytes[at..at + 8].copy_from_slice(&adaptive.addr.bits().to_le_bytes());
             bytes[0..8].copy_from_slice(&layout::MAGIC.to_le_bytes());
             bytes[8..12].copy_from_slice(&layout::VERSION.to_le_bytes());
             bytes[12..16].copy_from_slice(&buckets.to_le_bytes());
@@ -129,7 +135,11 @@ impl Dht {
                     tracing::info!(root = %block.addr, buckets, slot_group_bits = group_bits, "created the hash table");
                     return Ok((block.addr, buckets as u64, group_bits));
                 }
-                _ => pool.free(block), // another client created it first: use theirs
+                // Another client created it first: use theirs.
+                _ => {
+                    pool.free(block);
+                    pool.free(adaptive);
+                }
             }
         }
     }

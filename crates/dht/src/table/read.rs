@@ -48,8 +48,12 @@ impl Dht {
                     continue;
                 }
                 let word = SlotWord(le64(&bytes, at));
-                let Some(obj) = word.object() else { continue };
                 let meta = SlotMeta(le64(&bytes, at + 8));
+                let Some(obj) = word.object() else {
+                    // The key's eviction-history entry, perhaps (adaptive policy).
+                    self.note_history_in(loc, std::iter::once((word, meta)));
+                    continue;
+                };
                 match self.pool.read_object_now(obj, loc.db, key)? {
                     Ok(ReadObject::Value(v, kind)) => {
                         if self.is_expired(meta, abs) {
@@ -114,6 +118,16 @@ impl Dht {
         let (probe, found) = self.lookup(&loc, key, true).await?;
         let Some(f) = found else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &probe {
+                let slots = (0..2).flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |i| (b, i)));
+                self.note_history_in(
+                    &loc,
+                    slots.map(|(b, i)| {
+                        let (_, w, m) = p.slot(b, i);
+                        (w, m)
+                    }),
+                );
+            }
             return Ok(None);
         };
         if self.is_expired(f.meta, abs) {

@@ -432,7 +432,7 @@ impl Dht {
                             .map(|(b, i)| (b, probe.slot(b, i)))
                             .find(|(_, (a, w, _))| w.is_empty() && !taken.contains(a));
                         match pick {
-                            Some((b, (a, _, _))) => (b, a, SlotWord::EMPTY),
+                            Some((b, (a, w, _))) => (b, a, w.unlocked()),
                             None => {
                                 self.split(&st.loc, lease).await?;
                                 continue 'retry;

@@ -210,7 +210,7 @@ impl Dht {
                             .map(|(b, i)| (b, probe.slot(b, i)))
                             .find(|(_, (a, w, _))| w.is_empty() && !taken.contains(a));
                         match pick {
-                            Some((b, (a, _, _))) => (b, a, SlotWord::EMPTY),
+                            Some((b, (a, w, _))) => (b, a, w.unlocked()),
                             None => {
                                 self.split(loc, lease).await.map_err(early)?;
                                 continue 'retry;
@@ -379,7 +379,7 @@ impl Dht {
     ) -> Option<(GlobalAddr, SlotWord, SlotMeta)> {
         match found {
             Some(f) => Some((f.addr, f.word, f.meta)),
-            None => Self::empty_slot(probe).map(|(addr, meta)| (addr, SlotWord::EMPTY, meta)),
+            None => Self::empty_slot(probe),
         }
     }
 
@@ -481,8 +481,10 @@ impl Dht {
         Ok(())
     }
 
-    /// An empty slot in the emptier of the two buckets, and the metadata word it holds.
-    fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotMeta)> {
+    /// An empty slot in the emptier of the two buckets, with the word a writer taking
+    /// it replaces (0, or an eviction-history entry) and its metadata word. Slots
+    /// without history go first, so history lasts as long as there is room.
+    fn empty_slot(probe: &Probe) -> Option<(GlobalAddr, SlotWord, SlotMeta)> {
         let empties = |b: usize| {
             (0..SLOTS_PER_BUCKET)
                 .filter(|&i| probe.slot(b, i).1.is_empty())
@@ -500,12 +502,21 @@ impl Dht {
             if n == 0 {
                 return None;
             }
+            let blank = |w: SlotWord| w.unlocked() == SlotWord::EMPTY;
+            let blanks = (0..SLOTS_PER_BUCKET)
+                .filter(|&i| blank(probe.slot(b, i).1))
+                .count();
+            let (n, only_blank) = if blanks > 0 {
+                (blanks, true)
+            } else {
+                (n, false)
+            };
             let pick = rng::below(n as u64) as usize;
             (0..SLOTS_PER_BUCKET)
                 .map(|i| probe.slot(b, i))
-                .filter(|(_, w, _)| w.is_empty())
+                .filter(|(_, w, _)| w.is_empty() && (!only_blank || blank(*w)))
                 .nth(pick)
-                .map(|(addr, _, meta)| (addr, meta))
+                .map(|(addr, w, meta)| (addr, w.unlocked(), meta))
         })
     }
 }

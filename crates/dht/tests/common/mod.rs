@@ -113,6 +113,31 @@ pub async fn instance_client(
     super_region: u16,
     epoch: u64,
 ) -> Arc<Dht> {
+    let config = DhtConfig::default();
+    let clock: Arc<dyn Clock> = Arc::new(dmc_dht::SystemClock);
+    instance_client_with(
+        nodes,
+        id,
+        owned,
+        shard,
+        (super_region, epoch),
+        config,
+        clock,
+    )
+    .await
+}
+
+/// [`instance_client`] (`instance`: superblock region and epoch) with a table config
+/// and a clock.
+pub async fn instance_client_with(
+    nodes: &[LoopbackNode],
+    id: u32,
+    owned: std::ops::Range<u16>,
+    shard: u32,
+    (super_region, epoch): (u16, u64),
+    config: DhtConfig,
+    clock: Arc<dyn Clock>,
+) -> Arc<Dht> {
     // Named as an agent names itself to the nodes (its prepared transactions are then
     // settled, not dropped, when it dies mid-commit).
     let options = RpcOptions {
@@ -143,14 +168,7 @@ pub async fn instance_client(
     .unwrap();
     let own = dmc_dht::owner::Ownership::none();
     own.assign(owned, Some(dmc_dht::owner::Lease { shard, epoch }));
-    Dht::open(
-        pool,
-        DhtConfig::default(),
-        Arc::new(dmc_dht::SystemClock),
-        own,
-    )
-    .await
-    .unwrap()
+    Dht::open(pool, config, clock, own).await.unwrap()
 }
 
 /// Two memory nodes with their regions in files under `dirs`, reached over `shm`.

@@ -1,0 +1,240 @@
+//! The adaptive policy's logic (Ditto, seed `000_…`, thesis ch. 3 §3.4; LeCaR's regret
+//! minimisation): experts, the eviction-history word a victim's hash slot keeps, the
+//! regret a miss on a history entry charges, and the weights that follow from it.
+//!
+//! Several experts (eviction rules over the slot metadata) each pick a victim among the
+//! sampled keys; one expert, drawn by weight, decides. The victim's slot then holds a
+//! history entry: the key's hash (in the metadata word), the experts that picked it,
+//! and the value of a history counter global to the instance (one FAA per eviction).
+//! A later miss on that key finds the entry in the buckets it reads anyway and charges
+//! those experts a regret of `d^age` (`age` evictions since; `d = 0.005^(1/N)`, `N`
+//! the history's length, about the keys the cache holds, so an entry older than `N`
+//! evictions charges nothing). An expert's weight is `exp(-η · P)` over its summed
+//! regret `P`, normalised. Regrets are summed locally and added into the instance's
+//! global sums in the pool every [`MERGE_EVERY`] (FAAs, so agents merging at once lose
+//! nothing), and every agent's weights come from the same global sums.
+//!
+//! This file is the arithmetic alone; the table's part is `table/adaptive.rs`.
+
+use crate::layout::{self, SlotMeta};
+use crate::policy::{Now, lfu_decayed};
+
+/// An expert: an eviction rule computable from the slot's words alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Expert {
+    /// Least recently used (the access clock).
+    Lru,
+    /// Least frequently used (Redis's decayed logarithmic counter; ties: LRU).
+    Lfu,
+    /// Most recently used.
+    Mru,
+    /// Largest object first.
+    Size,
+}
+
+/// The most experts an instance can run (one bit each in a history word).
+pub const MAX_EXPERTS: usize = 7;
+
+impl Expert {
+    pub const ALL: [Expert; 4] = [Expert::Lru, Expert::Lfu, Expert::Mru, Expert::Size];
+
+    /// The expert's fixed index: its bit in a history word and its regret sum in the
+    /// pool (the same on every agent, whatever experts each lists).
+    pub fn index(self) -> usize {
+        match self {
+            Expert::Lru => 0,
+            Expert::Lfu => 1,
+            Expert::Mru => 2,
+            Expert::Size => 3,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Expert::Lru => "lru",
+            Expert::Lfu => "lfu",
+            Expert::Mru => "mru",
+            Expert::Size => "size",
+        }
+    }
+
+    /// The expert's rank of a key (slot `word`, `meta`); the lowest is evicted.
+    pub fn priority(self, word: layout::SlotWord, meta: SlotMeta, now: &Now) -> f64 {
+        let idle = now.idle_secs(meta) as f64;
+        match self {
+            Expert::Lru => -idle,
+            Expert::Lfu => lfu_decayed(meta, now) as f64 - idle / 65536.0,
+            Expert::Mru => idle,
+            Expert::Size => -(word.object().map_or(0, |o| o.block.size()) as f64),
+        }
+    }
+}
+
+const _: () = assert!(Expert::ALL.len() <= MAX_EXPERTS);
+
+/// Parses `adaptive-experts`: comma-separated expert names, at least two, no repeats.
+pub fn parse_experts(list: &str) -> Result<Vec<Expert>, String> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let e = Expert::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let known: Vec<&str> = Expert::ALL.iter().map(|e| e.name()).collect();
+                format!("unknown expert '{name}' (known: {})", known.join(", "))
+            })?;
+        if out.contains(&e) {
+            return Err(format!("expert '{name}' listed twice"));
+        }
+        out.push(e);
+    }
+    if out.len() < 2 {
+        return Err("adaptive-experts needs at least two experts".into());
+    }
+    Ok(out)
+}
+
+/// The experts named by `list`'s form of [`parse_experts`], comma-separated.
+pub fn experts_string(experts: &[Expert]) -> String {
+    experts
+        .iter()
+        .map(|e| e.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// LeCaR's learning rate η.
+pub const LEARNING_RATE: f64 = 0.45;
+/// A regret `age` evictions old is `DISCOUNT_AT_N^(age / N)`.
+const DISCOUNT_AT_N: f64 = 0.005;
+/// Regrets summed locally before they are added into the instance's sums.
+pub const MERGE_EVERY: u64 = 100;
+/// Regret sums are kept in the pool as integers of this many units per 1.0.
+pub const FIXED_POINT: f64 = 1e6;
+
+/// A history word: `fp:8 | 0:8 | counter:40 | experts:7 | LOCK:1`. The zero size
+/// byte makes it an empty slot to every writer and reader ([`layout::SlotWord::is_empty`]).
+pub fn history_word(fp: u8, counter: u64, experts: u8) -> u64 {
+    ((fp as u64) << 56) | ((counter & COUNTER_MASK) << 8) | (((experts & 0x7f) as u64) << 1)
+}
+
+const COUNTER_MASK: u64 = (1 << 40) - 1;
+
+/// The counter value and expert bits of history word `w`, if it is one.
+pub fn history_of(w: u64) -> Option<(u64, u8)> {
+    let w = w & !layout::LOCK;
+    let experts = ((w >> 1) & 0x7f) as u8;
+    ((w >> 48) as u8 == 0 && experts != 0).then_some(((w >> 8) & COUNTER_MASK, experts))
+}
+
+/// The regret a miss charges for an entry `age` evictions old in a history of `len`
+/// entries: 0 once the entry is `len` or more evictions old.
+pub fn regret(age: u64, len: u64) -> f64 {
+    let len = len.max(1);
+    if age >= len {
+        return 0.0;
+    }
+    DISCOUNT_AT_N.powf(age as f64 / len as f64)
+}
+
+/// Each expert's weight from its summed regret: `exp(-η·P)`, normalised over `experts`.
+pub fn weights(experts: &[Expert], regret_sums: &[f64; MAX_EXPERTS]) -> Vec<f64> {
+    let sums: Vec<f64> = experts.iter().map(|e| regret_sums[e.index()]).collect();
+    let least = sums.iter().copied().fold(f64::INFINITY, f64::min);
+    let raw: Vec<f64> = sums
+        .iter()
+        .map(|p| (-LEARNING_RATE * (p - least)).exp())
+        .collect();
+    let total: f64 = raw.iter().sum();
+    raw.iter().map(|w| w / total).collect()
+}
+
+/// The expert drawn for `r` uniform in [0, 1) by `weights`.
+pub fn draw(weights: &[f64], r: f64) -> usize {
+    let mut acc = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        acc += w;
+        if r < acc {
+            return i;
+        }
+    }
+    weights.len().saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::SlotWord;
+
+    #[test]
+    fn history_words_are_empty_slots_and_decode() {
+        let w = history_word(0xab, 12345, 0b101);
+        assert!(SlotWord(w).is_empty() && SlotWord(w | layout::LOCK).is_empty());
+        assert!(SlotWord(w).object().is_none());
+        assert_eq!(history_of(w), Some((12345, 0b101)));
+        assert_eq!(history_of(w | layout::LOCK), Some((12345, 0b101)));
+        assert_eq!(history_of(0), None);
+        assert_eq!(history_of(layout::LOCK), None);
+        // The counter wraps in its 40 bits rather than spilling into the size byte.
+        assert_eq!(history_of(history_word(1, (1 << 40) + 7, 1)), Some((7, 1)));
+    }
+
+    #[test]
+    fn regret_decays_with_age_and_ends_at_the_history_length() {
+        assert_eq!(regret(0, 100), 1.0);
+        assert!((regret(100 - 1, 100) - 0.005f64.powf(0.99)).abs() < 1e-12);
+        assert!(regret(10, 100) > regret(50, 100));
+        assert_eq!(regret(100, 100), 0.0);
+        assert_eq!(regret(5, 0), 0.0);
+    }
+
+    #[test]
+    fn weights_fall_for_the_expert_charged_and_draws_follow_them() {
+        let experts = [Expert::Lru, Expert::Lfu];
+        let mut sums = [0.0; MAX_EXPERTS];
+        assert_eq!(weights(&experts, &sums), vec![0.5, 0.5]);
+        sums[Expert::Lru.index()] = 2.0;
+        let w = weights(&experts, &sums);
+        assert!(w[1] > w[0] && (w[0] + w[1] - 1.0).abs() < 1e-12);
+        assert!((w[0] / w[1] - (-LEARNING_RATE * 2.0).exp()).abs() < 1e-12);
+        assert_eq!(draw(&w, 0.0), 0);
+        assert_eq!(draw(&w, 0.999), 1);
+        assert_eq!(draw(&[0.3, 0.7], 0.31), 1);
+    }
+
+    #[test]
+    fn experts_parse_from_a_list() {
+        assert_eq!(
+            parse_experts("lru, LFU").unwrap(),
+            vec![Expert::Lru, Expert::Lfu]
+        );
+        assert!(parse_experts("lru").is_err());
+        assert!(parse_experts("lru,lru").is_err());
+        assert!(
+            parse_experts("lru,arc")
+                .unwrap_err()
+                .contains("known: lru, lfu")
+        );
+        assert_eq!(experts_string(&[Expert::Mru, Expert::Size]), "mru,size");
+    }
+
+    #[test]
+    fn experts_rank_by_their_rule() {
+        let now = Now {
+            pool_ms: 0,
+            access: 100,
+        };
+        let old = SlotMeta::new(0, 10, 5);
+        let recent_frequent = SlotMeta::new(0, 99, 50);
+        let w = SlotWord(0);
+        assert!(
+            Expert::Lru.priority(w, old, &now) < Expert::Lru.priority(w, recent_frequent, &now)
+        );
+        assert!(
+            Expert::Lfu.priority(w, old, &now) < Expert::Lfu.priority(w, recent_frequent, &now)
+        );
+        assert!(
+            Expert::Mru.priority(w, old, &now) > Expert::Mru.priority(w, recent_frequent, &now)
+        );
+    }
+}
