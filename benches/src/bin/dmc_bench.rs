@@ -75,6 +75,13 @@ struct StudyArgs {
     out: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write each workload's trace here as `WORKLOAD.csv` for `dmc-bench trace`
+    /// (`timestamp_ms,get,key:ID,size`, at --rate requests a second).
+    #[arg(long)]
+    traces: Option<PathBuf>,
+    /// The pace written traces record, requests a second.
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
 }
 
 #[derive(Debug, Args)]
@@ -366,6 +373,7 @@ fn main() -> Result<()> {
             samples: a.samples,
             out: a.out,
             seed: a.seed,
+            traces: a.traces.map(|dir| (dir, a.rate)),
         }),
         Cmd::Traffic(a) => rt.block_on(dmc_benches::traffic::traffic_cmd(
             dmc_benches::traffic::TrafficConfig {

@@ -24,6 +24,9 @@ pub struct StudyConfig {
     pub samples: usize,
     pub out: PathBuf,
     pub seed: u64,
+    /// Where to write each workload's trace for `dmc-bench trace`, and the pace it
+    /// records (requests a second).
+    pub traces: Option<(PathBuf, u64)>,
 }
 
 pub fn study(cfg: &StudyConfig) -> Result<()> {
@@ -46,6 +49,12 @@ pub fn study(cfg: &StudyConfig) -> Result<()> {
             })?;
         let footprint = workloads::footprint(&trace);
         eprintln!("{w}: {} requests, footprint {footprint} bytes", trace.len());
+        if let Some((dir, rate)) = &cfg.traces {
+            std::fs::create_dir_all(dir)?;
+            let path = dir.join(format!("{w}.csv"));
+            std::fs::write(&path, workloads::to_csv(&trace, *rate))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
         let mut rows: Vec<Vec<f64>> = vec![Vec::new(); cfg.sizes.len()];
         for alg in Algorithm::ALL {

@@ -82,6 +82,18 @@ pub fn generate(
     Some(out)
 }
 
+/// `trace` as `dmc-bench trace` reads it: `timestamp_ms,get,key:ID,size` rows, `rate`
+/// requests a second.
+pub fn to_csv(trace: &[Request], rate: u64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(trace.len() * 24);
+    for (i, (key, size)) in trace.iter().enumerate() {
+        let ms = i as u64 * 1000 / rate.max(1);
+        let _ = writeln!(out, "{ms},get,key:{key},{size}");
+    }
+    out
+}
+
 /// Bytes of every distinct key of `trace` (the cache size that holds it all).
 pub fn footprint(trace: &[Request]) -> u64 {
     let mut seen = std::collections::HashSet::new();
@@ -104,6 +116,12 @@ mod tests {
             assert!(footprint(&t) > 0);
         }
         assert!(generate("nope", 10, 10, 1, 1).is_none());
+    }
+
+    #[test]
+    fn traces_write_as_replayable_csv() {
+        let csv = to_csv(&[(7, 120), (9, 300), (7, 120)], 2000);
+        assert_eq!(csv, "0,get,key:7,120\n0,get,key:9,300\n1,get,key:7,120\n");
     }
 
     #[test]
