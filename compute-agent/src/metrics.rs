@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dmc_engine::Engine;
 use dmc_engine::table::Family;
-use dmc_process::metrics::{agent, set_counter as counter, set_gauge as gauge};
+use dmc_process::metrics::{agent, set_counter as counter, set_gauge as gauge, set_labelled_gauge};
 use metrics::Histogram;
 
 /// Command latency per family, one histogram handle each, so the hot path records
@@ -124,4 +124,9 @@ pub fn collect(engine: &Engine) {
     counter(agent::WARM_FEED_DROPPED, load(&st.warm_feed_dropped));
     counter(agent::WARM_CONFIRMED, load(&st.warm_confirmed));
     counter(agent::WARM_STALE, load(&st.warm_stale));
+    let adaptive = engine.dht.adaptive_status();
+    for (expert, weight) in adaptive.weights {
+        set_labelled_gauge(agent::ADAPTIVE_WEIGHT, "expert", expert, weight);
+    }
+    counter(agent::ADAPTIVE_REGRETS, adaptive.regrets);
 }

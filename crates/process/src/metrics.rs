@@ -62,6 +62,11 @@ pub fn set_gauge(d: Desc, value: u64) {
     metrics::gauge!(d.name).set(value as f64);
 }
 
+/// Sets gauge `d` to `value` for label `label` = `label_value`.
+pub fn set_labelled_gauge(d: Desc, label: &'static str, label_value: &'static str, value: f64) {
+    metrics::gauge!(d.name, label => label_value).set(value);
+}
+
 /// The metric names (without `_bucket`, `_sum`, `_count` suffixes or labels) in a
 /// rendering of the exposition format, for tests that hold a process to its catalog.
 pub fn names_in(text: &str) -> std::collections::BTreeSet<String> {

@@ -187,6 +187,14 @@ pub mod agent {
         "dmc_agent_warm_stale_total",
         "Warm keys a shard takeover found changed or deleted in the pool (replaced or dropped).",
     );
+    pub const ADAPTIVE_WEIGHT: Desc = g(
+        "dmc_agent_adaptive_weight",
+        "Each expert's weight in maxmemory-policy adaptive (label `expert`).",
+    );
+    pub const ADAPTIVE_REGRETS: Desc = c(
+        "dmc_agent_adaptive_regrets_total",
+        "Misses on keys the adaptive policy evicted, charged to the experts that chose them.",
+    );
 
     pub const ALL: &[Desc] = &[
         CONNECTED_CLIENTS,
@@ -226,6 +234,8 @@ pub mod agent {
         WARM_FEED_DROPPED,
         WARM_CONFIRMED,
         WARM_STALE,
+        ADAPTIVE_WEIGHT,
+        ADAPTIVE_REGRETS,
     ];
 }
 
