@@ -10,13 +10,14 @@ look-aside client (`dmc-bench trace --speed 1`: GET, SET after a miss) through
 every server with room for the same values: its `maxmemory` is set to its own
 `used_memory` when empty plus the values' bytes at that size (each server's per-key
 overhead is its own; a compute agent starts with `maxmemory` = the values' bytes plus
---overhead-mb, which sizes its table, then gets the same setting). It also simulates the same trace exactly with libcachesim (its Python package)
-at the values' bytes: LRU, LFU, ARC, LeCaR, S3-FIFO, W-TinyLFU and Belady's optimum.
-Writes hit-ratios.csv, hit-ratios.md and one PNG per trace (through `dmc-bench curve`).
+--overhead-mb, which sizes its table, then gets the same setting). It also simulates
+the same trace exactly with libcachesim (`pip install libcachesim`) at the values'
+bytes: LRU, LFU, ARC, LeCaR, S3-FIFO, W-TinyLFU and Belady's optimum. Writes
+hit-ratios.csv, hit-ratios.md and one PNG per trace (through `dmc-bench curve`).
 
 usage: policy-study.py TRACES_DIR OUT_DIR [--sizes 5,10,25] [--policies P,...]
-  (P: a maxmemory-policy, or adaptive-all: adaptive with experts lru,lfu,mru,size)
                        [--overhead-mb 1] [--bin target/release]
+  P: a maxmemory-policy, or adaptive-all (adaptive with experts lru,lfu,mru,size)
 """
 
 import argparse
