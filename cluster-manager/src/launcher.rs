@@ -37,6 +37,11 @@ pub trait Launcher: Send + Sync {
     fn running(&self, agent: &LaunchRecord) -> bool;
     /// Ends the agent at once (it did not exit after draining).
     fn kill(&self, agent: &LaunchRecord);
+    /// Whether the agent's process is provably gone (not merely unprovable as ours):
+    /// only then may its shards be released without waiting for its lease.
+    fn exited(&self, agent: &LaunchRecord) -> bool {
+        !self.running(agent)
+    }
 }
 
 /// How [`LocalLauncher`] starts agents.
@@ -249,6 +254,18 @@ impl Launcher for LocalLauncher {
         self.signal_ours(agent, libc::SIGKILL);
         if let Some(mut child) = self.children.lock().remove(&agent.pid) {
             let _ = child.wait();
+        }
+    }
+
+    fn exited(&self, agent: &LaunchRecord) -> bool {
+        if self.running(agent) {
+            return false;
+        }
+        // Reaped, or its pid is free or another process's (a start time recorded and
+        // different); a record without a start time proves nothing.
+        match proc_start(agent.pid) {
+            None => true,
+            Some(start) => agent.proc_start != 0 && start != agent.proc_start,
         }
     }
 }

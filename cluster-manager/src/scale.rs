@@ -136,7 +136,7 @@ pub async fn scale(
                 tracing::warn!(pid = rec.pid, "agent outlived its drain time; killing it");
                 launcher.kill(rec);
             }
-            if !launcher.running(rec) {
+            if launcher.exited(rec) {
                 m.removed_agents_exited(&[*id]);
             }
             m.forget_launch(&rec.listen)?;

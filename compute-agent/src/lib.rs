@@ -118,9 +118,16 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
         Some(_) => Ownership::none(),
         None => Ownership::all(0, 1),
     };
-    // A table created now is sized to the instance (small ones group hash slots); in a
+    // A table created now is sized to the instance (small ones group hash slots): its
+    // limit in the cluster map, else this agent's, else an embedded pool's size. In a
     // cluster no group may span two shards.
     let shard_of = |slot: u16| first_map.as_ref().map_or(0, |m| m.shards.shard_of(slot));
+    let sized_for = match &first_map {
+        Some(m) if m.instance.maxmemory.0 > 0 => m.instance.maxmemory.0,
+        _ if cfg.maxmemory.0 > 0 => cfg.maxmemory.0,
+        None if pool_cfg.backend == config::PoolBackend::Embedded => pool_cfg.capacity.0,
+        _ => 0,
+    };
     let defaults = DhtConfig::default();
     let dht = Dht::open(
         pool,
@@ -132,7 +139,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
                 .map_err(anyhow::Error::msg)
                 .context("adaptive-experts")?,
             slot_group_bits: dmc_dht::slot_group_bits(
-                cfg.maxmemory.0,
+                sized_for,
                 defaults.buckets_per_subtable,
                 shard_of,
             ),

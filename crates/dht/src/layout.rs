@@ -49,7 +49,12 @@
 use dmc_umo::{Block, GlobalAddr, ObjectRef};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMCDHT01");
-pub const VERSION: u32 = 1;
+/// Version 2 added slot groups (root byte 48) and eviction-history words (a zero size
+/// byte); a version-1 table is upgraded when a version-2 client opens it, so that
+/// clients that know neither refuse it.
+pub const VERSION: u32 = 2;
+/// The oldest version this build opens.
+pub const OLDEST_VERSION: u32 = 1;
 pub const ROOT_HEADER: u64 = 64;
 pub const HASH_SLOTS: usize = 16384;
 pub const ROOT_LEN: u64 = ROOT_HEADER + 8 * HASH_SLOTS as u64;

@@ -168,3 +168,53 @@ async fn adaptive_weights_follow_the_phase_on_both_agents() {
     let regrets: u64 = i.agents.iter().map(|a| a.adaptive_status().regrets).sum();
     assert!(regrets > 0);
 }
+
+/// A key evicted under `adaptive` and written again (no miss in between) leaves its
+/// history entry in the buckets; reads that find the key must not charge it: regret is
+/// for misses only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_charge_no_regret_whatever_history_their_buckets_hold() {
+    let clock = ManualClock::new(T0);
+    let h = common::open(
+        common::Backend::Local,
+        DhtConfig {
+            policy: RedisPolicy::Adaptive,
+            ..DhtConfig::default()
+        },
+        Arc::new(clock.clone()),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let dht = h.dht.clone();
+    let set = |n: usize| {
+        let dht = dht.clone();
+        async move {
+            dht.set(0, &key("k", n), &[7u8; VALUE], SetOptions::default())
+                .await
+                .unwrap();
+        }
+    };
+    for n in 0..300 {
+        set(n).await;
+    }
+    dht.set_maxmemory(dht.used_memory());
+    for n in 300..600 {
+        set(n).await;
+    }
+    assert!(dht.stats().evicted > 0);
+    assert!(dht.adaptive_status().history > 0, "evictions left history");
+    // Room again, and every key written back without a read first.
+    dht.set_maxmemory(0);
+    for n in 0..600 {
+        set(n).await;
+    }
+    let before = dht.adaptive_status().regrets;
+    for n in 0..600 {
+        assert!(dht.get(0, &key("k", n)).await.unwrap().is_some());
+    }
+    assert_eq!(
+        dht.adaptive_status().regrets,
+        before,
+        "a hit charged regret"
+    );
+}

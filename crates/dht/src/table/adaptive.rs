@@ -192,7 +192,10 @@ impl Dht {
     /// A miss on `loc` read `word` and `meta` in one of its buckets: if they are a
     /// history entry of this key, charges its experts their regret.
     pub(super) fn note_history(&self, loc: &Loc, word: SlotWord, meta: SlotMeta) {
-        if meta.0 != loc.hash || word.fp() != loc.fp {
+        // The hash's low 40 bits (with the fingerprint, 48 bits of the key): a hit's
+        // late FAA on this metadata word (its counter and clock, bits 40 and up) may
+        // have changed the rest.
+        if (meta.0 ^ loc.hash) & layout::EXPIRE_MASK != 0 || word.fp() != loc.fp {
             return;
         }
         let Some((id, bits)) = adaptive::history_of(word.0) else {
@@ -261,25 +264,18 @@ impl Dht {
         let block = self.adaptive_block().await?;
         self.adaptive.pending.store(0, Ordering::Relaxed);
         let local = std::mem::replace(&mut *self.adaptive.local.lock(), [0.0; MAX_EXPERTS]);
-        let adds: Vec<(GlobalAddr, u64)> = local
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| **r > 0.0)
-            .map(|(i, r)| {
-                (
-                    block.offset_by(8 * (1 + i as u64)),
-                    (r * adaptive::FIXED_POINT).round() as u64,
-                )
-            })
-            .collect();
-        if !adds.is_empty()
-            && let Err(e) = self.pool.faa_mirrored_many(&adds).await
-        {
-            // Kept for the next merge.
-            let mut l = self.adaptive.local.lock();
-            for (a, b) in l.iter_mut().zip(local) {
-                *a += b;
+        // One FAA per expert charged (at most seven every hundred regrets), each
+        // checked: a sum that fails is kept for the next merge, never dropped.
+        let mut failed = None;
+        for (i, regret) in local.iter().enumerate().filter(|(_, r)| **r > 0.0) {
+            let add = (regret * adaptive::FIXED_POINT).round() as u64;
+            let addr = block.offset_by(8 * (1 + i as u64));
+            if let Err(e) = self.pool.faa_mirrored(addr, add).await {
+                self.adaptive.local.lock()[i] += regret;
+                failed = Some(e);
             }
+        }
+        if let Some(e) = failed {
             return Err(e.into());
         }
         let mut bytes = [0u8; BLOCK_LEN as usize];

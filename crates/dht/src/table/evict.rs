@@ -144,7 +144,7 @@ impl Dht {
 
     /// [`evict_entry`](Self::evict_entry), the slot left holding a history entry
     /// (history counter value, expert bits) of the key when `history` says so.
-    async fn evict_entry_leaving(
+    pub(super) async fn evict_entry_leaving(
         &self,
         slot: u16,
         bucket: (GlobalAddr, u64),
@@ -244,9 +244,12 @@ impl Dht {
         let k = self.samples();
         let (abs, now) = self.now();
         let adaptive = policy == crate::RedisPolicy::Adaptive;
-        if adaptive {
-            // Weights as of the instance's latest sums (a no-op until enough regrets).
-            self.sync_adaptive(false).await?;
+        if adaptive
+            // Weights as of the instance's latest sums (a no-op until enough regrets);
+            // the policy's bookkeeping never stands in eviction's way.
+            && let Err(e) = self.sync_adaptive(false).await
+        {
+            tracing::warn!(error = %e, "merging the adaptive policy's regrets failed");
         }
         for _ in 0..MAX_RETRIES {
             let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
@@ -299,14 +302,25 @@ impl Dht {
             let Some((_, (slot, bucket, header, victim))) = best else {
                 return Ok(None);
             };
-            let evicted = match history {
-                Some(bits) => {
-                    let id = self.next_history().await?;
-                    self.evict_entry_leaving(slot, (bucket, header), &victim, Some((id, bits)))
-                        .await?
-                }
-                None => self.evict_entry(slot, (bucket, header), &victim).await?,
+            // No history counter (its block unreachable): evict without a history
+            // entry rather than not at all.
+            let history = match history {
+                Some(bits) => match self.next_history().await {
+                    Ok(id) => Some((id, bits)),
+                    Err(e) => {
+                        static WARNED: std::sync::atomic::AtomicBool =
+                            std::sync::atomic::AtomicBool::new(false);
+                        if !WARNED.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "evicting without history: the adaptive policy's counter is unreachable");
+                        }
+                        None
+                    }
+                },
+                None => None,
             };
+            let evicted = self
+                .evict_entry_leaving(slot, (bucket, header), &victim, history)
+                .await?;
             if let Some(key) = evicted {
                 return Ok(key);
             }

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
-use dmc_umo::{GlobalAddr, Pool, TxOutcome};
+use dmc_umo::pool::POOL_SHARD;
+use dmc_umo::{GlobalAddr, Pool, Tx, TxOutcome, TxWrite};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc;
 
@@ -100,11 +101,38 @@ impl Dht {
                     return Err(corrupt("the pool root does not point at a hash table"));
                 }
                 let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
-                if version != layout::VERSION {
+                if !(layout::OLDEST_VERSION..=layout::VERSION).contains(&version) {
                     return Err(corrupt(format!(
-                        "table version {version}, this build reads {}",
+                        "table version {version}, this build reads {} to {}",
+                        layout::OLDEST_VERSION,
                         layout::VERSION
                     )));
+                }
+                if version < layout::VERSION {
+                    // This client may write what older ones cannot read: say so first.
+                    let word = le64(&head, 8);
+                    let upgraded = (word & !0xffff_ffff) | u64::from(layout::VERSION);
+                    let tx = Tx {
+                        shard: POOL_SHARD,
+                        epoch: 0,
+                        writes: vec![TxWrite {
+                            addr: addr.offset_by(8),
+                            expect: Some(word),
+                            new: upgraded,
+                            in_word_lock: false,
+                        }],
+                    };
+                    match pool.commit(std::slice::from_ref(&tx)).await.remove(0) {
+                        TxOutcome::Failed(e) => return Err(e.into()),
+                        TxOutcome::Committed => {
+                            tracing::info!(
+                                from = version,
+                                to = layout::VERSION,
+                                "upgraded the hash table's version"
+                            );
+                        }
+                        _ => {} // upgraded by another client meanwhile
+                    }
                 }
                 let b = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as u64;
                 if !b.is_power_of_two() {

@@ -33,6 +33,7 @@ impl Dht {
     fn find_now(&self, loc: &Loc, key: &[u8], abs: u64) -> Option<Result<Option<Found>, DhtError>> {
         let st = self.cached_subtable(loc)?;
         let (a, b) = hash::buckets(loc.hash, self.buckets);
+        let mut history = None;
         for (n, bucket) in [a, b].into_iter().enumerate() {
             let addr = st.offset_by(bucket * layout::BUCKET);
             let mut bytes = [0u8; layout::BUCKET as usize];
@@ -50,8 +51,11 @@ impl Dht {
                 let word = SlotWord(le64(&bytes, at));
                 let meta = SlotMeta(le64(&bytes, at + 8));
                 let Some(obj) = word.object() else {
-                    // The key's eviction-history entry, perhaps (adaptive policy).
-                    self.note_history_in(loc, std::iter::once((word, meta)));
+                    // The key's eviction-history entry, perhaps (adaptive policy): it
+                    // counts only if the key turns out to be missing.
+                    if !word.is_locked() && word.unlocked() != SlotWord::EMPTY {
+                        history = Some((word, meta));
+                    }
                     continue;
                 };
                 match self.pool.read_object_now(obj, loc.db, key)? {
@@ -73,6 +77,7 @@ impl Dht {
                 }
             }
         }
+        self.note_history_in(loc, history.into_iter());
         Some(Ok(None))
     }
 

@@ -28,16 +28,17 @@ impl Pool {
     /// Lets this client write until `until` (one lease after its last accepted
     /// heartbeat was sent); never called, it writes without a deadline.
     pub fn renew_write_lease(&self, until: std::time::Instant) {
+        // One past the microsecond, as `Ownership::renew_until` stores it: 0 keeps
+        // meaning "no deadline" and a deadline at `lease_base` itself still lapses.
         let us = until.saturating_duration_since(self.lease_base).as_micros() as u64;
-        self.writable_until_us
-            .fetch_max(us.max(1), Ordering::SeqCst);
+        self.writable_until_us.fetch_max(us + 1, Ordering::SeqCst);
     }
 
     /// Whether this client's lease ran out: its writes fail with
     /// [`UmoError::LeaseLapsed`] before any verb.
     pub(super) fn lease_lapsed(&self) -> bool {
         let until = self.writable_until_us.load(Ordering::Relaxed);
-        let lapsed = until != 0 && self.lease_base.elapsed().as_micros() as u64 >= until;
+        let lapsed = until != 0 && self.lease_base.elapsed().as_micros() as u64 + 1 >= until;
         if lapsed {
             self.counters.lease_refusals.fetch_add(1, Ordering::Relaxed);
         }
