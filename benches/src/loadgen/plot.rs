@@ -22,7 +22,8 @@ pub fn init() -> Result<()> {
     .map_err(|e| anyhow!(e))
 }
 
-const COLORS: [RGBColor; 8] = [
+/// Series colours, distinct up to 16 series (the policy studies draw 13).
+const COLORS: [RGBColor; 16] = [
     RGBColor(200, 60, 50),
     RGBColor(40, 110, 190),
     RGBColor(60, 160, 80),
@@ -31,6 +32,14 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(30, 170, 170),
     RGBColor(130, 90, 50),
     RGBColor(110, 110, 110),
+    RGBColor(230, 120, 190),
+    RGBColor(170, 190, 40),
+    RGBColor(20, 40, 110),
+    RGBColor(250, 200, 120),
+    RGBColor(120, 200, 240),
+    RGBColor(100, 20, 40),
+    RGBColor(0, 0, 0),
+    RGBColor(160, 220, 150),
 ];
 
 /// Grouped bars: one group per category, one bar per series.
