@@ -52,6 +52,8 @@ fn a_small_adaptive_instance_keeps_its_keys_and_reports_its_weights() {
         &metrics,
     ])
     .unwrap();
+    // An 8 MB table groups 64 hash slots a partition.
+    assert_eq!(info_field(&agent.port(), "memory", "table_slot_group"), 64);
     let keys = fill(&agent);
     assert!(keys >= 20_000, "an 8 MB instance kept only {keys} keys");
     assert!(info_field(&agent.port(), "stats", "evicted_keys") > 0);

@@ -485,6 +485,12 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
             ("mem_allocator", "libc".into()),
             ("pool_regions", pool.regions.to_string()),
             ("pool_region_size", pool.region_size.to_string()),
+            // Hash slots sharing one partition of the index (small instances group
+            // them so the index grows with the keys).
+            (
+                "table_slot_group",
+                (1u32 << engine.dht.slot_group_bits()).to_string(),
+            ),
             ("pool_allocated", pool.alloc.allocated.to_string()),
         ];
         if let Some(c) = &engine.cache {
