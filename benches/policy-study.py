@@ -157,34 +157,29 @@ def main():
         for pct in sizes:
             values = int(fp * pct / 100)
             maxmemory = values + int(args.overhead_mb * (1 << 20))
+            servers = []
             for policy in args.policies.split(","):
-                port = free_port()
                 # `adaptive-all`: the adaptive policy with every expert DMC has.
                 flags = (["--maxmemory-policy", "adaptive",
                           "--adaptive-experts", "lru,lfu,mru,size"]
                          if policy == "adaptive-all" else ["--maxmemory-policy", policy])
-                proc = run_server(
-                    [os.path.join(args.bin, "compute-agent"), "--port", str(port),
-                     "--maxmemory", str(maxmemory)] + flags, port, values)
-                try:
-                    hr = replay(args, trace, port)
-                finally:
-                    proc.terminate()
-                    proc.wait()
-                rows.append((workload, pct, "dmc " + policy, hr))
-                print(f"  {pct}% dmc {policy}: {hr:.4f}", flush=True)
+                servers.append(("dmc " + policy, lambda port, flags=flags: [
+                    os.path.join(args.bin, "compute-agent"), "--port", str(port),
+                    "--maxmemory", str(maxmemory)] + flags))
             for policy in ["allkeys-lru", "allkeys-lfu"]:
+                servers.append(("redis " + policy, lambda port, policy=policy: [
+                    "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                    "--maxmemory", str(maxmemory), "--maxmemory-policy", policy]))
+            for name, cmd in servers:
                 port = free_port()
-                proc = run_server(
-                    ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
-                     "--maxmemory", str(maxmemory), "--maxmemory-policy", policy], port, values)
+                proc = run_server(cmd(port), port, values)
                 try:
                     hr = replay(args, trace, port)
                 finally:
                     proc.terminate()
                     proc.wait()
-                rows.append((workload, pct, "redis " + policy, hr))
-                print(f"  {pct}% redis {policy}: {hr:.4f}", flush=True)
+                rows.append((workload, pct, name, hr))
+                print(f"  {pct}% {name}: {hr:.4f}", flush=True)
             for alg in SIMULATED:
                 hr = simulate(alg, keys, tsizes, values)
                 rows.append((workload, pct, "sim " + alg, hr))

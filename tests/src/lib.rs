@@ -828,6 +828,16 @@ impl Drop for PyClient {
     }
 }
 
+/// A loopback address with a port free now (for a listener a process opens itself,
+/// such as `--metrics-listen`).
+pub fn free_loopback_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port");
+    format!("127.0.0.1:{port}")
+}
+
 /// Polls `cond` every 20 ms until it holds, failing the test after 30 s.
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);

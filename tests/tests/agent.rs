@@ -590,12 +590,7 @@ fn ten_thousand_idle_connections() {
 /// `--metrics-listen` serves Prometheus text with the agent's counters.
 #[test]
 fn prometheus_metrics_are_served() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let metrics = format!("127.0.0.1:{port}");
+    let metrics = dmc_e2e::free_loopback_addr();
     let agent = Agent::start(&["--metrics-listen", &metrics]).unwrap();
     assert_eq!(agent.cli(&["SET", "m", "1"]).unwrap().trim(), "OK");
     let mut s = TcpStream::connect(&metrics).unwrap();

@@ -37,12 +37,7 @@ fn fill(agent: &Agent) -> u64 {
 /// 700 when every hash slot had its own subtables).
 #[test]
 fn a_small_adaptive_instance_keeps_its_keys_and_reports_its_weights() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let metrics = format!("127.0.0.1:{port}");
+    let metrics = dmc_e2e::free_loopback_addr();
     let agent = Agent::start(&[
         "--maxmemory",
         "8mb",
