@@ -145,6 +145,11 @@ impl Manager {
             *v = (*v).max(version);
         }
         self.applied_changed.notify_waiters();
+        if self.departed.lock().contains_key(&id) {
+            // Removed and draining: its report counts (the agents taking its shards
+            // wait for it), and it has no lease left to renew.
+            return Ok(());
+        }
         self.heartbeat(Member::Agent(id))
     }
 

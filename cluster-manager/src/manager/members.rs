@@ -476,6 +476,31 @@ mod tests {
 
     /// Agent failover (issue 15): an agent silent for a lease is removed and its shards
     /// go to the live agents; an instance whose agents are all silent keeps them.
+    /// A removed agent's report of the map that removed it is accepted (it was refused
+    /// as an unknown member, which left the agent retrying until it exited) and
+    /// releases its shards.
+    #[test]
+    fn a_removed_agent_reporting_its_removal_releases_its_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(
+            StateFile::new(dir.path().join("state.json")),
+            8,
+            Duration::from_secs(60),
+            PoolSettings::default(),
+        )
+        .unwrap();
+        let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
+        let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
+        m.remove_agents(&[b]).unwrap();
+        let after = m.snapshot().map_version;
+        m.applied(a, after).unwrap();
+        assert!(!m.released(a, after));
+        m.applied(b, after)
+            .expect("a draining agent's report is accepted");
+        assert!(m.released(a, after));
+        assert!(m.heartbeat(Member::Agent(b)).is_err(), "no lease to renew");
+    }
+
     /// An agent removed by `agents scale` that exited before reporting the map that
     /// removed it (a scaled-in agent the manager stopped at once) releases its shards
     /// once its exit is seen and the grace has passed, not one and a half leases later.
@@ -575,7 +600,12 @@ mod tests {
             !m.released(a, v2),
             "the removed agent has not applied the map"
         );
-        assert!(m.applied(b, v2).is_err(), "a removed agent renews no lease");
+        m.applied(b, v2)
+            .expect("a draining agent's report is accepted");
+        assert!(
+            m.heartbeat(Member::Agent(b)).is_err(),
+            "a removed agent renews no lease"
+        );
         assert!(m.released(a, v2));
         assert!(
             !m.released(b, v2),
