@@ -365,6 +365,17 @@ mod tests {
     use crate::manager::{Manager, Member, PoolSettings};
     use crate::state::StateFile;
 
+    /// A manager of 8 shards with `lease`, its state in `dir`.
+    fn manager(dir: &std::path::Path, lease: Duration) -> Manager {
+        Manager::open(
+            StateFile::new(dir.join("state.json")),
+            8,
+            lease,
+            PoolSettings::default(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn membership_and_shards_persist_and_leases_lapse() {
         let dir = tempfile::tempdir().unwrap();
@@ -406,13 +417,7 @@ mod tests {
     #[test]
     fn a_new_agent_warms_up_as_a_backup_before_it_takes_primaries() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Manager::open(
-            StateFile::new(dir.path().join("state.json")),
-            8,
-            Duration::from_millis(200),
-            PoolSettings::default(),
-        )
-        .unwrap();
+        let m = manager(dir.path(), Duration::from_millis(200));
         m.resize_instance(
             D,
             crate::api::ResizeInstance {
@@ -444,13 +449,7 @@ mod tests {
     fn an_exited_agent_releases_its_shards_after_the_grace_not_the_lease() {
         let dir = tempfile::tempdir().unwrap();
         let lease = Duration::from_secs(60);
-        let m = Manager::open(
-            StateFile::new(dir.path().join("state.json")),
-            8,
-            lease,
-            PoolSettings::default(),
-        )
-        .unwrap();
+        let m = manager(dir.path(), lease);
         let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
         let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
         let v = m.snapshot().map_version;
@@ -482,13 +481,7 @@ mod tests {
     #[test]
     fn a_removed_agent_reporting_its_removal_releases_its_shards() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Manager::open(
-            StateFile::new(dir.path().join("state.json")),
-            8,
-            Duration::from_secs(60),
-            PoolSettings::default(),
-        )
-        .unwrap();
+        let m = manager(dir.path(), Duration::from_secs(60));
         let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
         let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
         m.remove_agents(&[b]).unwrap();
@@ -507,13 +500,7 @@ mod tests {
     #[test]
     fn a_removed_agent_seen_exiting_releases_its_shards_after_the_grace() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Manager::open(
-            StateFile::new(dir.path().join("state.json")),
-            8,
-            Duration::from_secs(60),
-            PoolSettings::default(),
-        )
-        .unwrap();
+        let m = manager(dir.path(), Duration::from_secs(60));
         let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
         let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
         let v = m.snapshot().map_version;
@@ -544,13 +531,7 @@ mod tests {
     fn lapsed_agents_are_removed_while_their_instance_has_a_live_one() {
         let dir = tempfile::tempdir().unwrap();
         let lease = Duration::from_millis(200);
-        let m = Manager::open(
-            StateFile::new(dir.path().join("state.json")),
-            8,
-            lease,
-            PoolSettings::default(),
-        )
-        .unwrap();
+        let m = manager(dir.path(), lease);
         let a = m.register_agent("127.0.0.1:6379".into(), D).unwrap();
         let b = m.register_agent("127.0.0.1:6380".into(), D).unwrap();
         assert!(m.remove_lapsed_agents().unwrap().is_empty(), "both alive");

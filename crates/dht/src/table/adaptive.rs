@@ -154,6 +154,23 @@ impl Dht {
         Ok(id)
     }
 
+    /// The history entry (counter value, expert bits) an eviction chosen by the
+    /// experts `bits` leaves, or `None` when the counter is unreachable: eviction then
+    /// goes on without history rather than not at all.
+    pub(super) async fn history_entry(&self, bits: u8) -> Option<(u64, u8)> {
+        match self.next_history().await {
+            Ok(id) => Some((id, bits)),
+            Err(e) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "evicting without history: the adaptive policy's counter is unreachable");
+                }
+                None
+            }
+        }
+    }
+
     /// Picks the victim among `candidates` (their slot words and metadata): every
     /// expert names its lowest priority, and an expert drawn by weight decides.
     /// Returns the victim's index and the bits of every expert that named it.

@@ -302,20 +302,8 @@ impl Dht {
             let Some((_, (slot, bucket, header, victim))) = best else {
                 return Ok(None);
             };
-            // No history counter (its block unreachable): evict without a history
-            // entry rather than not at all.
             let history = match history {
-                Some(bits) => match self.next_history().await {
-                    Ok(id) => Some((id, bits)),
-                    Err(e) => {
-                        static WARNED: std::sync::atomic::AtomicBool =
-                            std::sync::atomic::AtomicBool::new(false);
-                        if !WARNED.swap(true, Ordering::Relaxed) {
-                            tracing::warn!(error = %e, "evicting without history: the adaptive policy's counter is unreachable");
-                        }
-                        None
-                    }
-                },
+                Some(bits) => self.history_entry(bits).await,
                 None => None,
             };
             let evicted = self
