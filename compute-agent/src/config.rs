@@ -202,7 +202,9 @@ pub struct Args {
     #[arg(long)]
     pub maxmemory: Option<ByteSize>,
     /// noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu,
-    /// volatile-random, volatile-ttl, or adaptive (experts weighted by regret).
+    /// volatile-random, volatile-ttl, adaptive (experts weighted by regret), or one of
+    /// Ditto's algorithms as allkeys-NAME / volatile-NAME (mru, fifo, size, gds, gdsf,
+    /// lfuda, lirs, lrfu, lru-k, hyperbolic).
     #[arg(long)]
     pub maxmemory_policy: Option<String>,
     /// The experts `adaptive` weighs, comma-separated, e.g. lru,lfu (lru, lfu, mru,

@@ -104,6 +104,7 @@ pub fn collect(engine: &Engine) {
     counter(agent::TABLE_RETRIES, d.retries);
     counter(agent::RECOVERED_COMMITS, d.recovered_commits);
     counter(agent::REPAIRED_META, d.repaired_meta);
+    counter(agent::ACCESSES_DROPPED, d.accesses_dropped);
     counter(agent::POOL_FROZEN_WAITS, p.frozen_waits);
     counter(agent::POOL_FAILOVER_RETRIES, p.failover_retries);
     counter(agent::POOL_LEASE_REFUSALS, p.lease_refusals);

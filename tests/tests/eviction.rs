@@ -95,3 +95,69 @@ fn a_small_adaptive_instance_keeps_its_keys_and_reports_its_weights() {
     assert!(metric(&body, "dmc_agent_adaptive_weight{expert=\"size\"}").is_some());
     assert!(metric(&body, "dmc_agent_adaptive_regrets_total").is_some_and(|r| r > 0.0));
 }
+
+/// Keys read often, then a flood of new keys, under each of two of Ditto's
+/// algorithms: GDSF (frequency over size, aged by inflation) keeps nearly all of them,
+/// FIFO (insert order alone) loses them all. Both rank by the table's access-metadata
+/// area, which their subtables carry.
+#[test]
+fn gdsf_keeps_what_is_read_often_and_fifo_does_not() {
+    let survivors = |policy: &str| -> (u64, usize) {
+        let agent = Agent::start(&["--maxmemory", "8mb", "--maxmemory-policy", policy]).unwrap();
+        let got = agent.cli(&["CONFIG", "GET", "maxmemory-policy"]).unwrap();
+        assert!(got.contains(policy), "{got}");
+        for i in 0..100 {
+            agent.cli(&["SET", &format!("hot:{i}"), "h"]).unwrap();
+        }
+        for _ in 0..10 {
+            for i in 0..100 {
+                agent.cli(&["GET", &format!("hot:{i}")]).unwrap();
+            }
+        }
+        let keys = fill(&agent);
+        let kept = (0..100)
+            .filter(|i| {
+                let v = agent.cli(&["GET", &format!("hot:{i}")]).unwrap();
+                v.trim() == "h"
+            })
+            .count();
+        (keys, kept)
+    };
+    let (keys, kept) = survivors("allkeys-gdsf");
+    assert!(
+        keys >= 15_000,
+        "an 8 MB allkeys-gdsf instance kept only {keys} keys"
+    );
+    assert!(kept >= 90, "GDSF kept {kept} of 100 keys read ten times");
+    let (_, kept) = survivors("allkeys-fifo");
+    assert!(kept <= 10, "FIFO kept {kept} of the 100 first keys");
+}
+
+/// Every policy name is accepted by CONFIG SET and reported by CONFIG GET and INFO; an
+/// unknown one is refused and changes nothing.
+#[test]
+fn ditto_policy_names_are_configurable_at_run_time() {
+    let agent = Agent::start(&["--maxmemory", "64mb"]).unwrap();
+    for policy in [
+        "volatile-lru-k",
+        "allkeys-hyperbolic",
+        "allkeys-lrfu",
+        "volatile-lirs",
+    ] {
+        let ok = agent
+            .cli(&["CONFIG", "SET", "maxmemory-policy", policy])
+            .unwrap();
+        assert_eq!(ok.trim(), "OK", "{policy}");
+        let info = agent.cli(&["INFO", "memory"]).unwrap();
+        assert!(
+            info.contains(&format!("maxmemory_policy:{policy}")),
+            "{info}"
+        );
+    }
+    let refused = agent
+        .cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-arc"])
+        .unwrap();
+    assert!(refused.contains("ERR"), "{refused}");
+    let got = agent.cli(&["CONFIG", "GET", "maxmemory-policy"]).unwrap();
+    assert!(got.contains("volatile-lirs"), "{got}");
+}

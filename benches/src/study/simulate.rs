@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use dmc_dht::algorithms::{Access, Algorithm, victim};
+use dmc_dht::algorithms::{Access, Algorithm, Rules, victim};
 use rand::{RngExt, SeedableRng};
 
 use super::workloads::Request;

@@ -26,34 +26,7 @@ pub struct Access {
     pub word: u64,
 }
 
-/// Ditto's twelve algorithms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Least recently used.
-    Lru,
-    /// Least frequently used (ties: least recently used).
-    Lfu,
-    /// Most recently used.
-    Mru,
-    /// First in, first out.
-    Fifo,
-    /// Largest first (ties: least recently used).
-    Size,
-    /// GreedyDual-Size: `L + 1/size`, `L` as of the key's last access.
-    Gds,
-    /// GreedyDual-Size with frequency: `L + freq/size`.
-    Gdsf,
-    /// LFU with dynamic aging: `L + freq`.
-    Lfuda,
-    /// LIRS approximated as Ditto does: the largest inter-reference recency first.
-    Lirs,
-    /// Least recently/frequently used: the smallest combined recency-frequency value.
-    Lrfu,
-    /// LRU-2: the oldest second-to-last access; FIFO among keys seen once.
-    LruK,
-    /// Hyperbolic caching: the smallest `freq / age`.
-    Hyperbolic,
-}
+pub use dmc_proto::policy::Algorithm;
 
 /// Subtracted from LRU-2's rank of a key seen once (milliseconds since the epoch stay
 /// far below it for millennia).
@@ -67,51 +40,25 @@ fn lrfu_weight(ms: u64) -> f64 {
     0.5f64.powf(LRFU_LAMBDA * ms as f64 / 1000.0)
 }
 
-impl Algorithm {
-    pub const ALL: [Algorithm; 12] = [
-        Algorithm::Lru,
-        Algorithm::Lfu,
-        Algorithm::Mru,
-        Algorithm::Fifo,
-        Algorithm::Size,
-        Algorithm::Gds,
-        Algorithm::Gdsf,
-        Algorithm::Lfuda,
-        Algorithm::Lirs,
-        Algorithm::Lrfu,
-        Algorithm::LruK,
-        Algorithm::Hyperbolic,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Lru => "lru",
-            Algorithm::Lfu => "lfu",
-            Algorithm::Mru => "mru",
-            Algorithm::Fifo => "fifo",
-            Algorithm::Size => "size",
-            Algorithm::Gds => "gds",
-            Algorithm::Gdsf => "gdsf",
-            Algorithm::Lfuda => "lfuda",
-            Algorithm::Lirs => "lirs",
-            Algorithm::Lrfu => "lrfu",
-            Algorithm::LruK => "lru-k",
-            Algorithm::Hyperbolic => "hyperbolic",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Algorithm> {
-        let name = name.to_ascii_lowercase();
-        Algorithm::ALL.into_iter().find(|a| a.name() == name)
-    }
-
+/// What an algorithm does: how it starts and updates a key's [`Access`], and how it
+/// ranks keys.
+pub trait Rules {
     /// Whether the algorithm keeps an inflation value (the last victim's priority).
-    pub fn inflates(self) -> bool {
+    fn inflates(self) -> bool;
+    /// A key inserted now, `size` bytes, under inflation `l`.
+    fn inserted(self, size: u64, now_ms: u64, l: f64) -> Access;
+    /// How one access at `now_ms` (under inflation `l`) changes `a`.
+    fn accessed(self, a: &mut Access, now_ms: u64, l: f64);
+    /// The key's rank at `now_ms`; the lowest is evicted first.
+    fn priority(self, a: &Access, now_ms: u64) -> f64;
+}
+
+impl Rules for Algorithm {
+    fn inflates(self) -> bool {
         matches!(self, Algorithm::Gds | Algorithm::Gdsf | Algorithm::Lfuda)
     }
 
-    /// A key inserted now, `size` bytes, under inflation `l`.
-    pub fn inserted(self, size: u64, now_ms: u64, l: f64) -> Access {
+    fn inserted(self, size: u64, now_ms: u64, l: f64) -> Access {
         let mut a = Access {
             size,
             insert_ms: now_ms,
@@ -128,8 +75,7 @@ impl Algorithm {
         a
     }
 
-    /// How one access at `now_ms` (under inflation `l`) changes `a`.
-    pub fn accessed(self, a: &mut Access, now_ms: u64, l: f64) {
+    fn accessed(self, a: &mut Access, now_ms: u64, l: f64) {
         let since = now_ms.saturating_sub(a.last_ms);
         a.word = match self {
             Algorithm::Gds | Algorithm::Gdsf | Algorithm::Lfuda => l.to_bits(),
@@ -145,8 +91,7 @@ impl Algorithm {
         a.last_ms = now_ms;
     }
 
-    /// The key's rank at `now_ms`; the lowest is evicted first.
-    pub fn priority(self, a: &Access, now_ms: u64) -> f64 {
+    fn priority(self, a: &Access, now_ms: u64) -> f64 {
         let size = a.size.max(1) as f64;
         let freq = a.freq as f64;
         let word_f = f64::from_bits(a.word);

@@ -26,7 +26,17 @@
 //! +----------------+-------------+---------------------------------------+
 //! | header:u64     | reserved:u64| 7 × slot (word:u64, meta:u64)         |
 //! +----------------+-------------+---------------------------------------+
-//! header: local_depth:8 | suffix:32 << 8 | hash slot:14 << 40 | MOVED << 63
+//! header: local_depth:8 | suffix:32 << 8 | hash slot:14 << 40 | EXT << 62 | MOVED << 63
+//!
+//! access-metadata area (only in a subtable whose headers carry EXT; made for policies
+//! that rank keys by more than the slot's metadata, `table/access.rs`): after the
+//! buckets, one 32-byte entry per slot, bucket by bucket, at
+//! subtable + buckets × 128 + (bucket × 7 + slot) × 32:
+//! +--------------------------------+----------+-------------+--------------+
+//! | insert_ms+1:40 | size:24 << 40 | freq:u64 | last_ms:u64 | own word:u64 |
+//! +--------------------------------+----------+-------------+--------------+
+//!   (ms since the pool was formatted; size = key + value bytes, capped; freq counts
+//!   accesses, the insert included, and grows by FAA; an insert word of 0 = no entry)
 //!
 //! slot word (changed only by its shard's owner):
 //!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
@@ -50,9 +60,10 @@ use dmc_umo::{Block, GlobalAddr, ObjectRef};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMCDHT01");
 /// Version 2 added slot groups (root byte 48) and eviction-history words (a zero size
-/// byte); a version-1 table is upgraded when a version-2 client opens it, so that
-/// clients that know neither refuse it.
-pub const VERSION: u32 = 2;
+/// byte), version 3 subtables with an access-metadata area (the EXT header flag); an
+/// older table is upgraded when a client of this version opens it, so that clients
+/// that know none of this refuse it.
+pub const VERSION: u32 = 3;
 /// The oldest version this build opens.
 pub const OLDEST_VERSION: u32 = 1;
 pub const ROOT_HEADER: u64 = 64;
@@ -84,6 +95,11 @@ const _: () = assert!(SLOT_GROUP_BITS + 4 <= ADAPTIVE_BLOCK as usize);
 const _: () = assert!(ADAPTIVE_BLOCK + 8 <= ROOT_HEADER);
 
 pub const MOVED: u64 = 1 << 63;
+/// A bucket-header flag: the subtable carries an access-metadata area.
+pub const EXT: u64 = 1 << 62;
+/// Bytes of one slot's access-metadata entry, and of one bucket's.
+pub const EXT_ENTRY: u64 = 32;
+pub const EXT_BUCKET: u64 = EXT_ENTRY * SLOTS_PER_BUCKET as u64;
 /// A slot word's lock bit (see the diagram).
 pub const LOCK: u64 = dmc_umo::WORD_LOCK;
 const _: () = assert!(LOCK == 1);
@@ -97,6 +113,63 @@ pub const LFU_SHIFT: u32 = 56;
 /// A bucket header: which hash slot, depth and suffix its subtable covers.
 pub fn header(local_depth: u32, suffix: u64, slot: u16) -> u64 {
     (local_depth as u64) | ((suffix & 0xffff_ffff) << 8) | (((slot as u64) & 0x3fff) << 40)
+}
+
+/// Whether a subtable whose buckets carry header `h` has an access-metadata area.
+pub fn header_ext(h: u64) -> bool {
+    h & EXT != 0
+}
+
+/// Bytes of a subtable of `buckets` buckets, with or without an access-metadata area.
+pub fn subtable_len(buckets: u64, ext: bool) -> u64 {
+    buckets * (BUCKET + if ext { EXT_BUCKET } else { 0 })
+}
+
+/// The access-metadata entry of slot `i` of bucket `bucket` in the subtable at `st`.
+pub fn ext_entry(st: GlobalAddr, buckets: u64, bucket: u64, i: usize) -> GlobalAddr {
+    st.offset_by(buckets * BUCKET + bucket * EXT_BUCKET + i as u64 * EXT_ENTRY)
+}
+
+/// A key's access metadata as its entry stores it (see the diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExtEntry {
+    /// ms since the pool was formatted, + 1 (0: no entry).
+    pub insert: u64,
+    pub size: u64,
+    pub freq: u64,
+    pub last_ms: u64,
+    pub word: u64,
+}
+
+/// The largest size an entry records.
+pub const EXT_MAX_SIZE: u64 = (1 << 24) - 1;
+
+impl ExtEntry {
+    pub fn encode(&self) -> [u8; EXT_ENTRY as usize] {
+        let mut b = [0u8; EXT_ENTRY as usize];
+        let first = (self.insert & EXPIRE_MASK) | (self.size.min(EXT_MAX_SIZE) << 40);
+        b[..8].copy_from_slice(&first.to_le_bytes());
+        b[8..16].copy_from_slice(&self.freq.to_le_bytes());
+        b[16..24].copy_from_slice(&self.last_ms.to_le_bytes());
+        b[24..].copy_from_slice(&self.word.to_le_bytes());
+        b
+    }
+
+    /// The entry in `b` (32 bytes), or `None` when it holds none.
+    pub fn decode(b: &[u8]) -> Option<ExtEntry> {
+        if b.len() < EXT_ENTRY as usize {
+            return None;
+        }
+        let first = le64(b, 0);
+        let insert = first & EXPIRE_MASK;
+        (insert != 0).then(|| ExtEntry {
+            insert,
+            size: first >> 40,
+            freq: le64(b, 8),
+            last_ms: le64(b, 16),
+            word: le64(b, 24),
+        })
+    }
 }
 
 pub fn header_depth(h: u64) -> u32 {
@@ -254,5 +327,33 @@ mod tests {
         assert!(!header_covers(h, 0b1101, 77));
         assert!(!header_covers(h | MOVED, 0b1110, 77));
         assert!(header_covers(header(0, 0, 16383), 12345, 16383));
+        assert!(header_covers(header(2, 0b10, 77) | EXT, 0b1110, 77));
+        assert!(header_ext(header(2, 0b10, 77) | EXT));
+        assert!(!header_ext(header(2, 0b10, 77)));
+    }
+
+    #[test]
+    fn access_entries_roundtrip_and_sit_after_the_buckets() {
+        let e = ExtEntry {
+            insert: 12345,
+            size: 300,
+            freq: 7,
+            last_ms: 99999,
+            word: u64::MAX,
+        };
+        assert_eq!(ExtEntry::decode(&e.encode()), Some(e));
+        assert_eq!(ExtEntry::decode(&[0u8; 32]), None, "an unwritten entry");
+        let big = ExtEntry {
+            size: u64::MAX,
+            ..e
+        };
+        assert_eq!(
+            ExtEntry::decode(&big.encode()).map(|d| d.size),
+            Some(EXT_MAX_SIZE)
+        );
+        let st = GlobalAddr::new(1, 4096);
+        assert_eq!(ext_entry(st, 4, 0, 0), st.offset_by(512));
+        assert_eq!(ext_entry(st, 4, 3, 6), st.offset_by(512 + 3 * 224 + 6 * 32));
+        assert_eq!(subtable_len(4, true), 512 + 4 * 224);
     }
 }

@@ -105,6 +105,13 @@ impl Policy for RedisPolicy {
             RedisPolicy::AllKeysRandom | RedisPolicy::VolatileRandom => noise,
             RedisPolicy::VolatileTtl => meta.expire() as f64,
             RedisPolicy::NoEviction => f64::INFINITY,
+            // Ranked by access-metadata entries in `table/access.rs`; from the slot
+            // alone (its size unknown here), what the algorithm makes of its clock
+            // and counter.
+            RedisPolicy::AllKeys(a) | RedisPolicy::Volatile(a) => {
+                let access = crate::table::inline_access(crate::layout::SlotWord::EMPTY, meta, now);
+                crate::algorithms::Rules::priority(*a, &access, now.pool_ms)
+            }
         }
     }
 }

@@ -115,6 +115,10 @@ pub mod agent {
         "dmc_agent_repaired_meta_total",
         "Backup slot metadata words set to the primary's at a shard takeover.",
     );
+    pub const ACCESSES_DROPPED: Desc = c(
+        "dmc_agent_accesses_dropped_total",
+        "Key accesses not applied to access-metadata entries (too many queued).",
+    );
     pub const POOL_FROZEN_WAITS: Desc = c(
         "dmc_agent_pool_frozen_waits_total",
         "Pool writes that found their region frozen (its copies being moved) and waited.",
@@ -216,6 +220,7 @@ pub mod agent {
         TABLE_RETRIES,
         RECOVERED_COMMITS,
         REPAIRED_META,
+        ACCESSES_DROPPED,
         POOL_FROZEN_WAITS,
         POOL_FAILOVER_RETRIES,
         POOL_LEASE_REFUSALS,

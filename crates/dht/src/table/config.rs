@@ -63,7 +63,7 @@ pub struct DhtConfig {
     /// Bytes of pool memory this instance may use (0: unlimited).
     pub maxmemory: u64,
     pub policy: RedisPolicy,
-    /// Keys sampled per eviction (`maxmemory-samples`).
+    /// Keys sampled per eviction (`maxmemory-samples`; 0: every key, see [`Dht::set_samples`]).
     pub samples: usize,
     /// Local hits combined before their metadata updates are sent.
     pub hit_batch: usize,
@@ -197,6 +197,8 @@ pub struct SlotRef {
     pub(super) meta_addr: GlobalAddr,
     pub(super) meta: SlotMeta,
     pub(super) seen: std::time::Instant,
+    /// The key's access-metadata entry, if its subtable has one.
+    pub(super) ext: Option<GlobalAddr>,
 }
 
 impl SlotRef {
@@ -230,6 +232,9 @@ pub struct DhtStats {
     /// Slot metadata words a backup held differently from the primary (a writer
     /// stopped between the two), set to the primary's when a shard was taken over.
     pub repaired_meta: u64,
+    /// Accesses not applied to access-metadata entries: more were queued than a
+    /// flush takes (the inline read path queues them for the next flush).
+    pub accesses_dropped: u64,
     pub retries: u64,
     pub used_memory: u64,
     pub partitions: u64,

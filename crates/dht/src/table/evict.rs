@@ -10,10 +10,9 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use dmc_umo::{GlobalAddr, ObjectRef, UmoError, ValueKind};
 
-use super::probe::Probe;
 use super::{Dht, DhtError, Found, MAX_RETRIES, Removal};
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
-use crate::policy::{Now, Policy};
+use crate::policy::Policy;
 use crate::rng;
 
 impl Dht {
@@ -183,16 +182,14 @@ impl Dht {
     }
 
     /// Reads one random bucket of a random owned partition: its slots as candidates.
-    pub(super) async fn sample_bucket(
-        &self,
-        parts: &[u16],
-    ) -> Result<Vec<(u16, GlobalAddr, u64, Found)>, DhtError> {
+    pub(super) async fn sample_bucket(&self, parts: &[u16]) -> Result<Vec<Candidate>, DhtError> {
         let slot = parts[rng::below(parts.len() as u64) as usize];
         let Some(dir) = self.dir(slot).await? else {
             return Ok(Vec::new());
         };
         let st = dir.subtables[rng::below(dir.subtables.len() as u64) as usize];
-        let bucket = st.offset_by(rng::below(self.buckets) * layout::BUCKET);
+        let index = rng::below(self.buckets);
+        let bucket = st.offset_by(index * layout::BUCKET);
         let mut bytes = [0u8; layout::BUCKET as usize];
         self.pool.read(bucket, &mut bytes).await?;
         let header = le64(&bytes, 0);
@@ -205,33 +202,13 @@ impl Dht {
             self.load_dir(slot).await?;
             return Ok(Vec::new());
         }
-        let probe = Probe {
-            buckets: [(bucket, bytes), (bucket, bytes)],
-        };
-        Ok((0..SLOTS_PER_BUCKET)
-            .map(|i| probe.slot(0, i))
-            .filter(|(_, w, _)| !w.is_empty())
-            .map(|(addr, word, meta)| {
-                (
-                    slot,
-                    bucket,
-                    header,
-                    Found {
-                        bucket: 0,
-                        addr,
-                        word,
-                        meta,
-                        value: None,
-                        kind: dmc_umo::ValueKind::String,
-                    },
-                )
-            })
-            .collect())
+        let ext = self.ext_base(st, index, header);
+        Ok(bucket_candidates(slot, bucket, &bytes, ext))
     }
 
     /// Evicts one key by sampling: at least `maxmemory-samples` eligible candidates
-    /// (expired keys first), the lowest priority goes. Returns the evicted key, or
-    /// `None` if nothing this client owns may be evicted.
+    /// (expired keys first; with 0 samples, every key), the lowest priority goes.
+    /// Returns the evicted key, or `None` if nothing this client owns may be evicted.
     pub async fn evict_one(&self) -> Result<Option<(u8, Bytes)>, DhtError> {
         let policy = self.policy();
         if !policy.evicts() {
@@ -251,57 +228,56 @@ impl Dht {
         {
             tracing::warn!(error = %e, "merging the adaptive policy's regrets failed");
         }
+        // Rank by this client's accesses too, not only those already applied.
+        self.flush_access().await;
         for _ in 0..MAX_RETRIES {
-            let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
-            let mut seen = 0;
-            // Under the adaptive policy: every live candidate, for the experts.
-            let mut sampled: Vec<(u16, GlobalAddr, u64, Found)> = Vec::new();
-            // Bounded sampling: sparse tables may need many bucket reads to find K keys.
-            for _ in 0..(k * 8).max(64) {
-                for cand in self.sample_bucket(&parts).await? {
-                    let meta = cand.3.meta;
-                    let expired = self.is_expired(meta, abs);
-                    if !expired && !policy.eligible(meta) {
-                        continue;
+            let mut candidates: Vec<Candidate> = Vec::new();
+            if k > 0 {
+                // Bounded sampling: sparse tables may need many bucket reads to find K keys.
+                for _ in 0..(k * 8).max(64) {
+                    for cand in self.sample_bucket(&parts).await? {
+                        if self.is_expired(cand.3.meta, abs) || policy.eligible(cand.3.meta) {
+                            candidates.push(cand);
+                        }
                     }
-                    let p = if expired {
-                        f64::NEG_INFINITY
-                    } else {
-                        policy.priority(meta, &now, rng::next_f64())
-                    };
-                    seen += 1;
-                    if adaptive && !expired {
-                        sampled.push(cand.clone());
+                    if candidates.len() >= k {
+                        break;
                     }
-                    if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
-                        best = Some((p, cand));
-                    }
-                }
-                if seen >= k {
-                    break;
                 }
             }
+            if candidates.is_empty() {
+                // Sampling found nothing eligible (a sparse table, or few keys the
+                // policy may evict), or every key is to be compared: look everywhere
+                // before declaring nothing evictable.
+                candidates = self.every_candidate(&parts, &policy, abs).await?;
+            }
+            let found: Vec<&Found> = candidates.iter().map(|c| &c.3).collect();
+            let ranks = self.candidate_ranks(policy, &found, &now, abs).await;
+            let mut best = ranks
+                .iter()
+                .enumerate()
+                .min_by(|(_, (px, lx)), (_, (py, ly))| px.total_cmp(py).then(lx.cmp(ly)))
+                .map(|(i, (p, _))| (i, *p));
             // An expired candidate goes first, whatever the policy; otherwise the
             // experts choose, and the victim's slot keeps a history entry.
             let mut history = None;
-            if adaptive && best.as_ref().is_some_and(|(p, _)| *p > f64::NEG_INFINITY) {
-                let words: Vec<(SlotWord, SlotMeta)> =
-                    sampled.iter().map(|c| (c.3.word, c.3.meta)).collect();
+            if adaptive && best.is_some_and(|(_, p)| p > f64::NEG_INFINITY) {
+                let live: Vec<usize> = (0..candidates.len())
+                    .filter(|&i| ranks[i].0 > f64::NEG_INFINITY)
+                    .collect();
+                let words: Vec<(SlotWord, SlotMeta)> = live
+                    .iter()
+                    .map(|&i| (candidates[i].3.word, candidates[i].3.meta))
+                    .collect();
                 if let Some((i, bits)) = self.adaptive_pick(&words, &now) {
                     history = Some(bits);
-                    best = sampled.get(i).cloned().map(|c| (0.0, c));
+                    best = live.get(i).map(|&i| (i, 0.0));
                 }
             }
-            if best.is_none() {
-                // Sampling found nothing eligible (a sparse table, or few keys the
-                // policy may evict): look everywhere before declaring nothing evictable.
-                best = self
-                    .exhaustive_candidate(&parts, &policy, &now, abs)
-                    .await?;
-            }
-            let Some((_, (slot, bucket, header, victim))) = best else {
+            let Some((i, priority)) = best else {
                 return Ok(None);
             };
+            let (slot, bucket, header, victim) = candidates.swap_remove(i);
             let history = match history {
                 Some(bits) => self.history_entry(bits).await,
                 None => None,
@@ -310,6 +286,7 @@ impl Dht {
                 .evict_entry_leaving(slot, (bucket, header), &victim, history)
                 .await?;
             if let Some(key) = evicted {
+                self.evicted_at(policy, priority);
                 return Ok(key);
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
@@ -317,15 +294,14 @@ impl Dht {
         Ok(None)
     }
 
-    /// The best eviction candidate over every bucket of the owned partitions.
-    async fn exhaustive_candidate(
+    /// Every key of the owned partitions the policy may evict (or that has expired).
+    async fn every_candidate(
         &self,
         parts: &[u16],
         policy: &dyn Policy,
-        now: &Now,
         abs: u64,
-    ) -> Result<Option<(f64, (u16, GlobalAddr, u64, Found))>, DhtError> {
-        let mut best: Option<(f64, (u16, GlobalAddr, u64, Found))> = None;
+    ) -> Result<Vec<Candidate>, DhtError> {
+        let mut out = Vec::new();
         let st_len = (self.buckets * layout::BUCKET) as usize;
         for &slot in parts {
             let Some(dir) = self.load_dir(slot).await? else {
@@ -336,46 +312,57 @@ impl Dht {
             for st in subtables {
                 let mut bytes = vec![0u8; st_len];
                 self.pool.read(st, &mut bytes).await?;
-                for b in 0..self.buckets as usize {
-                    let base = b * layout::BUCKET as usize;
-                    let header = le64(&bytes, base);
-                    let bucket = st.offset_by(base as u64);
-                    for i in 0..SLOTS_PER_BUCKET {
-                        let at = base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
-                        let word = SlotWord(le64(&bytes, at));
-                        let meta = SlotMeta(le64(&bytes, at + 8));
-                        let expired = self.is_expired(meta, abs);
-                        if word.is_empty() || (!expired && !policy.eligible(meta)) {
-                            continue;
-                        }
-                        let p = if expired {
-                            f64::NEG_INFINITY
-                        } else {
-                            policy.priority(meta, now, rng::next_f64())
-                        };
-                        if best.as_ref().is_none_or(|(bp, _)| p < *bp) {
-                            let addr = st.offset_by(at as u64);
-                            best = Some((
-                                p,
-                                (
-                                    slot,
-                                    bucket,
-                                    header,
-                                    Found {
-                                        bucket: 0,
-                                        addr,
-                                        word,
-                                        meta,
-                                        value: None,
-                                        kind: dmc_umo::ValueKind::String,
-                                    },
-                                ),
-                            ));
-                        }
-                    }
+                for (index, b) in bytes.chunks_exact(layout::BUCKET as usize).enumerate() {
+                    let bucket = st.offset_by(index as u64 * layout::BUCKET);
+                    let ext = self.ext_base(st, index as u64, le64(b, 0));
+                    out.extend(
+                        bucket_candidates(slot, bucket, b, ext)
+                            .into_iter()
+                            .filter(|c| {
+                                self.is_expired(c.3.meta, abs) || policy.eligible(c.3.meta)
+                            }),
+                    );
                 }
             }
         }
-        Ok(best)
+        Ok(out)
     }
+}
+
+/// An eviction candidate: its partition, its bucket's address and header, and the
+/// slot as found.
+pub(super) type Candidate = (u16, GlobalAddr, u64, Found);
+
+/// The keys of one bucket (`bytes`, read at `bucket`; `ext`: its first access-metadata
+/// entry) as eviction candidates.
+fn bucket_candidates(
+    slot: u16,
+    bucket: GlobalAddr,
+    bytes: &[u8],
+    ext: Option<GlobalAddr>,
+) -> Vec<Candidate> {
+    let header = le64(bytes, 0);
+    (0..SLOTS_PER_BUCKET)
+        .filter_map(|i| {
+            let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+            let word = SlotWord(le64(bytes, at));
+            if word.is_empty() {
+                return None;
+            }
+            Some((
+                slot,
+                bucket,
+                header,
+                Found {
+                    bucket: 0,
+                    addr: bucket.offset_by(at as u64),
+                    word,
+                    meta: SlotMeta(le64(bytes, at + 8)),
+                    value: None,
+                    kind: dmc_umo::ValueKind::String,
+                    ext: ext.map(|e| e.offset_by(i as u64 * layout::EXT_ENTRY)),
+                },
+            ))
+        })
+        .collect()
 }

@@ -1,6 +1,9 @@
 //! Hit recording: each access becomes a pending metadata update (LRU clock, LFU count
-//! as the policy scores it), combined per key and sent as one FAA per key per batch,
-//! the batch's FAAs in one post per node.
+//! as the policy scores it), combined per key and sent per batch: the LFU count as an
+//! FAA, the clock as a write of its two bytes (the last access wins), each kind in one
+//! post per node. An FAA of the clock's change as the reader saw it would add up
+//! wrong whenever the clock changed after that read (another client's hit, an
+//! overwrite), leaving it ahead of time, where it wraps to look the oldest of all.
 //!
 //! Called by the read paths, and by the engine for hits served from its own cache
 //! (`record_hit`). Metadata is advisory: a failed update is dropped, and a slot
@@ -35,6 +38,8 @@ impl Dht {
         if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
             self.send_hits_now(batch);
         }
+        // Applied by the next flush that may wait (this path must not).
+        self.note_access(f.ext, at, None);
         self.entry(f, now, at)
     }
 
@@ -53,6 +58,7 @@ impl Dht {
         let full = {
             let mut hits = self.hits.lock();
             for (_, f) in &found {
+                self.note_access(f.ext, at, None);
                 hits.push(Self::pending_hit(
                     policy,
                     f.addr.offset_by(8),
@@ -71,18 +77,27 @@ impl Dht {
             .map(move |(i, f)| (i, self.entry(f, now, at)))
     }
 
-    /// Sends combined metadata updates with inline FAAs.
+    /// Sends combined metadata updates with inline verbs.
     fn send_hits_now(&self, batch: Vec<PendingHit>) {
-        for (addr, add) in combine_hits(batch, self.ref_lifetime()) {
+        for u in combine_hits(batch, self.ref_lifetime()) {
             // Metadata is advisory: a failed update only ages the key a little.
-            let _ = self.pool.faa_now(addr, add);
+            if u.lfu_add != 0 {
+                let _ = self.pool.faa_now(u.meta, u.lfu_add);
+            }
+            let _ = self
+                .pool
+                .write_now(u.meta.offset_by(ACCESS_BYTE), &u.access);
         }
     }
 
     pub(super) async fn hit(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
-        self.entry(f, now, std::time::Instant::now())
+        let at = std::time::Instant::now();
+        if self.note_access(f.ext, at, None) {
+            self.flush_access().await;
+        }
+        self.entry(f, now, at)
     }
 
     /// Reports a hit served outside the table (the agent's local cache) to the key's
@@ -97,6 +112,9 @@ impl Dht {
         let (_, now) = self.now();
         if let Some(batch) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
             self.send_hits(batch).await;
+        }
+        if self.note_access(slot.ext, slot.seen, None) {
+            self.flush_access().await;
         }
         true
     }
@@ -151,28 +169,57 @@ impl Dht {
     pub async fn flush_hits(&self) {
         let batch = std::mem::take(&mut *self.hits.lock());
         self.send_hits(batch).await;
+        self.flush_access().await;
     }
 
-    /// Sends combined metadata updates: one post of FAAs per primary node and one of
-    /// writes per backup node for the whole batch (two round trips, not two per key).
+    /// Sends combined metadata updates: one post of FAAs per primary node (and one of
+    /// their sums per backup node), and one of clock writes per node, for the whole
+    /// batch.
     async fn send_hits(&self, batch: Vec<PendingHit>) {
-        let adds = combine_hits(batch, self.ref_lifetime());
-        if adds.is_empty() {
+        let updates = combine_hits(batch, self.ref_lifetime());
+        if updates.is_empty() {
             return;
         }
+        let adds: Vec<(GlobalAddr, u64)> = updates
+            .iter()
+            .filter(|u| u.lfu_add != 0)
+            .map(|u| (u.meta, u.lfu_add))
+            .collect();
+        let clocks: Vec<(GlobalAddr, &[u8])> = updates
+            .iter()
+            .map(|u| (u.meta.offset_by(ACCESS_BYTE), &u.access[..]))
+            .collect();
+        let counted = async {
+            if adds.is_empty() {
+                Ok(())
+            } else {
+                self.pool.faa_mirrored_many(&adds).await
+            }
+        };
         // Metadata is advisory: a failed update only ages the keys a little.
-        if let Err(e) = self.pool.faa_mirrored_many(&adds).await {
+        let (counted, clocked) = futures::join!(counted, self.pool.write_all(&clocks));
+        if let Err(e) = counted.and(clocked) {
             tracing::debug!(error = %e, "hit metadata updates were lost");
         }
     }
 }
 
-/// Combines the accesses of each key (in order) into one FAA addend per metadata word.
+/// The byte of a slot's metadata word where its access clock starts (little-endian).
+const ACCESS_BYTE: u64 = (layout::ACCESS_SHIFT / 8) as u64;
+const _: () = assert!(layout::ACCESS_SHIFT.is_multiple_of(8));
+
+/// One key's combined accesses: its metadata word, what they add to its LFU counter
+/// (shifted into place) and its new clock value (little-endian, [`ACCESS_BYTE`] on).
+#[derive(Debug, PartialEq, Eq)]
+struct MetaUpdate {
+    meta: GlobalAddr,
+    lfu_add: u64,
+    access: [u8; 2],
+}
+
+/// Combines the accesses of each key (in order) into one update per metadata word.
 /// Accesses whose slot reference is older than `lifetime` are dropped (see [`SlotRef`]).
-fn combine_hits(
-    mut batch: Vec<PendingHit>,
-    lifetime: std::time::Duration,
-) -> Vec<(GlobalAddr, u64)> {
+fn combine_hits(mut batch: Vec<PendingHit>, lifetime: std::time::Duration) -> Vec<MetaUpdate> {
     let now = std::time::Instant::now();
     batch.retain(|h| now.saturating_duration_since(h.at) < lifetime);
     batch.sort_by_key(|h| h.addr);
@@ -187,14 +234,13 @@ fn combine_hits(
             j += 1;
         }
         let last_access = batch[j - 1].access;
-        // Never carry the counter past 255: the word's other fields sit below it.
+        // Never carry the counter past 255 (as far as this client knows).
         let lfu = lfu.min(u8::MAX.saturating_sub(first.seen.lfu()) as u32) as u64;
-        let add = (lfu << layout::LFU_SHIFT).wrapping_add(
-            (last_access.wrapping_sub(first.seen.access()) as u64) << layout::ACCESS_SHIFT,
-        );
-        if add != 0 {
-            out.push((first.addr, add));
-        }
+        out.push(MetaUpdate {
+            meta: first.addr,
+            lfu_add: lfu << layout::LFU_SHIFT,
+            access: last_access.to_le_bytes(),
+        });
         i = j;
     }
     out

@@ -38,6 +38,8 @@
 //! | `db_map` | logical to stored database numbers, `SWAPDB` |
 //! | `maintenance` | the background upkeep task |
 
+mod access;
+pub(crate) use access::inline_access;
 mod adaptive;
 mod commit;
 mod config;
@@ -100,6 +102,8 @@ struct Counters {
     recovered: AtomicU64,
     /// Backup metadata words set to the primary's at a takeover.
     meta_repaired: AtomicU64,
+    /// Accesses not applied to access-metadata entries because too many were queued.
+    accesses_dropped: AtomicU64,
 }
 
 /// A key's coordinates.
@@ -126,6 +130,8 @@ struct Found {
     value: Option<Bytes>,
     /// The value's type (a string when the object was not read).
     kind: dmc_umo::ValueKind,
+    /// The slot's access-metadata entry, when its subtable has that area.
+    ext: Option<GlobalAddr>,
 }
 
 pub struct Dht {
@@ -161,6 +167,10 @@ pub struct Dht {
     /// Batches the group committer has in flight.
     commit_batches: Arc<AtomicU64>,
     hits: Mutex<Vec<PendingHit>>,
+    /// Accesses waiting to be applied to access-metadata entries (`access.rs`).
+    accesses: Mutex<Vec<access::PendingAccess>>,
+    /// This client's inflation value `L` (f64 bits) for GDS, GDSF and LFUDA.
+    inflation: AtomicU64,
     /// Keys per database in the slots this client owns.
     keys: Box<[AtomicI64]>,
     /// Of those, keys with a time to live (INFO's `expires=`).
@@ -232,8 +242,10 @@ impl Dht {
         RedisPolicy::ALL[self.policy.load(Ordering::Relaxed) as usize % RedisPolicy::ALL.len()]
     }
 
+    /// Keys sampled per eviction (`maxmemory-samples`); 0 compares every key the
+    /// client owns (exact, and as slow as that sounds: for tests and studies).
     pub fn set_samples(&self, k: usize) {
-        self.samples.store(k.max(1) as u64, Ordering::Relaxed);
+        self.samples.store(k as u64, Ordering::Relaxed);
     }
 
     pub fn samples(&self) -> usize {
@@ -286,6 +298,7 @@ impl Dht {
             splits: self.counters.splits.load(Ordering::Relaxed),
             recovered_commits: self.counters.recovered.load(Ordering::Relaxed),
             repaired_meta: self.counters.meta_repaired.load(Ordering::Relaxed),
+            accesses_dropped: self.counters.accesses_dropped.load(Ordering::Relaxed),
             retries: self.counters.retries.load(Ordering::Relaxed),
             used_memory: self.used_memory(),
             partitions: self.partitions.read().len() as u64,

@@ -15,10 +15,27 @@ use crate::hash::{self, key_hash};
 use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
 use crate::owner::Lease;
 
+/// One entry of a subtable being rewritten: its key's hash, its slot's words, and its
+/// access-metadata entry when the old subtable had one.
+struct SplitEntry {
+    hash: u64,
+    word: u64,
+    meta: u64,
+    access: Option<[u8; layout::EXT_ENTRY as usize]>,
+}
+
+/// A slot's offset in its bucket.
+fn slot_offset(i: usize) -> usize {
+    (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize
+}
+
 impl Dht {
-    fn subtable_bytes(&self, depth: u32, suffix: u64, slot: u16) -> Vec<u8> {
-        let mut bytes = vec![0u8; (self.buckets * layout::BUCKET) as usize];
-        let h = layout::header(depth, suffix, slot).to_le_bytes();
+    /// A new subtable's bytes: empty buckets with their headers, and an empty
+    /// access-metadata area when `ext`.
+    fn subtable_bytes(&self, depth: u32, suffix: u64, slot: u16, ext: bool) -> Vec<u8> {
+        let mut bytes = vec![0u8; layout::subtable_len(self.buckets, ext) as usize];
+        let flag = if ext { layout::EXT } else { 0 };
+        let h = (layout::header(depth, suffix, slot) | flag).to_le_bytes();
         for b in 0..self.buckets as usize {
             let at = b * layout::BUCKET as usize;
             bytes[at..at + 8].copy_from_slice(&h);
@@ -26,31 +43,38 @@ impl Dht {
         bytes
     }
 
-    /// Places split entries into 2^k child subtables of depth `depth + k`; `None` if a
-    /// child cannot hold its share.
+    /// Places split entries into 2^k child subtables of depth `depth + k` (with an
+    /// access-metadata area when `ext`, each entry's carried along); `None` if a child
+    /// cannot hold its share.
     fn place(
         &self,
-        entries: &[(u64, u64, u64)],
-        depth: u32,
-        suffix: u64,
-        k: u32,
+        entries: &[SplitEntry],
+        (depth, suffix, k): (u32, u64, u32),
         slot: u16,
+        ext: bool,
     ) -> Option<Vec<Vec<u8>>> {
         let mut children: Vec<Vec<u8>> = (0..1u64 << k)
-            .map(|j| self.subtable_bytes(depth + k, suffix | (j << depth), slot))
+            .map(|j| self.subtable_bytes(depth + k, suffix | (j << depth), slot, ext))
             .collect();
-        for (hash, word, meta) in entries {
-            let side = ((hash >> depth) & ((1 << k) - 1)) as usize;
-            let (a, b) = hash::buckets(*hash, self.buckets);
+        for e in entries {
+            let side = ((e.hash >> depth) & ((1 << k) - 1)) as usize;
+            let (a, b) = hash::buckets(e.hash, self.buckets);
             let table = &mut children[side];
-            let free = [a, b].into_iter().find_map(|bucket| {
+            let (bucket, i) = [a, b].into_iter().find_map(|bucket| {
                 let base = (bucket * layout::BUCKET) as usize;
                 (0..SLOTS_PER_BUCKET)
-                    .map(|i| base + (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize)
-                    .find(|&at| le64(table, at) == 0)
+                    .find(|&i| le64(table, base + slot_offset(i)) == 0)
+                    .map(|i| (bucket, i))
             })?;
-            table[free..free + 8].copy_from_slice(&word.to_le_bytes());
-            table[free + 8..free + 16].copy_from_slice(&meta.to_le_bytes());
+            let free = (bucket * layout::BUCKET) as usize + slot_offset(i);
+            table[free..free + 8].copy_from_slice(&e.word.to_le_bytes());
+            table[free + 8..free + 16].copy_from_slice(&e.meta.to_le_bytes());
+            if ext && let Some(access) = &e.access {
+                let at = (self.buckets * layout::BUCKET
+                    + bucket * layout::EXT_BUCKET
+                    + i as u64 * layout::EXT_ENTRY) as usize;
+                table[at..at + layout::EXT_ENTRY as usize].copy_from_slice(access);
+            }
         }
         Some(children)
     }
@@ -60,7 +84,8 @@ impl Dht {
         if self.load_dir(slot).await?.is_some() {
             return Ok(());
         }
-        let st_len = self.buckets * layout::BUCKET;
+        let ext = self.wants_access_area();
+        let st_len = layout::subtable_len(self.buckets, ext);
         let st = self.room_for(|| self.pool.alloc(st_len, true)).await?;
         let dir = self
             .room_for(|| self.pool.alloc(layout::DIR_HEADER + 8, true))
@@ -69,7 +94,7 @@ impl Dht {
         dir_bytes[8..].copy_from_slice(&st.addr.bits().to_le_bytes());
         self.pool
             .write_all(&[
-                (st.addr, &self.subtable_bytes(0, 0, slot)),
+                (st.addr, &self.subtable_bytes(0, 0, slot, ext)),
                 (dir.addr, &dir_bytes),
             ])
             .await?;
@@ -126,10 +151,19 @@ impl Dht {
         min_k: u32,
         lease: Lease,
     ) -> Result<(), DhtError> {
-        let st_len = (self.buckets * layout::BUCKET) as usize;
-        let mut bytes = vec![0u8; st_len];
+        let buckets_len = (self.buckets * layout::BUCKET) as usize;
+        let mut bytes = vec![0u8; buckets_len];
         self.pool.read(old, &mut bytes).await?;
         let h0 = le64(&bytes, 0);
+        let old_ext = layout::header_ext(h0);
+        // The old entries' access metadata, carried to their new slots.
+        let mut old_access = Vec::new();
+        if old_ext {
+            old_access = vec![0u8; (self.buckets * layout::EXT_BUCKET) as usize];
+            self.pool
+                .read(old.offset_by(buckets_len as u64), &mut old_access)
+                .await?;
+        }
         let depth = layout::header_depth(h0);
         let suffix = layout::header_suffix(h0);
         if h0 & layout::MOVED != 0 {
@@ -175,9 +209,24 @@ impl Dht {
                     self.pool.read_any(obj).await?.ok_or_else(|| {
                         corrupt(format!("slot word {:#x} points at no valid object", word.0))
                     })?;
-                entries.push((key_hash(db, &key), word.unlocked().0, meta));
+                let access = old_ext.then(|| {
+                    let at = (b * SLOTS_PER_BUCKET + i) * layout::EXT_ENTRY as usize;
+                    let mut e = [0u8; layout::EXT_ENTRY as usize];
+                    e.copy_from_slice(&old_access[at..at + layout::EXT_ENTRY as usize]);
+                    e
+                });
+                entries.push(SplitEntry {
+                    hash: key_hash(db, &key),
+                    word: word.unlocked().0,
+                    meta,
+                    access,
+                });
             }
         }
+        // The new subtables have an access-metadata area if the policy wants one
+        // (a move under such a policy adds it) or the old one had it.
+        let new_ext = old_ext || self.wants_access_area();
+        let st_len = layout::subtable_len(self.buckets, new_ext) as usize;
         // Split in two; in the rare case a half cannot hold its entries (two-choice
         // placement failed), split into four or eight instead.
         let mut placed = None;
@@ -185,7 +234,7 @@ impl Dht {
             if depth + k > layout::MAX_DEPTH {
                 break;
             }
-            if let Some(children) = self.place(&entries, depth, suffix, k, slot) {
+            if let Some(children) = self.place(&entries, (depth, suffix, k), slot, new_ext) {
                 placed = Some((k, children));
                 break;
             }
@@ -256,10 +305,11 @@ impl Dht {
             if k > 0 {
                 self.counters.splits.fetch_add(1, Ordering::Relaxed);
             }
-            self.pool.free(Block {
-                addr: old,
-                class: blocks[0].class,
-            });
+            let old_len = layout::subtable_len(self.buckets, old_ext);
+            match dmc_umo::classes::best_fit(old_len, self.pool.max_block(), true) {
+                Some(class) => self.pool.free(Block { addr: old, class }),
+                None => tracing::warn!(%old, "a retired subtable's size has no class: leaked"),
+            }
             if new_dir.is_some() {
                 self.pool.free(dir.block);
             }

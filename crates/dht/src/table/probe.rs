@@ -17,12 +17,30 @@ use crate::layout::{self, SLOTS_PER_BUCKET, SlotMeta, SlotWord, le64};
 pub(super) struct Probe {
     /// Bucket addresses and bytes.
     pub(super) buckets: [(GlobalAddr, [u8; layout::BUCKET as usize]); 2],
+    /// Each bucket's first access-metadata entry, when its subtable has that area
+    /// (see [`Dht::ext_base`]).
+    pub(super) ext: [Option<GlobalAddr>; 2],
 }
 
 impl Probe {
     pub(super) fn header(&self, b: usize) -> u64 {
         le64(&self.buckets[b].1, 0)
     }
+    /// The access-metadata entry of slot `i` of bucket `b`, if the subtable has them.
+    pub(super) fn ext(&self, b: usize, i: usize) -> Option<GlobalAddr> {
+        self.ext[b].map(|e| e.offset_by(i as u64 * layout::EXT_ENTRY))
+    }
+
+    /// The access-metadata entry of the slot at `addr`, one of the probe's.
+    pub(super) fn ext_at(&self, addr: GlobalAddr) -> Option<GlobalAddr> {
+        (0..2).find_map(|b| {
+            let base = self.buckets[b].0;
+            (0..SLOTS_PER_BUCKET)
+                .find(|&i| base.offset_by(layout::BUCKET_HEADER + layout::SLOT * i as u64) == addr)
+                .and_then(|i| self.ext(b, i))
+        })
+    }
+
     pub(super) fn slot(&self, b: usize, i: usize) -> (GlobalAddr, SlotWord, SlotMeta) {
         let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
         let bytes = &self.buckets[b].1;
@@ -58,6 +76,7 @@ impl Dht {
                         [0u8; layout::BUCKET as usize],
                     ),
                 ],
+                ext: [None, None],
             };
             {
                 let [(a_addr, a_buf), (b_addr, b_buf)] = &mut probe.buckets;
@@ -67,6 +86,10 @@ impl Dht {
             if layout::header_covers(probe.header(0), loc.hash, loc.slot)
                 && layout::header_covers(probe.header(1), loc.hash, loc.slot)
             {
+                probe.ext = [
+                    self.ext_base(st, a, probe.header(0)),
+                    self.ext_base(st, b, probe.header(1)),
+                ];
                 return Ok(Some(probe));
             }
             // A split retired this subtable (or the cache is older than a reuse).
@@ -108,6 +131,7 @@ impl Dht {
                             meta,
                             value: want_value.then_some(v),
                             kind,
+                            ext: probe.ext(b, i),
                         }));
                     }
                     // A fingerprint collision, or a slot that changed under us: the

@@ -70,6 +70,9 @@ impl Dht {
                             meta,
                             value: Some(v),
                             kind,
+                            ext: self
+                                .ext_base(st, bucket, le64(&bytes, 0))
+                                .map(|e| e.offset_by(i as u64 * layout::EXT_ENTRY)),
                         })));
                     }
                     Ok(ReadObject::Mismatch) => continue,
@@ -156,11 +159,13 @@ impl Dht {
             let (abs, now) = self.now();
             let locs: Vec<Loc> = keys.iter().map(|k| self.loc(db, k)).collect();
             // Stage 1: the first candidate bucket of every key with a cached directory.
-            let mut buckets: Vec<(usize, GlobalAddr)> = Vec::with_capacity(keys.len());
+            // (key index, bucket, its subtable, its index there)
+            let mut buckets: Vec<(usize, GlobalAddr, GlobalAddr, u64)> =
+                Vec::with_capacity(keys.len());
             for (i, loc) in locs.iter().enumerate() {
                 if let Some(st) = self.cached_subtable(loc) {
                     let (a, _) = hash::buckets(loc.hash, self.buckets);
-                    buckets.push((i, st.offset_by(a * layout::BUCKET)));
+                    buckets.push((i, st.offset_by(a * layout::BUCKET), st, a));
                 }
             }
             let mut bytes = vec![[0u8; layout::BUCKET as usize]; buckets.len()];
@@ -168,23 +173,25 @@ impl Dht {
                 let mut reads: Vec<(GlobalAddr, &mut [u8])> = buckets
                     .iter()
                     .zip(bytes.iter_mut())
-                    .map(|((_, a), b)| (*a, &mut b[..]))
+                    .map(|((_, a, _, _), b)| (*a, &mut b[..]))
                     .collect();
                 self.pool.read_batch(&mut reads).await?;
             }
             // Stage 2: the object of the first fingerprint match in each bucket.
             let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(buckets.len());
-            for ((i, addr), b) in buckets.iter().zip(&bytes) {
+            for ((i, addr, st, index), b) in buckets.iter().zip(&bytes) {
+                let ext = self.ext_base(*st, *index, le64(b, 0));
                 let probe = Probe {
                     buckets: [(*addr, *b), (*addr, *b)],
+                    ext: [ext, ext],
                 };
                 if !layout::header_covers(probe.header(0), locs[*i].hash, locs[*i].slot) {
                     continue;
                 }
                 let hit = (0..SLOTS_PER_BUCKET)
-                    .map(|s| probe.slot(0, s))
-                    .find(|(_, w, _)| !w.is_empty() && w.fp() == locs[*i].fp);
-                if let Some((slot, word, meta)) = hit
+                    .map(|s| (probe.slot(0, s), probe.ext(0, s)))
+                    .find(|((_, w, _), _)| !w.is_empty() && w.fp() == locs[*i].fp);
+                if let Some(((slot, word, meta), ext)) = hit
                     && let Some(obj) = word.object()
                     && !obj.chained
                     && obj.block.size() as usize <= BATCH_OBJECT
@@ -199,6 +206,7 @@ impl Dht {
                             meta,
                             value: None,
                             kind: dmc_umo::ValueKind::String,
+                            ext,
                         },
                         obj,
                     ));
@@ -308,6 +316,7 @@ impl Dht {
                 meta_addr: f.addr.offset_by(8),
                 meta: f.meta,
                 seen: at,
+                ext: f.ext,
             },
         }
     }
@@ -326,8 +335,10 @@ impl Dht {
         let addr = st.offset_by(a * layout::BUCKET);
         let mut bytes = [0u8; layout::BUCKET as usize];
         self.pool.read(addr, &mut bytes).await?;
+        let ext = self.ext_base(st, a, le64(&bytes, 0));
         let probe = Probe {
             buckets: [(addr, bytes), (addr, bytes)],
+            ext: [ext, ext],
         };
         if !layout::header_covers(probe.header(0), loc.hash, loc.slot) {
             return Ok(None);

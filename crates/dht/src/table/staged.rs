@@ -171,6 +171,7 @@ impl Dht {
             meta,
             value,
             kind,
+            ext: None,
         })))
     }
 
@@ -411,7 +412,9 @@ impl Dht {
         'retry: for attempt in 0..MAX_RETRIES {
             let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * group.len());
             let mut taken: Vec<GlobalAddr> = Vec::new();
-            let mut done: Vec<(&StagedKey, Option<Found>)> = Vec::with_capacity(group.len());
+            // (key, what it replaced, its slot's access-metadata entry)
+            let mut done: Vec<(&StagedKey, Option<Found>, Option<GlobalAddr>)> =
+                Vec::with_capacity(group.len());
             for (key, st) in group {
                 let (probe, found) = self.lookup_committed(&st.loc, key, false).await?;
                 let Some(probe) = probe else {
@@ -461,7 +464,7 @@ impl Dht {
                     new: meta,
                     in_word_lock: false,
                 });
-                done.push((st, found));
+                done.push((st, found, probe.ext_at(addr)));
             }
             if done.is_empty() {
                 return Ok(());
@@ -473,7 +476,10 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
-                    for (st, found) in done {
+                    for (st, found, entry) in done {
+                        if let Some((obj, _, _)) = st.now {
+                            self.note_write(found.as_ref(), entry, obj).await;
+                        }
                         self.committed_staged(st, found).await;
                     }
                     return Ok(());

@@ -88,6 +88,7 @@ impl Dht {
                 .unwrap_or(policy::LFU_INIT);
             let expire = live.map(|f| f.meta.expire()).unwrap_or(0);
             let meta = SlotMeta::new(expire, now.access, lfu);
+            let new_entry = probe.ext_at(target.0);
             let committed = self
                 .commit_one_sided(&loc, lease, target, SlotWord::new(loc.fp, obj), meta)
                 .await;
@@ -102,6 +103,7 @@ impl Dht {
             };
             match outcome {
                 TxOutcome::Committed => {
+                    self.note_write(found.as_ref(), new_entry, obj).await;
                     match found
                         .as_ref()
                         .and_then(|f| f.word.object())

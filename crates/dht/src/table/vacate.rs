@@ -59,6 +59,7 @@ impl Dht {
                         }
                         let probe = Probe {
                             buckets: [(bucket, bytes), (bucket, bytes)],
+                            ext: [None, None],
                         };
                         let Some((addr, word, meta)) = (0..SLOTS_PER_BUCKET)
                             .map(|i| probe.slot(0, i))
@@ -103,6 +104,7 @@ impl Dht {
                             meta,
                             value: None,
                             kind: dmc_umo::ValueKind::String,
+                            ext: None,
                         };
                         if self
                             .evict_entry(slot, (bucket, header), &found)
@@ -222,6 +224,7 @@ impl Dht {
                         }
                         let probe = Probe {
                             buckets: [(bucket, bytes), (bucket, bytes)],
+                            ext: [None, None],
                         };
                         for i in 0..SLOTS_PER_BUCKET {
                             let (addr, word, _) = probe.slot(0, i);

@@ -182,8 +182,10 @@ impl Dht {
             let (abs, now) = self.now();
             let mut writes: Vec<TxWrite> = Vec::with_capacity(3 * pairs.len());
             let mut taken: Vec<GlobalAddr> = Vec::new();
-            // (db, previous found slot, new metadata) per key, for the bookkeeping.
-            let mut done: Vec<(Option<Found>, SlotMeta)> = Vec::with_capacity(pairs.len());
+            // (previous found slot, new metadata, the slot's access-metadata entry) per
+            // key, for the bookkeeping.
+            let mut done: Vec<(Option<Found>, SlotMeta, Option<GlobalAddr>)> =
+                Vec::with_capacity(pairs.len());
             for ((loc, (key, _)), obj) in locs.iter().zip(pairs).zip(objects) {
                 let (probe, found) = self.lookup(loc, key, false).await.map_err(early)?;
                 let Some(probe) = probe else {
@@ -235,7 +237,7 @@ impl Dht {
                     new: meta.0,
                     in_word_lock: false,
                 });
-                done.push((found, meta));
+                done.push((found, meta, probe.ext_at(addr)));
             }
             let tx = Tx {
                 shard: lease.shard,
@@ -244,7 +246,8 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
-                    for (loc, (found, meta)) in locs.iter().zip(done) {
+                    for ((loc, (found, meta, entry)), obj) in locs.iter().zip(done).zip(objects) {
+                        self.note_write(found.as_ref(), entry, *obj).await;
                         self.replaced(loc.db, found, meta).await;
                     }
                     return Ok(true);
@@ -326,6 +329,7 @@ impl Dht {
                 self.split(loc, lease).await?;
                 continue;
             };
+            let new_entry = probe.ext_at(target.0);
             // A slot another writer holds comes back as `Locked`.
             let outcome = self
                 .commit_one_sided(loc, lease, target, new_word, meta)
@@ -333,6 +337,7 @@ impl Dht {
             drop(split_guard);
             match outcome {
                 TxOutcome::Committed => {
+                    self.note_write(found.as_ref(), new_entry, obj).await;
                     self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });
                 }

@@ -88,6 +88,43 @@ impl Pool {
         Some(Ok(old))
     }
 
+    /// Writes `data` at `addr` on every copy right now, if every copy's backend
+    /// completes verbs inline (advisory metadata: a backup that fails is left behind);
+    /// `None` means use [`write_all`](Self::write_all).
+    pub fn write_now(&self, addr: GlobalAddr, data: &[u8]) -> Option<Result<(), UmoError>> {
+        if self.lease_lapsed() {
+            return Some(Err(UmoError::LeaseLapsed));
+        }
+        let region = addr.region();
+        let primary = self.primary(region).ok()?;
+        if !self.nodes[primary].completes_inline() {
+            return None;
+        }
+        let _permit = self.gate.try_enter([region]).ok()?;
+        let regions = self.regions.read();
+        let entry = regions.get(region as usize)?.as_ref()?;
+        if entry.copies().any(|n| !self.nodes[n].completes_inline()) {
+            return None;
+        }
+        if !entry.filling.is_empty() {
+            self.dirty.mark(region, addr.offset(), data.len() as u64);
+        }
+        for n in entry.copies() {
+            let mut write = [Verb::Write {
+                region,
+                offset: addr.offset(),
+                data,
+            }];
+            let done = self.nodes[n].post_now(&mut write)?;
+            if n == primary
+                && let Err(e) = done.map_err(UmoError::node(self.nodes[n].node()))
+            {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
+    }
+
     /// Reads from the primary copy; a primary that failed is waited out (its failover
     /// promotes a backup) and the read retried there.
     pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), UmoError> {
