@@ -245,3 +245,59 @@ fn combine_hits(mut batch: Vec<PendingHit>, lifetime: std::time::Duration) -> Ve
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(addr: GlobalAddr, seen: SlotMeta, lfu_add: u8, access: u16) -> PendingHit {
+        PendingHit {
+            addr,
+            seen,
+            at: std::time::Instant::now(),
+            lfu_add,
+            access,
+        }
+    }
+
+    #[test]
+    fn a_key_s_hits_combine_into_one_count_and_its_newest_clock() {
+        let a = GlobalAddr::new(1, 64);
+        let b = GlobalAddr::new(1, 128);
+        let seen = SlotMeta::new(0, 100, 250);
+        let batch = vec![
+            hit(a, seen, 1, 101),
+            hit(b, SlotMeta::new(0, 7, 5), 0, 9),
+            hit(a, seen, 1, 105),
+            hit(a, seen, 1, 103),
+            // Past the stored counter's room: capped, never carried into the clock.
+            hit(a, seen, 1, 104),
+            hit(a, seen, 1, 104),
+            hit(a, seen, 1, 104),
+        ];
+        let got = combine_hits(batch, std::time::Duration::from_secs(60));
+        assert_eq!(
+            got,
+            vec![
+                MetaUpdate {
+                    meta: a,
+                    lfu_add: 5 << layout::LFU_SHIFT,
+                    // The last recorded access, whatever the seen clock was.
+                    access: 104u16.to_le_bytes(),
+                },
+                MetaUpdate {
+                    meta: b,
+                    lfu_add: 0,
+                    access: 9u16.to_le_bytes(),
+                },
+            ]
+        );
+        // The clock's two bytes are where the word keeps it.
+        let word = SlotMeta::new(0, 0x1234, 0).0.to_le_bytes();
+        assert_eq!(
+            &word[ACCESS_BYTE as usize..ACCESS_BYTE as usize + 2],
+            &0x1234u16.to_le_bytes()
+        );
+        assert!(combine_hits(vec![hit(a, seen, 1, 1)], std::time::Duration::ZERO).is_empty());
+    }
+}
