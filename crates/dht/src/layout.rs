@@ -30,13 +30,14 @@
 //!
 //! access-metadata area (only in a subtable whose headers carry EXT; made for policies
 //! that rank keys by more than the slot's metadata, `table/access.rs`): after the
-//! buckets, one 32-byte entry per slot, bucket by bucket, at
-//! subtable + buckets × 128 + (bucket × 7 + slot) × 32:
-//! +--------------------------------+----------+-------------+--------------+
-//! | insert_ms+1:40 | size:24 << 40 | freq:u64 | last_ms:u64 | own word:u64 |
-//! +--------------------------------+----------+-------------+--------------+
-//!   (ms since the pool was formatted; size = key + value bytes, capped; freq counts
-//!   accesses, the insert included, and grows by FAA; an insert word of 0 = no entry)
+//! buckets, one 24-byte entry per slot, bucket by bucket, at
+//! subtable + buckets × 128 + (bucket × 7 + slot) × 24:
+//! +-----------------------------------------+-------------+--------------+
+//! | insert_ms+1:40 | fp:8 << 40 | freq:16 << 48 | last_ms:u64 | own word:u64 |
+//! +-----------------------------------------+-------------+--------------+
+//!   (ms since the pool was formatted; fp = the key's fingerprint, so that a slot's
+//!   next key never takes an entry over; freq counts accesses, the insert included, up
+//!   to 65 535; an insert of 0 = no entry; the key's size is its slot word's)
 //!
 //! slot word (changed only by its shard's owner):
 //!   fp:8 << 56 | size:8 << 48 | pointer:48        (word 0 = empty slot)
@@ -98,7 +99,7 @@ pub const MOVED: u64 = 1 << 63;
 /// A bucket-header flag: the subtable carries an access-metadata area.
 pub const EXT: u64 = 1 << 62;
 /// Bytes of one slot's access-metadata entry, and of one bucket's.
-pub const EXT_ENTRY: u64 = 32;
+pub const EXT_ENTRY: u64 = 24;
 pub const EXT_BUCKET: u64 = EXT_ENTRY * SLOTS_PER_BUCKET as u64;
 /// A slot word's lock bit (see the diagram).
 pub const LOCK: u64 = dmc_umo::WORD_LOCK;
@@ -135,27 +136,29 @@ pub fn ext_entry(st: GlobalAddr, buckets: u64, bucket: u64, i: usize) -> GlobalA
 pub struct ExtEntry {
     /// ms since the pool was formatted, + 1 (0: no entry).
     pub insert: u64,
-    pub size: u64,
+    /// The fingerprint of the key the entry is for.
+    pub fp: u8,
     pub freq: u64,
     pub last_ms: u64,
     pub word: u64,
 }
 
-/// The largest size an entry records.
-pub const EXT_MAX_SIZE: u64 = (1 << 24) - 1;
+/// The largest count an entry records.
+pub const EXT_MAX_FREQ: u64 = u16::MAX as u64;
 
 impl ExtEntry {
     pub fn encode(&self) -> [u8; EXT_ENTRY as usize] {
         let mut b = [0u8; EXT_ENTRY as usize];
-        let first = (self.insert & EXPIRE_MASK) | (self.size.min(EXT_MAX_SIZE) << 40);
+        let first = (self.insert & EXPIRE_MASK)
+            | ((self.fp as u64) << 40)
+            | (self.freq.min(EXT_MAX_FREQ) << 48);
         b[..8].copy_from_slice(&first.to_le_bytes());
-        b[8..16].copy_from_slice(&self.freq.to_le_bytes());
-        b[16..24].copy_from_slice(&self.last_ms.to_le_bytes());
-        b[24..].copy_from_slice(&self.word.to_le_bytes());
+        b[8..16].copy_from_slice(&self.last_ms.to_le_bytes());
+        b[16..].copy_from_slice(&self.word.to_le_bytes());
         b
     }
 
-    /// The entry in `b` (32 bytes), or `None` when it holds none.
+    /// The entry in `b` (24 bytes), or `None` when it holds none.
     pub fn decode(b: &[u8]) -> Option<ExtEntry> {
         if b.len() < EXT_ENTRY as usize {
             return None;
@@ -164,10 +167,10 @@ impl ExtEntry {
         let insert = first & EXPIRE_MASK;
         (insert != 0).then(|| ExtEntry {
             insert,
-            size: first >> 40,
-            freq: le64(b, 8),
-            last_ms: le64(b, 16),
-            word: le64(b, 24),
+            fp: (first >> 40) as u8,
+            freq: first >> 48,
+            last_ms: le64(b, 8),
+            word: le64(b, 16),
         })
     }
 }
@@ -336,24 +339,24 @@ mod tests {
     fn access_entries_roundtrip_and_sit_after_the_buckets() {
         let e = ExtEntry {
             insert: 12345,
-            size: 300,
+            fp: 0xa5,
             freq: 7,
             last_ms: 99999,
             word: u64::MAX,
         };
         assert_eq!(ExtEntry::decode(&e.encode()), Some(e));
-        assert_eq!(ExtEntry::decode(&[0u8; 32]), None, "an unwritten entry");
-        let big = ExtEntry {
-            size: u64::MAX,
+        assert_eq!(ExtEntry::decode(&[0u8; 24]), None, "an unwritten entry");
+        let busy = ExtEntry {
+            freq: u64::MAX,
             ..e
         };
         assert_eq!(
-            ExtEntry::decode(&big.encode()).map(|d| d.size),
-            Some(EXT_MAX_SIZE)
+            ExtEntry::decode(&busy.encode()).map(|d| d.freq),
+            Some(EXT_MAX_FREQ)
         );
         let st = GlobalAddr::new(1, 4096);
         assert_eq!(ext_entry(st, 4, 0, 0), st.offset_by(512));
-        assert_eq!(ext_entry(st, 4, 3, 6), st.offset_by(512 + 3 * 224 + 6 * 32));
-        assert_eq!(subtable_len(4, true), 512 + 4 * 224);
+        assert_eq!(ext_entry(st, 4, 3, 6), st.offset_by(512 + 3 * 168 + 6 * 24));
+        assert_eq!(subtable_len(4, true), 512 + 4 * 168);
     }
 }

@@ -109,7 +109,7 @@ impl Policy for RedisPolicy {
             // alone (its size unknown here), what the algorithm makes of its clock
             // and counter.
             RedisPolicy::AllKeys(a) | RedisPolicy::Volatile(a) => {
-                let access = crate::table::inline_access(crate::layout::SlotWord::EMPTY, meta, now);
+                let access = crate::table::inline_access(0, meta, now);
                 crate::algorithms::Rules::priority(*a, &access, now.pool_ms)
             }
         }

@@ -254,3 +254,74 @@ async fn a_hit_sent_after_an_overwrite_leaves_the_clock_recent() {
         entry.idle_secs
     );
 }
+
+/// Subtables made under a policy with the access-metadata area and under one without
+/// differ in size: splits across a change of policy free each old subtable with its
+/// own size class (freed with its children's, it would hand out memory still in use),
+/// and every key keeps its value through the churn that reuses those blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn splits_across_policy_changes_free_each_subtable_by_its_own_size() {
+    let h = common::open(
+        Backend::Local,
+        DhtConfig {
+            policy: RedisPolicy::AllKeysLru,
+            buckets_per_subtable: 2,
+            // 16 partitions: every round's keys split their subtables many times.
+            slot_group_bits: 10,
+            ..DhtConfig::default()
+        },
+        Arc::new(dmc_dht::SystemClock),
+        Duration::ZERO,
+    )
+    .await;
+    let dht = h.dht.clone();
+    let value = |i: usize, round: usize| format!("value-{i}-{round}-{}", "x".repeat(i % 97));
+    let mut live: HashMap<usize, usize> = HashMap::new();
+    let policies = [
+        RedisPolicy::AllKeysLru,
+        RedisPolicy::AllKeys(Algorithm::Gdsf),
+        RedisPolicy::AllKeysLfu,
+        RedisPolicy::AllKeys(Algorithm::Lirs),
+        RedisPolicy::AllKeysLru,
+    ];
+    for (round, policy) in policies.into_iter().enumerate() {
+        dht.set_policy(policy);
+        for i in round * 400..(round + 1) * 400 {
+            let k = format!("key:{i}");
+            dht.set(
+                0,
+                k.as_bytes(),
+                value(i, round).as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+            live.insert(i, round);
+        }
+        // Churn: deletes and rewrites reuse the blocks the splits freed.
+        for i in (0..(round + 1) * 400).step_by(3) {
+            let k = format!("key:{i}");
+            dht.delete(0, k.as_bytes()).await.unwrap();
+            dht.set(
+                0,
+                k.as_bytes(),
+                value(i, round).as_bytes(),
+                SetOptions::default(),
+            )
+            .await
+            .unwrap();
+            live.insert(i, round);
+        }
+        for (i, r) in &live {
+            let k = format!("key:{i}");
+            let got = dht.get(0, k.as_bytes()).await.unwrap();
+            assert_eq!(
+                got.map(|e| e.value),
+                Some(bytes::Bytes::from(value(*i, *r))),
+                "{k} after round {round} ({})",
+                policy.name()
+            );
+        }
+    }
+    assert!(dht.stats().splits > 100, "{} splits", dht.stats().splits);
+}

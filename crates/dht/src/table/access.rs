@@ -3,8 +3,8 @@
 //! (`allkeys-gdsf`, `volatile-lirs`, … every [`Algorithm::EXTENDED`] one).
 //!
 //! Such a policy's subtables carry an access-metadata area after their buckets (the
-//! EXT header flag; `layout.rs` draws it): per slot, the key's insert time and size,
-//! its access count, its last access and the algorithm's own word. The owner writes a
+//! EXT header flag; `layout.rs` draws it): per slot, the key's insert time, its access
+//! count, its last access and the algorithm's own word (its size is its slot word's). The owner writes a
 //! key's entry when it inserts the key. Every access (a hit on any agent, an
 //! overwrite) is queued here with its time and combined per key; a flush reads the
 //! entries, applies the algorithm's `update` for each access in order, and writes them
@@ -23,20 +23,20 @@ use dmc_umo::{GlobalAddr, ObjectRef};
 
 use super::{Dht, Found};
 use crate::algorithms::{Access, Algorithm, Rules};
-use crate::layout::{self, ExtEntry, SlotMeta, SlotWord};
+use crate::layout::{self, ExtEntry, SlotMeta};
 use crate::policy::{Now, Policy, RedisPolicy};
 use crate::rng;
 
 /// One access not yet applied to its key's entry.
 pub(super) struct PendingAccess {
     entry: GlobalAddr,
+    /// The key's fingerprint: the entry must be its.
+    fp: u8,
     /// When it happened (ms since the pool was formatted).
     at_ms: u64,
     /// When the slot was read: accesses older than half the grace period are dropped,
     /// as the slot's own metadata updates are.
     seen: std::time::Instant,
-    /// The key's new size, for an overwrite.
-    size: Option<u64>,
 }
 
 /// Queued accesses past which new ones are dropped until a flush (advisory data
@@ -53,14 +53,15 @@ pub(super) fn object_size(obj: ObjectRef, max_block: u32) -> u64 {
     }
 }
 
-/// What an algorithm sees of a key with no access-metadata entry: its slot's clock
-/// (seconds) as both its insert and last access, and its LFU counter as its count.
-pub(crate) fn inline_access(word: SlotWord, meta: SlotMeta, now: &Now) -> Access {
+/// What an algorithm sees of a key of `size` bytes with no access-metadata entry: its
+/// slot's clock (seconds) as both its insert and last access, and its LFU counter as
+/// its count.
+pub(crate) fn inline_access(size: u64, meta: SlotMeta, now: &Now) -> Access {
     let last_ms = now
         .pool_ms
         .saturating_sub(now.idle_secs(meta).saturating_mul(1000));
     Access {
-        size: word.object().map_or(0, |o| o.block.size() as u64),
+        size,
         insert_ms: last_ms,
         last_ms,
         freq: meta.lfu() as u64,
@@ -68,9 +69,9 @@ pub(crate) fn inline_access(word: SlotWord, meta: SlotMeta, now: &Now) -> Access
     }
 }
 
-fn to_access(e: &ExtEntry) -> Access {
+fn to_access(e: &ExtEntry, size: u64) -> Access {
     Access {
-        size: e.size,
+        size,
         insert_ms: e.insert - 1,
         last_ms: e.last_ms,
         freq: e.freq,
@@ -78,10 +79,10 @@ fn to_access(e: &ExtEntry) -> Access {
     }
 }
 
-fn to_entry(a: &Access) -> ExtEntry {
+fn to_entry(a: &Access, fp: u8) -> ExtEntry {
     ExtEntry {
         insert: a.insert_ms + 1,
-        size: a.size,
+        fp,
         freq: a.freq,
         last_ms: a.last_ms,
         word: a.word,
@@ -89,9 +90,11 @@ fn to_entry(a: &Access) -> ExtEntry {
 }
 
 impl Dht {
-    /// Whether new subtables should carry an access-metadata area: the policy ranks by it.
+    /// Whether new subtables should carry an access-metadata area: the policy ranks by
+    /// it, and a subtable with the area still fits the largest block.
     pub(super) fn wants_access_area(&self) -> bool {
         extended(self.policy()).is_some()
+            && layout::subtable_len(self.buckets, true) <= self.pool.max_block() as u64
     }
 
     /// The first access-metadata entry of bucket `bucket` of the subtable at `st`, if
@@ -111,51 +114,53 @@ impl Dht {
         f64::from_bits(self.inflation.load(Ordering::Relaxed))
     }
 
-    /// Writes a new key's access-metadata entry (`entry`, if its subtable has that
-    /// area): inserted now, seen once.
-    pub(super) async fn note_insert(&self, entry: Option<GlobalAddr>, obj: ObjectRef) {
-        let Some(entry) = entry else { return };
-        let (_, now) = self.now();
-        let size = object_size(obj, self.pool.max_block());
-        let a = self
-            .updating_algorithm()
-            .inserted(size, now.pool_ms, self.inflation());
-        if let Err(e) = self
-            .pool
-            .write_all(&[(entry, &to_entry(&a).encode())])
-            .await
-        {
-            tracing::debug!(error = %e, "a new key's access metadata was not written");
-        }
-    }
-
-    /// After a committed write of a key found as `found` (`None`: a new key, in the
-    /// slot whose entry is `new_entry`): a new key's entry is written, an overwrite is
-    /// an access.
-    pub(super) async fn note_write(
+    /// After committed writes, each of a key found as `found` (`None` or expired: a new
+    /// key, in the slot whose entry is `new_entry`), now holding `obj` under
+    /// fingerprint `fp`: new keys' entries are written (one batch), overwrites are
+    /// accesses. `committed` is when the writes were committed.
+    pub(super) async fn note_writes(
         &self,
-        found: Option<&Found>,
-        new_entry: Option<GlobalAddr>,
-        obj: ObjectRef,
+        writes: &[(Option<&Found>, Option<GlobalAddr>, ObjectRef, u8)],
+        committed: std::time::Instant,
     ) {
-        match found {
-            Some(f) if f.word.object().is_some() => {
-                let size = object_size(obj, self.pool.max_block());
-                if self.note_access(f.ext, std::time::Instant::now(), Some(size)) {
-                    self.flush_access().await;
+        let (abs, now) = self.now();
+        let algorithm = self.updating_algorithm();
+        let mut due = false;
+        let mut entries: Vec<(GlobalAddr, [u8; layout::EXT_ENTRY as usize])> = Vec::new();
+        for (found, new_entry, obj, fp) in writes {
+            match found {
+                Some(f) if f.word.object().is_some() && !self.is_expired(f.meta, abs) => {
+                    due |= self.note_access(f.ext, *fp, committed);
+                }
+                _ => {
+                    if let Some(entry) = new_entry {
+                        let size = object_size(*obj, self.pool.max_block());
+                        let a = algorithm.inserted(size, now.pool_ms, self.inflation());
+                        entries.push((*entry, to_entry(&a, *fp).encode()));
+                    }
                 }
             }
-            _ => self.note_insert(new_entry, obj).await,
+        }
+        // Blind writes into the index: never once the slot could have been reused.
+        if !entries.is_empty() && committed.elapsed() < self.pool.config().grace / 2 {
+            let writes: Vec<(GlobalAddr, &[u8])> =
+                entries.iter().map(|(e, b)| (*e, &b[..])).collect();
+            if let Err(e) = self.pool.write_advisory(&writes).await {
+                tracing::debug!(error = %e, "new keys' access metadata was not written");
+            }
+        }
+        if due {
+            self.flush_access().await;
         }
     }
 
-    /// Queues an access to the key whose entry is `entry` (if any); `true` when the
-    /// queue is due for a flush.
+    /// Queues an access to the key (fingerprint `fp`) whose entry is `entry` (if any);
+    /// `true` when the queue is due for a flush.
     pub(super) fn note_access(
         &self,
         entry: Option<GlobalAddr>,
+        fp: u8,
         seen: std::time::Instant,
-        size: Option<u64>,
     ) -> bool {
         let Some(entry) = entry else { return false };
         let (_, now) = self.now();
@@ -168,15 +173,17 @@ impl Dht {
         }
         pending.push(PendingAccess {
             entry,
+            fp,
             at_ms: now.pool_ms,
             seen,
-            size,
         });
         pending.len() >= self.hit_batch
     }
 
     /// Applies the queued accesses: reads each key's entry once, runs the algorithm's
-    /// `update` for each of its accesses in order, and writes the entry back.
+    /// `update` for each of its accesses in order, and writes the entry back. An
+    /// entry of another key (its fingerprint differs: the slot was reused) is left
+    /// alone, and so are accesses that aged past half the grace period meanwhile.
     pub async fn flush_access(&self) {
         let mut batch = std::mem::take(&mut *self.accesses.lock());
         let lifetime = self.pool.config().grace / 2;
@@ -209,22 +216,35 @@ impl Dht {
         let l = self.inflation();
         let mut out: Vec<(GlobalAddr, [u8; layout::EXT_ENTRY as usize])> = Vec::new();
         for ((entry, range), b) in keys.iter().zip(&bytes) {
-            // No entry: the slot was emptied (or never had one) since the access.
+            let accesses = &batch[range.clone()];
+            // No entry (never written, or written before a restart of the format),
+            // another key's, or a reference too old to write through.
             let Some(stored) = ExtEntry::decode(b) else {
                 continue;
             };
-            let mut a = to_access(&stored);
-            for access in &batch[range.clone()] {
-                if let Some(size) = access.size {
-                    a.size = size;
-                }
+            if accesses
+                .iter()
+                .any(|a| a.fp != stored.fp || a.seen.elapsed() >= lifetime)
+            {
+                continue;
+            }
+            // The size plays no part in an update.
+            let mut a = to_access(&stored, 0);
+            for access in accesses {
                 let at = access.at_ms.max(a.last_ms);
+                // A client that evicts nothing of this key's shard has a lower `L`
+                // than the owner's: never lower the key's.
+                let l = if algorithm.inflates() {
+                    l.max(f64::from_bits(a.word))
+                } else {
+                    l
+                };
                 algorithm.accessed(&mut a, at, l);
             }
-            out.push((*entry, to_entry(&a).encode()));
+            out.push((*entry, to_entry(&a, stored.fp).encode()));
         }
         let writes: Vec<(GlobalAddr, &[u8])> = out.iter().map(|(e, b)| (*e, &b[..])).collect();
-        if let Err(e) = self.pool.write_all(&writes).await {
+        if let Err(e) = self.pool.write_advisory(&writes).await {
             tracing::debug!(error = %e, "access metadata updates were lost");
         }
     }
@@ -283,9 +303,17 @@ impl Dht {
         candidates
             .iter()
             .zip(&bytes)
-            .map(|(f, b)| match (read.is_ok(), ExtEntry::decode(b)) {
-                (true, Some(e)) if f.ext.is_some() => to_access(&e),
-                _ => inline_access(f.word, f.meta, now),
+            .map(|(f, b)| {
+                let size = f
+                    .word
+                    .object()
+                    .map_or(0, |o| object_size(o, self.pool.max_block()));
+                match (read.is_ok(), ExtEntry::decode(b)) {
+                    (true, Some(e)) if f.ext.is_some() && e.fp == f.word.fp() => {
+                        to_access(&e, size)
+                    }
+                    _ => inline_access(size, f.meta, now),
+                }
             })
             .collect()
     }
@@ -322,11 +350,11 @@ mod tests {
             word: 9,
         };
         assert_eq!(
-            to_access(&to_entry(&a)),
+            to_access(&to_entry(&a, 3), 512),
             a,
             "an insert at ms 0 is still an entry"
         );
-        assert!(ExtEntry::decode(&to_entry(&a).encode()).is_some());
+        assert!(ExtEntry::decode(&to_entry(&a, 3).encode()).is_some());
     }
 
     #[test]
@@ -343,9 +371,11 @@ mod tests {
             },
             chained: false,
         };
-        let a = inline_access(SlotWord::new(1, obj), SlotMeta::new(0, 90, 7), &now);
-        assert_eq!((a.last_ms, a.insert_ms, a.freq), (90_000, 90_000, 7));
-        assert_eq!(a.size, classes::size(class) as u64);
+        let a = inline_access(300, SlotMeta::new(0, 90, 7), &now);
+        assert_eq!(
+            (a.last_ms, a.insert_ms, a.freq, a.size),
+            (90_000, 90_000, 7, 300)
+        );
         assert_eq!(object_size(obj, 1 << 20), classes::size(class) as u64);
         let chained = ObjectRef {
             chained: true,

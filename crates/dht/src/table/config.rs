@@ -199,6 +199,8 @@ pub struct SlotRef {
     pub(super) seen: std::time::Instant,
     /// The key's access-metadata entry, if its subtable has one.
     pub(super) ext: Option<GlobalAddr>,
+    /// The key's fingerprint (its access-metadata entry must carry it).
+    pub(super) fp: u8,
 }
 
 impl SlotRef {

@@ -39,7 +39,7 @@ impl Dht {
             self.send_hits_now(batch);
         }
         // Applied by the next flush that may wait (this path must not).
-        self.note_access(f.ext, at, None);
+        self.note_access(f.ext, f.word.fp(), at);
         self.entry(f, now, at)
     }
 
@@ -58,7 +58,7 @@ impl Dht {
         let full = {
             let mut hits = self.hits.lock();
             for (_, f) in &found {
-                self.note_access(f.ext, at, None);
+                self.note_access(f.ext, f.word.fp(), at);
                 hits.push(Self::pending_hit(
                     policy,
                     f.addr.offset_by(8),
@@ -94,7 +94,7 @@ impl Dht {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
         let at = std::time::Instant::now();
-        if self.note_access(f.ext, at, None) {
+        if self.note_access(f.ext, f.word.fp(), at) {
             self.flush_access().await;
         }
         self.entry(f, now, at)
@@ -113,7 +113,7 @@ impl Dht {
         if let Some(batch) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
             self.send_hits(batch).await;
         }
-        if self.note_access(slot.ext, slot.seen, None) {
+        if self.note_access(slot.ext, slot.fp, slot.seen) {
             self.flush_access().await;
         }
         true
@@ -173,8 +173,9 @@ impl Dht {
     }
 
     /// Sends combined metadata updates: one post of FAAs per primary node (and one of
-    /// their sums per backup node), and one of clock writes per node, for the whole
-    /// batch.
+    /// their sums per backup node), then one of clock writes per node, for the whole
+    /// batch. In that order: the sums carry the word's old clock to the backups, and
+    /// the clock writes then land on every copy.
     async fn send_hits(&self, batch: Vec<PendingHit>) {
         let updates = combine_hits(batch, self.ref_lifetime());
         if updates.is_empty() {
@@ -189,17 +190,14 @@ impl Dht {
             .iter()
             .map(|u| (u.meta.offset_by(ACCESS_BYTE), &u.access[..]))
             .collect();
-        let counted = async {
-            if adds.is_empty() {
-                Ok(())
-            } else {
-                self.pool.faa_mirrored_many(&adds).await
-            }
-        };
         // Metadata is advisory: a failed update only ages the keys a little.
-        let (counted, clocked) = futures::join!(counted, self.pool.write_all(&clocks));
-        if let Err(e) = counted.and(clocked) {
-            tracing::debug!(error = %e, "hit metadata updates were lost");
+        if !adds.is_empty()
+            && let Err(e) = self.pool.faa_mirrored_many(&adds).await
+        {
+            tracing::debug!(error = %e, "hit counts were lost");
+        }
+        if let Err(e) = self.pool.write_advisory(&clocks).await {
+            tracing::debug!(error = %e, "hit clocks were lost");
         }
     }
 }

@@ -317,6 +317,7 @@ impl Dht {
                 meta: f.meta,
                 seen: at,
                 ext: f.ext,
+                fp: f.word.fp(),
             },
         }
     }

@@ -476,10 +476,15 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
-                    for (st, found, entry) in done {
-                        if let Some((obj, _, _)) = st.now {
-                            self.note_write(found.as_ref(), entry, obj).await;
-                        }
+                    let written: Vec<_> = done
+                        .iter()
+                        .filter_map(|(st, found, entry)| {
+                            st.now
+                                .map(|(obj, _, _)| (found.as_ref(), *entry, obj, st.loc.fp))
+                        })
+                        .collect();
+                    self.note_writes(&written, std::time::Instant::now()).await;
+                    for (st, found, _) in done {
                         self.committed_staged(st, found).await;
                     }
                     return Ok(());

@@ -92,6 +92,11 @@ impl Dht {
             let committed = self
                 .commit_one_sided(&loc, lease, target, SlotWord::new(loc.fp, obj), meta)
                 .await;
+            if matches!(committed, Ok(TxOutcome::Committed)) {
+                // Under the rebuild lock still: the entry's subtable is not retired.
+                let written = [(found.as_ref(), new_entry, obj, loc.fp)];
+                self.note_writes(&written, std::time::Instant::now()).await;
+            }
             drop(split_guard);
             let outcome = match committed {
                 Ok(outcome) => outcome,
@@ -103,7 +108,6 @@ impl Dht {
             };
             match outcome {
                 TxOutcome::Committed => {
-                    self.note_write(found.as_ref(), new_entry, obj).await;
                     match found
                         .as_ref()
                         .and_then(|f| f.word.object())

@@ -246,8 +246,16 @@ impl Dht {
             };
             match self.commit(tx).await {
                 TxOutcome::Committed => {
-                    for ((loc, (found, meta, entry)), obj) in locs.iter().zip(done).zip(objects) {
-                        self.note_write(found.as_ref(), entry, *obj).await;
+                    let written: Vec<_> = locs
+                        .iter()
+                        .zip(&done)
+                        .zip(objects)
+                        .map(|((loc, (found, _, entry)), obj)| {
+                            (found.as_ref(), *entry, *obj, loc.fp)
+                        })
+                        .collect();
+                    self.note_writes(&written, std::time::Instant::now()).await;
+                    for (loc, (found, meta, _)) in locs.iter().zip(done) {
                         self.replaced(loc.db, found, meta).await;
                     }
                     return Ok(true);
@@ -334,10 +342,14 @@ impl Dht {
             let outcome = self
                 .commit_one_sided(loc, lease, target, new_word, meta)
                 .await?;
+            if outcome == TxOutcome::Committed {
+                // Under the rebuild lock still: the entry's subtable is not retired.
+                let written = [(found.as_ref(), new_entry, obj, loc.fp)];
+                self.note_writes(&written, std::time::Instant::now()).await;
+            }
             drop(split_guard);
             match outcome {
                 TxOutcome::Committed => {
-                    self.note_write(found.as_ref(), new_entry, obj).await;
                     self.replaced(loc.db, found, meta).await;
                     return Ok(SetOutcome { written: true, old });
                 }

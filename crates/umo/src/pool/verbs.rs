@@ -376,6 +376,49 @@ impl Pool {
         self.post_per_node(by_node).await
     }
 
+    /// Writes advisory metadata (access clocks, access-metadata entries) to every
+    /// copy, as [`write_all`](Self::write_all) does, but never late: a write to a
+    /// region being moved (frozen) is dropped rather than waited for, and a failed
+    /// node is not waited out and retried. Such a write is blind; held back for
+    /// seconds, it could land after its block was freed and reused.
+    pub async fn write_advisory(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), UmoError> {
+        if self.lease_lapsed() {
+            return Err(UmoError::LeaseLapsed);
+        }
+        let mut regions: Vec<RegionId> = writes.iter().map(|(a, _)| a.region()).collect();
+        regions.sort_unstable();
+        regions.dedup();
+        regions.retain(|r| !self.gate.is_frozen(*r));
+        let Ok(_permit) = self.gate.try_enter(regions.iter().copied()) else {
+            return Ok(());
+        };
+        let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
+        {
+            let map = self.regions.read();
+            for (addr, data) in writes {
+                if regions.binary_search(&addr.region()).is_err() {
+                    continue;
+                }
+                // A region this client has not learned yet: nothing of it was read.
+                let Some(entry) = map.get(addr.region() as usize).and_then(|e| e.as_ref()) else {
+                    continue;
+                };
+                if !entry.filling.is_empty() {
+                    self.dirty
+                        .mark(addr.region(), addr.offset(), data.len() as u64);
+                }
+                for n in entry.copies() {
+                    by_node.entry(n).or_default().push(Verb::Write {
+                        region: addr.region(),
+                        offset: addr.offset(),
+                        data,
+                    });
+                }
+            }
+        }
+        self.post_per_node(by_node).await
+    }
+
     async fn post_per_node(&self, by_node: BTreeMap<usize, Vec<Verb<'_>>>) -> Result<(), UmoError> {
         // Backends with the memory at hand complete inline; the rest run concurrently.
         let mut waiting = Vec::new();
