@@ -51,20 +51,17 @@ impl Algorithm {
         Algorithm::Hyperbolic,
     ];
 
-    /// The ten that have `allkeys-` and `volatile-` policies of their own (LRU and LFU
-    /// are Redis's).
-    pub const EXTENDED: [Algorithm; 10] = [
-        Algorithm::Mru,
-        Algorithm::Fifo,
-        Algorithm::Size,
-        Algorithm::Gds,
-        Algorithm::Gdsf,
-        Algorithm::Lfuda,
-        Algorithm::Lirs,
-        Algorithm::Lrfu,
-        Algorithm::LruK,
-        Algorithm::Hyperbolic,
-    ];
+    /// The ten that have `allkeys-` and `volatile-` policies of their own: all but
+    /// LRU and LFU, which are Redis's.
+    pub const EXTENDED: [Algorithm; 10] = {
+        let mut out = [Algorithm::Mru; 10];
+        let mut i = 0;
+        while i < out.len() {
+            out[i] = Algorithm::ALL[i + 2];
+            i += 1;
+        }
+        out
+    };
 
     /// The algorithm's name, and its `allkeys-` and `volatile-` policy names.
     fn names(self) -> [&'static str; 3] {
@@ -217,5 +214,7 @@ mod tests {
         for a in Algorithm::ALL {
             assert_eq!(Algorithm::parse(a.name()), Some(a));
         }
+        assert!(!Algorithm::EXTENDED.contains(&Algorithm::Lru));
+        assert!(!Algorithm::EXTENDED.contains(&Algorithm::Lfu));
     }
 }

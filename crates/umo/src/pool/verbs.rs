@@ -11,8 +11,8 @@ use futures::future::join_all;
 
 use dmc_verbs::RegionId;
 
-use super::Pool;
 use super::failover::FAILOVER_RETRIES;
+use super::{Pool, RegionEntry};
 use crate::addr::GlobalAddr;
 use crate::error::UmoError;
 
@@ -36,62 +36,75 @@ impl Pool {
     /// [`faa`](Self::faa) right now, if every copy's backend completes verbs inline;
     /// returns the primary's old value.
     pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
-        if self.lease_lapsed() {
-            return Some(Err(UmoError::LeaseLapsed));
-        }
         let region = addr.region();
-        let primary = self.primary(region).ok()?;
-        if !self.nodes[primary].completes_inline() {
-            return None;
-        }
-        let _permit = self.gate.try_enter([region]).ok()?;
-        // Inline verbs do not wait: the map's read lock is held throughout, and no
-        // list of copies is allocated.
-        let regions = self.regions.read();
-        let entry = regions.get(region as usize)?.as_ref()?;
-        if entry.copies().any(|n| !self.nodes[n].completes_inline()) {
-            return None;
-        }
-        if !entry.filling.is_empty() {
-            self.dirty.mark(region, addr.offset(), 8);
-        }
-        // The primary takes the addition; the backups get its result (see
-        // `faa_mirrored`: a client that dies in between leaves a backup behind, not
-        // different for good). Adding zero reads the primary alone.
-        let node = &self.nodes[primary];
-        let mut verbs = [Verb::Faa {
-            region,
-            offset: addr.offset(),
-            add,
-            old: 0,
-        }];
-        if let Err(e) = node
-            .post_now(&mut verbs)?
-            .map_err(UmoError::node(node.node()))
-        {
-            return Some(Err(e));
-        }
-        let [Verb::Faa { old, .. }] = verbs else {
-            return None;
-        };
-        if add != 0 {
-            let now = old.wrapping_add(add).to_le_bytes();
-            for n in entry.copies().filter(|&n| n != primary) {
-                let mut write = [Verb::Write {
-                    region,
-                    offset: addr.offset(),
-                    data: &now,
-                }];
-                let _ = self.nodes[n].post_now(&mut write)?;
+        self.inline_on_copies(addr, 8, |primary, entry| {
+            // The primary takes the addition; the backups get its result (see
+            // `faa_mirrored`: a client that dies in between leaves a backup behind, not
+            // different for good). Adding zero reads the primary alone.
+            let node = &self.nodes[primary];
+            let mut verbs = [Verb::Faa {
+                region,
+                offset: addr.offset(),
+                add,
+                old: 0,
+            }];
+            if let Err(e) = node
+                .post_now(&mut verbs)?
+                .map_err(UmoError::node(node.node()))
+            {
+                return Some(Err(e));
             }
-        }
-        Some(Ok(old))
+            let [Verb::Faa { old, .. }] = verbs else {
+                return None;
+            };
+            if add != 0 {
+                let now = old.wrapping_add(add).to_le_bytes();
+                for n in entry.copies().filter(|&n| n != primary) {
+                    let mut write = [Verb::Write {
+                        region,
+                        offset: addr.offset(),
+                        data: &now,
+                    }];
+                    let _ = self.nodes[n].post_now(&mut write)?;
+                }
+            }
+            Some(Ok(old))
+        })
     }
 
     /// Writes `data` at `addr` on every copy right now, if every copy's backend
     /// completes verbs inline (advisory metadata: a backup that fails is left behind);
     /// `None` means use [`write_all`](Self::write_all).
     pub fn write_now(&self, addr: GlobalAddr, data: &[u8]) -> Option<Result<(), UmoError>> {
+        self.inline_on_copies(addr, data.len() as u64, |primary, entry| {
+            for n in entry.copies() {
+                let mut write = [Verb::Write {
+                    region: addr.region(),
+                    offset: addr.offset(),
+                    data,
+                }];
+                let done = self.nodes[n].post_now(&mut write)?;
+                if n == primary
+                    && let Err(e) = done.map_err(UmoError::node(self.nodes[n].node()))
+                {
+                    return Some(Err(e));
+                }
+            }
+            Some(Ok(()))
+        })
+    }
+
+    /// Runs `verbs` (given the primary node and the region's entry) on a region whose
+    /// every copy completes verbs inline, with the region's gate entered and the map's
+    /// read lock held (inline verbs do not wait, and no list of copies is allocated);
+    /// `len` bytes at `addr` are marked dirty for a region being filled. `None`: the
+    /// awaited path must do it.
+    fn inline_on_copies<T>(
+        &self,
+        addr: GlobalAddr,
+        len: u64,
+        verbs: impl FnOnce(usize, &RegionEntry) -> Option<Result<T, UmoError>>,
+    ) -> Option<Result<T, UmoError>> {
         if self.lease_lapsed() {
             return Some(Err(UmoError::LeaseLapsed));
         }
@@ -107,22 +120,9 @@ impl Pool {
             return None;
         }
         if !entry.filling.is_empty() {
-            self.dirty.mark(region, addr.offset(), data.len() as u64);
+            self.dirty.mark(region, addr.offset(), len);
         }
-        for n in entry.copies() {
-            let mut write = [Verb::Write {
-                region,
-                offset: addr.offset(),
-                data,
-            }];
-            let done = self.nodes[n].post_now(&mut write)?;
-            if n == primary
-                && let Err(e) = done.map_err(UmoError::node(self.nodes[n].node()))
-            {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(()))
+        verbs(primary, entry)
     }
 
     /// Reads from the primary copy; a primary that failed is waited out (its failover
