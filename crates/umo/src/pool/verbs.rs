@@ -353,26 +353,7 @@ impl Pool {
                 Err(frozen) => self.gate.thawed(frozen).await?,
             }
         };
-        let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
-        {
-            let regions = self.regions.read();
-            for (addr, data) in writes {
-                let entry = regions[addr.region() as usize]
-                    .as_ref()
-                    .ok_or(UmoError::UnknownRegion(addr.region()))?;
-                if !entry.filling.is_empty() {
-                    self.dirty
-                        .mark(addr.region(), addr.offset(), data.len() as u64);
-                }
-                for n in entry.copies() {
-                    by_node.entry(n).or_default().push(Verb::Write {
-                        region: addr.region(),
-                        offset: addr.offset(),
-                        data,
-                    });
-                }
-            }
-        }
+        let by_node = self.writes_per_node(writes, |_| true, true)?;
         self.post_per_node(by_node).await
     }
 
@@ -392,31 +373,45 @@ impl Pool {
         let Ok(_permit) = self.gate.try_enter(regions.iter().copied()) else {
             return Ok(());
         };
-        let mut by_node: BTreeMap<usize, Vec<Verb<'_>>> = BTreeMap::new();
-        {
-            let map = self.regions.read();
-            for (addr, data) in writes {
-                if regions.binary_search(&addr.region()).is_err() {
-                    continue;
+        // A region this client has not learned yet is skipped: nothing of it was read.
+        let by_node = self.writes_per_node(writes, |r| regions.binary_search(&r).is_ok(), false)?;
+        self.post_per_node(by_node).await
+    }
+
+    /// `writes` (those whose region `keep` says) as a batch of verbs per node, every
+    /// copy of each; a region being filled marks the bytes dirty. A region this client
+    /// does not know is an error if `strict`, else skipped.
+    fn writes_per_node<'a>(
+        &self,
+        writes: &'a [(GlobalAddr, &'a [u8])],
+        keep: impl Fn(RegionId) -> bool,
+        strict: bool,
+    ) -> Result<BTreeMap<usize, Vec<Verb<'a>>>, UmoError> {
+        let mut by_node: BTreeMap<usize, Vec<Verb<'a>>> = BTreeMap::new();
+        let map = self.regions.read();
+        for (addr, data) in writes {
+            let region = addr.region();
+            if !keep(region) {
+                continue;
+            }
+            let Some(entry) = map.get(region as usize).and_then(|e| e.as_ref()) else {
+                if strict {
+                    return Err(UmoError::UnknownRegion(region));
                 }
-                // A region this client has not learned yet: nothing of it was read.
-                let Some(entry) = map.get(addr.region() as usize).and_then(|e| e.as_ref()) else {
-                    continue;
-                };
-                if !entry.filling.is_empty() {
-                    self.dirty
-                        .mark(addr.region(), addr.offset(), data.len() as u64);
-                }
-                for n in entry.copies() {
-                    by_node.entry(n).or_default().push(Verb::Write {
-                        region: addr.region(),
-                        offset: addr.offset(),
-                        data,
-                    });
-                }
+                continue;
+            };
+            if !entry.filling.is_empty() {
+                self.dirty.mark(region, addr.offset(), data.len() as u64);
+            }
+            for n in entry.copies() {
+                by_node.entry(n).or_default().push(Verb::Write {
+                    region,
+                    offset: addr.offset(),
+                    data,
+                });
             }
         }
-        self.post_per_node(by_node).await
+        Ok(by_node)
     }
 
     async fn post_per_node(&self, by_node: BTreeMap<usize, Vec<Verb<'_>>>) -> Result<(), UmoError> {
