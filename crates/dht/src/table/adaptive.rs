@@ -233,11 +233,16 @@ impl Dht {
             return;
         }
         {
+            let experts = self.adaptive_experts();
+            let global = *self.adaptive.global.lock();
             let mut local = self.adaptive.local.lock();
-            for (i, l) in local.iter_mut().enumerate() {
-                if bits & (1 << i) != 0 {
-                    *l += regret;
-                }
+            let mut sums = global;
+            for (s, l) in sums.iter_mut().zip(local.iter()) {
+                *s += l;
+            }
+            let charges = adaptive::charges(&experts, &sums, bits, regret);
+            for (l, c) in local.iter_mut().zip(charges) {
+                *l += c;
             }
         }
         self.adaptive.regrets.fetch_add(1, Ordering::Relaxed);
