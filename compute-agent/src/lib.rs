@@ -319,23 +319,30 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             }
         })
     };
+    let mut metrics_addr = None;
     if let Some(maddr) = &cfg.metrics_listen {
         let l = tokio::net::TcpListener::bind(maddr)
             .await
             .with_context(|| format!("binding metrics address {maddr}"))?;
+        // The address bound (a port of 0 picks a free one).
+        metrics_addr = Some(l.local_addr()?);
         let engine = engine.clone();
         let handle = dmc_process::metrics::install(dmc_process::metrics::agent::ALL);
         tokio::spawn(dmc_process::metrics::serve(l, handle, move || {
             metrics::collect(&engine)
         }));
     }
-    tracing::info!(listen = %addr, tls = ?tls_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
+    tracing::info!(listen = %addr, tls = ?tls_addr, metrics = ?metrics_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
     {
-        let mut out = std::io::stdout().lock();
-        match tls_addr {
-            Some(t) => writeln!(out, "compute-agent ready listen={addr} tls={t}")?,
-            None => writeln!(out, "compute-agent ready listen={addr}")?,
+        let mut line = format!("compute-agent ready listen={addr}");
+        if let Some(t) = tls_addr {
+            line.push_str(&format!(" tls={t}"));
         }
+        if let Some(m) = metrics_addr {
+            line.push_str(&format!(" metrics={m}"));
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
         out.flush()?;
     }
     let shared = Arc::new(ConnShared {

@@ -44,7 +44,7 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// Starts a binary that prints `<name> ready listen=ADDR` on stdout and returns the
 /// child and the address, waiting at most 20 s.
-fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Child, String)> {
+fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<Ready> {
     start_ready_cmd(name, Command::new(bin(name)?), args, env)
 }
 
@@ -53,7 +53,8 @@ fn start_ready(name: &str, args: &[String], env: &[(&str, &str)]) -> Result<(Chi
 pub fn start_ready_in_netns(netns: &str, name: &str, args: &[String]) -> Result<(Child, String)> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", netns]).arg(bin(name)?);
-    start_ready_cmd(name, cmd, args, &[])
+    let r = start_ready_cmd(name, cmd, args, &[])?;
+    Ok((r.child, r.addr))
 }
 
 fn start_ready_cmd(
@@ -61,7 +62,7 @@ fn start_ready_cmd(
     mut cmd: Command,
     args: &[String],
     env: &[(&str, &str)],
-) -> Result<(Child, String)> {
+) -> Result<Ready> {
     let mut child = cmd
         .args(args)
         .env(SECRET_ENV, TEST_SECRET)
@@ -81,23 +82,41 @@ fn start_ready_cmd(
     });
     let line = match rx.recv_timeout(Duration::from_secs(20)) {
         Ok(l) => l,
-        Err(_) => {
+        // Its stdout closed without a ready line: it exited (its error is on stderr).
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            let status = child.wait().context("waiting for it")?;
+            bail!("{name} exited before it was ready ({status})");
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             let _ = child.kill();
             bail!("{name} did not report ready within 20 s");
         }
     };
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("listen="))
-        .with_context(|| format!("unexpected ready line {line:?}"))?
-        .to_string();
-    Ok((child, addr))
+    let addr =
+        ready_field(&line, "listen").with_context(|| format!("unexpected ready line {line:?}"))?;
+    Ok(Ready { child, addr, line })
+}
+
+/// A process that reported ready: its listen address and its whole ready line.
+struct Ready {
+    child: Child,
+    addr: String,
+    line: String,
+}
+
+/// The value of `key=` in a ready line.
+fn ready_field(line: &str, key: &str) -> Option<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_string)
 }
 
 /// A running `compute-agent`, killed on drop.
 pub struct Agent {
     pub child: Child,
     pub addr: String,
+    /// Where it serves /metrics, as it reported (`--metrics-listen`, port 0 allowed).
+    pub metrics: Option<String>,
 }
 
 impl Agent {
@@ -113,8 +132,12 @@ impl Agent {
             .map(|s| s.to_string())
             .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, addr) = start_ready("compute-agent", &args, env)?;
-        Ok(Agent { child, addr })
+        let r = start_ready("compute-agent", &args, env)?;
+        Ok(Agent {
+            metrics: ready_field(&r.line, "metrics"),
+            child: r.child,
+            addr: r.addr,
+        })
     }
 
     pub fn port(&self) -> String {
@@ -187,7 +210,11 @@ impl MemoryNode {
         .chain(std::iter::once(dir.display().to_string()))
         .chain(extra.iter().map(|s| s.to_string()))
         .collect();
-        let (child, endpoint) = start_ready("memory-node", &args, env)?;
+        let Ready {
+            child,
+            addr: endpoint,
+            ..
+        } = start_ready("memory-node", &args, env)?;
         Ok(MemoryNode {
             child,
             endpoint,
@@ -237,7 +264,7 @@ impl ClusterManager {
             dir.join("agents").display().to_string(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, addr) = start_ready("cluster-manager", &args, env)?;
+        let Ready { child, addr, .. } = start_ready("cluster-manager", &args, env)?;
         Ok(ClusterManager {
             child,
             url: format!("http://{addr}"),
@@ -296,7 +323,7 @@ impl ClusterManager {
             .collect();
         args.extend(["--state".to_string(), self.state.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let (child, _) = start_ready("cluster-manager", &args, &[])?;
+        let Ready { child, .. } = start_ready("cluster-manager", &args, &[])?;
         self.child = child;
         Ok(())
     }
@@ -826,16 +853,6 @@ impl Drop for PyClient {
             let _ = c.wait();
         }
     }
-}
-
-/// A loopback address with a port free now (for a listener a process opens itself,
-/// such as `--metrics-listen`).
-pub fn free_loopback_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port");
-    format!("127.0.0.1:{port}")
 }
 
 /// Polls `cond` every 20 ms until it holds, failing the test after 30 s.

@@ -590,8 +590,13 @@ fn ten_thousand_idle_connections() {
 /// `--metrics-listen` serves Prometheus text with the agent's counters.
 #[test]
 fn prometheus_metrics_are_served() {
-    let metrics = dmc_e2e::free_loopback_addr();
-    let agent = Agent::start(&["--metrics-listen", &metrics]).unwrap();
+    // Port 0: a port picked beforehand could be taken meanwhile (10 000 client
+    // connections of another test once took it as their source port).
+    let agent = Agent::start(&["--metrics-listen", "127.0.0.1:0"]).unwrap();
+    let metrics = agent
+        .metrics
+        .clone()
+        .expect("the ready line names the metrics address");
     assert_eq!(agent.cli(&["SET", "m", "1"]).unwrap().trim(), "OK");
     let mut s = TcpStream::connect(&metrics).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -676,5 +681,21 @@ fn auth_checks_the_user_and_the_password() {
         open.cli(&["AUTH", "other", "x"])
             .unwrap()
             .starts_with("WRONGPASS")
+    );
+}
+
+/// An agent that cannot start (its metrics address is taken) is reported as exited,
+/// with its status, as soon as it exits: the harness used to wait out 20 s and say it
+/// never reported ready.
+#[test]
+fn an_agent_that_cannot_start_is_reported_at_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let err = Agent::start(&["--metrics-listen", &addr])
+        .err()
+        .expect("the metrics address is taken");
+    assert!(
+        err.to_string().contains("exited before it was ready"),
+        "{err:#}"
     );
 }

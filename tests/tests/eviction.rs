@@ -37,16 +37,19 @@ fn fill(agent: &Agent) -> u64 {
 /// 700 when every hash slot had its own subtables).
 #[test]
 fn a_small_adaptive_instance_keeps_its_keys_and_reports_its_weights() {
-    let metrics = dmc_e2e::free_loopback_addr();
     let agent = Agent::start(&[
         "--maxmemory",
         "8mb",
         "--maxmemory-policy",
         "adaptive",
         "--metrics-listen",
-        &metrics,
+        "127.0.0.1:0",
     ])
     .unwrap();
+    let metrics = agent
+        .metrics
+        .clone()
+        .expect("the ready line names the metrics address");
     // An 8 MB table groups 64 hash slots a partition.
     assert_eq!(info_field(&agent.port(), "memory", "table_slot_group"), 64);
     let keys = fill(&agent);
