@@ -41,6 +41,9 @@ assert got == [f"value-{i}".encode() for i in range(600)], got[:5]
 /// moved, keys did not.
 #[test]
 fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
+    // Clusters side by side on 2 cores starve each other's heartbeats past the
+    // lease (CI: "lease lapsed" errors while another test rescaled).
+    let _one = dmc_e2e::one_at_a_time();
     rescale_loses_nothing_and_copies_nothing(cluster("proxy"));
 }
 
@@ -48,6 +51,9 @@ fn proxy_mode_rescale_loses_nothing_and_copies_nothing() {
 /// hosts without shared memory.
 #[test]
 fn proxy_mode_rescale_over_tcp_loses_nothing_and_copies_nothing() {
+    // Clusters side by side on 2 cores starve each other's heartbeats past the
+    // lease (CI: "lease lapsed" errors while another test rescaled).
+    let _one = dmc_e2e::one_at_a_time();
     rescale_loses_nothing_and_copies_nothing(cluster_with("proxy", &["--pool-transport", "tcp"]));
 }
 
@@ -112,6 +118,9 @@ fn rescale_loses_nothing_and_copies_nothing(c: TestCluster) {
 /// owning agent, before and after a rescale changes the owners.
 #[test]
 fn cluster_mode_clients_follow_moved_across_a_rescale() {
+    // Clusters side by side on 2 cores starve each other's heartbeats past the
+    // lease (CI: "lease lapsed" errors while another test rescaled).
+    let _one = dmc_e2e::one_at_a_time();
     let c = cluster("cluster");
     let first = c.scale(2).unwrap();
     let port = port_of(&first["started"][0]);
@@ -159,6 +168,9 @@ fn cluster_mode_clients_follow_moved_across_a_rescale() {
 /// file, and can rescale them again.
 #[test]
 fn killing_and_restarting_the_manager_changes_nothing_for_clients() {
+    // Clusters side by side on 2 cores starve each other's heartbeats past the
+    // lease (CI: "lease lapsed" errors while another test rescaled).
+    let _one = dmc_e2e::one_at_a_time();
     // Agents stop writing when the manager has been unreachable for a whole lease; the
     // claim here is about a manager back within its lease, so the lease is made longer
     // than the outage below can take on a loaded machine (kill, 2.5 s, restart, beat).
@@ -228,6 +240,9 @@ for i in range(400):
 /// exit. Plain SETs of keys in every slot through the remaining agent are acknowledged.
 #[test]
 fn a_scaled_in_agent_whose_removal_report_is_lost_stalls_no_write() {
+    // Clusters side by side on 2 cores starve each other's heartbeats past the
+    // lease (CI: "lease lapsed" errors while another test rescaled).
+    let _one = dmc_e2e::one_at_a_time();
     let c = TestCluster::routed_with_env(
         "proxy",
         2,
