@@ -147,11 +147,13 @@ pub const MAX_GAP: f64 = 10.0;
 /// What a regret `r` on a history entry named by the experts in `bits` adds to each
 /// expert's sum, given the sums so far: `r` over the share of the choice those experts
 /// held (EXP3's importance weighting, the share at least [`MIN_SHARE`]), for each of
-/// them still within [`MAX_GAP`] of the leader. Without the division, an expert
+/// them still within [`MAX_GAP`] of the leader, and never past it. Without the division, an expert
 /// chosen rarely is charged rarely, and the worse of two settles at a weight near the
 /// ratio of their regret rates (about 0.4 for LRU against LFU on a scan-heavy trace:
 /// LeCaR's gap to its best expert); without the gap, a long phase would leave the
-/// loser too far behind to recover in the next.
+/// loser too far behind to recover in the next. Without the cap at the gap, one
+/// charge of up to `1 / MIN_SHARE` (and a second agent's before the merge) carried an
+/// expert twice the gap behind, and the next phase spent itself paying that back.
 pub fn charges(
     experts: &[Expert],
     regret_sums: &[f64; MAX_EXPERTS],
@@ -172,20 +174,23 @@ pub fn charges(
     let mut out = [0.0; MAX_EXPERTS];
     for e in experts {
         let i = e.index();
-        if bits & (1 << i) != 0 && regret_sums[i] - least < MAX_GAP {
-            out[i] = r / share.max(MIN_SHARE);
+        let room = least + MAX_GAP - regret_sums[i];
+        if bits & (1 << i) != 0 && room > 0.0 {
+            out[i] = (r / share.max(MIN_SHARE)).min(room);
         }
     }
     out
 }
 
-/// Each expert's weight from its summed regret: `exp(-η·P)`, normalised over `experts`.
+/// Each expert's weight from its summed regret: `exp(-η·P)`, normalised over `experts`,
+/// with `P` at most [`MAX_GAP`] above the least (agents charging at once before a
+/// merge can each take an expert up to the gap).
 pub fn weights(experts: &[Expert], regret_sums: &[f64; MAX_EXPERTS]) -> Vec<f64> {
     let sums: Vec<f64> = experts.iter().map(|e| regret_sums[e.index()]).collect();
     let least = sums.iter().copied().fold(f64::INFINITY, f64::min);
     let raw: Vec<f64> = sums
         .iter()
-        .map(|p| (-LEARNING_RATE * (p - least)).exp())
+        .map(|p| (-LEARNING_RATE * (p - least).min(MAX_GAP)).exp())
         .collect();
     let total: f64 = raw.iter().sum();
     raw.iter().map(|w| w / total).collect()
@@ -262,8 +267,16 @@ mod tests {
         let share = weights(&experts, &sums)[0];
         let c = charges(&experts, &sums, lru, 0.5);
         assert!((c[Expert::Lru.index()] - 0.5 / share.max(MIN_SHARE)).abs() < 1e-12);
-        // Past the gap, nothing more.
+        // Near the gap, only up to it: the floor-share charge would overshoot.
+        sums[Expert::Lru.index()] = MAX_GAP - 0.25;
+        let c = charges(&experts, &sums, lru, 1.0);
+        assert!((c[Expert::Lru.index()] - 0.25).abs() < 1e-12, "{c:?}");
+        // Past the gap, nothing more; a sum beyond it (two agents' charges merged)
+        // weighs as the gap.
         sums[Expert::Lru.index()] = MAX_GAP;
+        let at_gap = weights(&experts, &sums);
+        sums[Expert::Lru.index()] = 3.0 * MAX_GAP;
+        assert_eq!(weights(&experts, &sums), at_gap);
         assert_eq!(charges(&experts, &sums, lru, 0.5)[Expert::Lru.index()], 0.0);
         assert!(charges(&experts, &sums, lfu, 0.5)[Expert::Lfu.index()] > 0.0);
     }

@@ -13,8 +13,6 @@ use dmc_dht::{
 };
 use proptest::prelude::*;
 
-const T0: u64 = 1_800_000_000_000;
-
 #[derive(Debug, Clone)]
 enum Op {
     Set {
@@ -101,7 +99,7 @@ fn run_grouped(
         .build()
         .unwrap();
     rt.block_on(async move {
-        let clock = ManualClock::new(T0);
+        let clock = ManualClock::new(t0());
         let config = DhtConfig {
             policy,
             buckets_per_subtable: 2,
@@ -118,7 +116,7 @@ fn run_grouped(
         let dht = h.dht.clone();
         let mut model = Model::default();
         for (step, op) in ops.into_iter().enumerate() {
-            let now = T0 + clock_offset(&clock);
+            let now = t0() + clock_offset(&clock);
             match op {
                 Op::Set {
                     key: k,
@@ -300,7 +298,7 @@ fn run_grouped(
             "keys with a TTL"
         );
         // The table holds exactly the model's live keys.
-        let now = T0 + clock_offset(&clock);
+        let now = t0() + clock_offset(&clock);
         for k in 0..=255u8 {
             let kb = key(k);
             let got = dht.get(0, &kb).await.unwrap();
@@ -345,9 +343,14 @@ fn run_grouped(
     })
 }
 
+/// The test clock's start (after the pool's creation: `common::clock_start_ms`).
+fn t0() -> u64 {
+    common::clock_start_ms()
+}
+
 fn clock_offset(c: &ManualClock) -> u64 {
     use dmc_dht::Clock;
-    c.now_ms() - T0
+    c.now_ms() - t0()
 }
 
 fn policy() -> impl Strategy<Value = RedisPolicy> {
@@ -402,7 +405,7 @@ fn key16(i: u32) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maxmemory_evicts_or_refuses_per_policy() {
     for policy in RedisPolicy::ALL {
-        let clock = ManualClock::new(T0);
+        let clock = ManualClock::new(t0());
         let h = common::open(
             Backend::Local,
             DhtConfig {
@@ -417,7 +420,7 @@ async fn maxmemory_evicts_or_refuses_per_policy() {
         // Fill without a limit: half the keys with a TTL.
         for i in 0..2000u32 {
             let expiry = if i % 2 == 0 {
-                SetExpiry::At(T0 + 3_600_000)
+                SetExpiry::At(t0() + 3_600_000)
             } else {
                 SetExpiry::Clear
             };
@@ -483,7 +486,7 @@ async fn maxmemory_evicts_or_refuses_per_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn splits_keep_every_key() {
     for backend in [Backend::Local, Backend::Shm, Backend::Rdma] {
-        let clock = ManualClock::new(T0);
+        let clock = ManualClock::new(t0());
         let h = common::open(
             backend,
             DhtConfig::default(),
@@ -530,7 +533,7 @@ async fn concurrent_sets_racing_splits_lose_nothing() {
         let h = common::open(
             backend,
             DhtConfig::default(),
-            Arc::new(ManualClock::new(T0)),
+            Arc::new(ManualClock::new(t0())),
             Duration::from_millis(10),
         )
         .await;
@@ -582,7 +585,7 @@ async fn concurrent_sets_racing_splits_lose_nothing() {
 /// The maintenance task reclaims expired keys nobody reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_reclaims_expired_keys() {
-    let clock = ManualClock::new(T0);
+    let clock = ManualClock::new(t0());
     let h = common::open(
         Backend::Local,
         DhtConfig::default(),
@@ -592,7 +595,7 @@ async fn maintenance_reclaims_expired_keys() {
     .await;
     let dht = h.dht.clone();
     for i in 0..300u32 {
-        let expiry = SetExpiry::At(T0 + 1000);
+        let expiry = SetExpiry::At(t0() + 1000);
         dht.set(
             0,
             format!("{{m}}{i}").as_bytes(),
@@ -629,7 +632,7 @@ async fn maintenance_reclaims_expired_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_reads_and_replaces_in_one_probe() {
     for backend in [Backend::Local, Backend::Shm] {
-        let clock = ManualClock::new(T0);
+        let clock = ManualClock::new(t0());
         let h = common::open(
             backend,
             DhtConfig::default(),
@@ -682,7 +685,7 @@ async fn update_reads_and_replaces_in_one_probe() {
             b"ttl",
             b"1",
             SetOptions {
-                expiry: dmc_dht::SetExpiry::At(T0 + 10_000),
+                expiry: dmc_dht::SetExpiry::At(t0() + 10_000),
                 ..Default::default()
             },
         )
@@ -691,7 +694,7 @@ async fn update_reads_and_replaces_in_one_probe() {
         dht.update(0, b"ttl", incr).await.unwrap().unwrap();
         assert_eq!(
             dht.ttl(0, b"ttl").await.unwrap(),
-            dmc_dht::Ttl::ExpiresAt(T0 + 10_000)
+            dmc_dht::Ttl::ExpiresAt(t0() + 10_000)
         );
         assert_eq!(dht.get(0, b"ttl").await.unwrap().unwrap().value, &b"2"[..]);
     }

@@ -21,6 +21,21 @@ pub enum Backend {
     Rdma,
 }
 
+/// Where a test's `ManualClock` starts: four hours past the wall clock at the first
+/// call in this process. The table's clocks (LRU clock, expiry) count from the pool's
+/// creation, which is wall time; a test clock behind it stamps every access 0 (LRU then
+/// tells nothing apart) and never expires a key. A fixed date would do that once the
+/// calendar passes it.
+pub fn clock_start_ms() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        wall.as_millis() as u64 + 4 * 3_600_000
+    })
+}
+
 /// Keeps the memory nodes of a test alive.
 pub struct Harness {
     pub dht: Arc<Dht>,
