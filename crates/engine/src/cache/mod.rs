@@ -13,91 +13,20 @@
 //! entry is never served: it becomes an ordinary entry only when a read of the pool
 //! replaces it (the takeover's revalidation, or a miss's fill).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::Bytes;
+use dmc_dht::hash::key_hash;
 use dmc_dht::policy::{LFU_INIT, lfu_should_increment};
 use dmc_dht::{SlotRef, ValueKind};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+mod shard;
+
+use shard::{Item, Shard};
 
 const SHARDS: usize = 16;
-/// Bookkeeping bytes charged per entry on top of key and value.
-const OVERHEAD: usize = 64;
 /// Victims sampled per admission decision.
 const SAMPLES: usize = 5;
-
-struct Item {
-    db: u8,
-    key: Bytes,
-    value: Bytes,
-    /// A string, or a collection in its pool encoding.
-    kind: ValueKind,
-    expire_at: Option<u64>,
-    lfu: u8,
-    slot: Option<SlotRef>,
-    /// Fed by another agent and not yet checked against the pool: never served.
-    warm: bool,
-}
-
-impl Item {
-    fn bytes(&self) -> usize {
-        self.key.len() + self.value.len() + OVERHEAD
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    /// Per database: key → index into `items`.
-    index: Vec<hashbrown::HashMap<Bytes, usize>>,
-    /// Dense, so that victims can be sampled uniformly.
-    items: Vec<Item>,
-    bytes: usize,
-    /// Warm entries among `items`.
-    warm: usize,
-    /// Bumped by every write-through and removal: a fill that started before a write
-    /// of the shard finished must not install what it read (it may be older).
-    writes: u64,
-}
-
-impl Shard {
-    fn find(&self, db: u8, key: &[u8]) -> Option<usize> {
-        self.index.get(db as usize)?.get(key).copied()
-    }
-
-    fn remove_at(&mut self, i: usize) {
-        let item = self.items.swap_remove(i);
-        self.bytes -= item.bytes();
-        self.warm -= usize::from(item.warm);
-        self.index[item.db as usize].remove(&item.key);
-        if i < self.items.len() {
-            let moved = &self.items[i];
-            if let Some(slot) = self.index[moved.db as usize].get_mut(&moved.key) {
-                *slot = i;
-            }
-        }
-    }
-
-    fn insert(&mut self, item: Item) {
-        if self.index.len() <= item.db as usize {
-            self.index
-                .resize_with(item.db as usize + 1, Default::default);
-        }
-        self.bytes += item.bytes();
-        self.warm += usize::from(item.warm);
-        self.index[item.db as usize].insert(item.key.clone(), self.items.len());
-        self.items.push(item);
-    }
-
-    /// The coldest of a few sampled entries.
-    fn sample_victim(&mut self) -> Option<usize> {
-        let n = self.items.len() as u64;
-        if n == 0 {
-            return None;
-        }
-        let picks: [usize; SAMPLES] = std::array::from_fn(|_| dmc_proto::rng::below(n) as usize);
-        picks.into_iter().min_by_key(|&i| self.items[i].lfu)
-    }
-}
 
 /// A value as the pool returned it, offered to the cache.
 #[derive(Debug, Clone)]
@@ -150,9 +79,6 @@ pub enum Keep {
 pub struct LocalCache {
     shards: Box<[Mutex<Shard>]>,
     shard_capacity: usize,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    rejected: AtomicU64,
 }
 
 impl LocalCache {
@@ -161,15 +87,14 @@ impl LocalCache {
         LocalCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_capacity: capacity / SHARDS,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, db: u8, key: &[u8]) -> &Mutex<Shard> {
-        let h = dmc_dht::hash::key_hash(db, key);
-        &self.shards[(h >> 60) as usize % SHARDS]
+    /// The key's hash and its shard. The shard comes from bits the shard's index does
+    /// not use (it buckets by the low bits and tags by the top seven).
+    fn shard(&self, db: u8, key: &[u8]) -> (u64, &Mutex<Shard>) {
+        let h = key_hash(db, key);
+        (h, &self.shards[(h >> 32) as usize % SHARDS])
     }
 
     /// The cached value, its type and where to report the hit, if the key is cached and
@@ -181,31 +106,33 @@ impl LocalCache {
         now_ms: u64,
         r: f64,
     ) -> Option<(Bytes, ValueKind, Option<SlotRef>)> {
-        let mut shard = self.shard(db, key).lock();
-        let Some(i) = shard.find(db, key) else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
+        let Some(i) = shard.find(h, db, key) else {
+            shard.misses += 1;
             return None;
         };
-        if shard.items[i].expire_at.is_some_and(|at| now_ms >= at) {
+        let item = &shard.items[i];
+        if item.expire_at.is_some_and(|at| now_ms >= at) {
             shard.remove_at(i);
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            shard.misses += 1;
             return None;
         }
-        if shard.items[i].warm {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+        if item.warm {
+            shard.misses += 1;
             return None;
         }
+        shard.hits += 1;
         let item = &mut shard.items[i];
         if lfu_should_increment(item.lfu, r) {
             item.lfu += 1;
         }
-        self.hits.fetch_add(1, Ordering::Relaxed);
         Some((item.value.clone(), item.kind, item.slot))
     }
 
     /// Call before reading the pool for a fill; pass the result to [`fill`](Self::fill).
     pub fn fill_ticket(&self, db: u8, key: &[u8]) -> u64 {
-        self.shard(db, key).lock().writes
+        self.shard(db, key).1.lock().writes
     }
 
     /// Offers a value read from the pool after a miss. It is dropped if a write reached
@@ -218,11 +145,12 @@ impl LocalCache {
         if v.kind == ValueKind::ChunkedString {
             return;
         }
-        let mut shard = self.shard(db, key).lock();
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
         if shard.writes != ticket {
             return;
         }
-        self.admit(&mut shard, db, key, v);
+        self.admit(&mut shard, h, db, key, v);
     }
 
     /// Puts a new value into entry `i` while it still fits its shard: no rehash, no
@@ -260,7 +188,7 @@ impl LocalCache {
         Ok(())
     }
 
-    fn admit(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
+    fn admit(&self, shard: &mut Shard, hash: u64, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
             kind,
@@ -268,7 +196,7 @@ impl LocalCache {
             lfu,
             slot,
         } = v;
-        if let Some(i) = shard.find(db, key) {
+        if let Some(i) = shard.find(hash, db, key) {
             let value =
                 match self.replace_in_place(shard, i, value, kind, expire_at, lfu, slot, false) {
                     Ok(()) => return,
@@ -278,6 +206,7 @@ impl LocalCache {
             shard.remove_at(i);
             return self.admit_new(
                 shard,
+                hash,
                 db,
                 key,
                 Fetched {
@@ -291,6 +220,7 @@ impl LocalCache {
         }
         self.admit_new(
             shard,
+            hash,
             db,
             key,
             Fetched {
@@ -303,7 +233,7 @@ impl LocalCache {
         )
     }
 
-    fn admit_new(&self, shard: &mut Shard, db: u8, key: &[u8], v: Fetched) {
+    fn admit_new(&self, shard: &mut Shard, hash: u64, db: u8, key: &[u8], v: Fetched) {
         let Fetched {
             value,
             kind,
@@ -312,14 +242,15 @@ impl LocalCache {
             slot,
         } = v;
         let item = Item {
-            db,
-            key: Bytes::copy_from_slice(key),
+            hash,
+            key: SmallVec::from_slice(key),
             value,
-            kind,
             expire_at,
+            db,
+            kind,
             lfu,
-            slot,
             warm: false,
+            slot,
         };
         self.insert_admitted(shard, item);
     }
@@ -327,14 +258,14 @@ impl LocalCache {
     /// Inserts `item` if it fits, or evicts colder sampled entries to make room.
     fn insert_admitted(&self, shard: &mut Shard, item: Item) {
         if item.bytes() > self.shard_capacity {
-            self.rejected.fetch_add(1, Ordering::Relaxed);
+            shard.rejected += 1;
             return;
         }
         while shard.bytes + item.bytes() > self.shard_capacity {
-            match shard.sample_victim() {
+            match shard.sample_victim::<SAMPLES>() {
                 Some(v) if shard.items[v].lfu <= item.lfu => shard.remove_at(v),
                 _ => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    shard.rejected += 1;
                     return;
                 }
             }
@@ -344,10 +275,12 @@ impl LocalCache {
 
     /// A value just written through to the pool (new keys start at `LFU_INIT`).
     pub fn put(&self, db: u8, key: &[u8], kind: ValueKind, value: Bytes, expire_at: Option<u64>) {
-        let mut shard = self.shard(db, key).lock();
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
         shard.writes += 1;
         self.admit(
             &mut shard,
+            h,
             db,
             key,
             Fetched {
@@ -364,8 +297,9 @@ impl LocalCache {
     /// entry (never served until revalidated). Does not count as a write: fills of
     /// keys this agent owns are not disturbed (it owns none of a backed-up shard).
     pub fn warm_put(&self, db: u8, key: &[u8], value: Bytes, expire_at: Option<u64>, lfu: u8) {
-        let mut shard = self.shard(db, key).lock();
-        let value = match shard.find(db, key) {
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
+        let value = match shard.find(h, db, key) {
             Some(i) => {
                 let kind = ValueKind::String;
                 match self.replace_in_place(&mut shard, i, value, kind, expire_at, lfu, None, true)
@@ -380,22 +314,24 @@ impl LocalCache {
             None => value,
         };
         let item = Item {
-            db,
-            key: Bytes::copy_from_slice(key),
+            hash: h,
+            key: SmallVec::from_slice(key),
             value,
-            kind: ValueKind::String,
             expire_at,
+            db,
+            kind: ValueKind::String,
             lfu,
-            slot: None,
             warm: true,
+            slot: None,
         };
         self.insert_admitted(&mut shard, item);
     }
 
     /// Drops a warm entry (its primary deleted the key); an ordinary entry stays.
     pub fn warm_remove(&self, db: u8, key: &[u8]) {
-        let mut shard = self.shard(db, key).lock();
-        if let Some(i) = shard.find(db, key).filter(|&i| shard.items[i].warm) {
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
+        if let Some(i) = shard.find(h, db, key).filter(|&i| shard.items[i].warm) {
             shard.remove_at(i);
         }
     }
@@ -407,7 +343,11 @@ impl LocalCache {
         for s in self.shards.iter() {
             let shard = s.lock();
             for item in shard.items.iter().filter(|i| i.warm && wanted(&i.key)) {
-                out.push((item.db, item.key.clone(), item.value.clone()));
+                out.push((
+                    item.db,
+                    Bytes::copy_from_slice(&item.key),
+                    item.value.clone(),
+                ));
             }
         }
         out
@@ -435,15 +375,19 @@ impl LocalCache {
             .items
             .iter()
             .filter(|i| !i.warm && i.kind == ValueKind::String && wanted(&i.key))
-            .map(|i| (i.db, i.key.clone(), i.value.clone(), i.expire_at, i.lfu))
+            .map(|i| {
+                let key = Bytes::copy_from_slice(&i.key);
+                (i.db, key, i.value.clone(), i.expire_at, i.lfu)
+            })
             .collect()
     }
 
     /// Drops a key (deleted, evicted, or changed in a way the cache does not mirror).
     pub fn remove(&self, db: u8, key: &[u8]) {
-        let mut shard = self.shard(db, key).lock();
+        let (h, shard) = self.shard(db, key);
+        let mut shard = shard.lock();
         shard.writes += 1;
-        if let Some(i) = shard.find(db, key) {
+        if let Some(i) = shard.find(h, db, key) {
             shard.remove_at(i);
         }
     }
@@ -472,21 +416,17 @@ impl LocalCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let (mut keys, mut bytes, mut warm) = (0, 0, 0);
+        let mut stats = CacheStats::default();
         for s in self.shards.iter() {
             let s = s.lock();
-            keys += s.items.len() as u64;
-            bytes += s.bytes as u64;
-            warm += s.warm as u64;
+            stats.keys += s.items.len() as u64;
+            stats.bytes += s.bytes as u64;
+            stats.warm += s.warm as u64;
+            stats.hits += s.hits;
+            stats.misses += s.misses;
+            stats.rejected += s.rejected;
         }
-        CacheStats {
-            keys,
-            bytes,
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            rejected: self.rejected.load(Ordering::Relaxed),
-            warm,
-        }
+        stats
     }
 }
 
