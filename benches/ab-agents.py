@@ -9,8 +9,12 @@ Prints, per test and pipeline depth, the median requests/s and server CPU µs pe
 request of each server and each agent's ratio to redis-server, and writes the samples
 to benches/results/ab-agents.csv.
 
+With `--shm MEMORY_NODE_BIN`, each agent runs over two `shm` memory nodes of its own
+with `r = 2` instead of its embedded pool (the nodes' CPU is not counted).
+
 Usage: python3 benches/ab-agents.py BEFORE_BIN AFTER_BIN [--rounds 3] [-n 300000]
                                     [-P 16] [-P 1] [--tests get,set]
+                                    [--shm MEMORY_NODE_BIN]
 """
 
 import argparse
@@ -68,6 +72,8 @@ def main():
     ap.add_argument("--tests", default="get,set", help="redis-benchmark -t (default get,set)")
     ap.add_argument("-n", type=int, default=300000)
     ap.add_argument("-P", dest="pipelines", type=int, action="append")
+    ap.add_argument("--shm", metavar="MEMORY_NODE_BIN",
+                    help="run each agent over two shm memory nodes, r = 2")
     a = ap.parse_args()
     global TESTS
     TESTS = a.tests
@@ -80,10 +86,25 @@ def main():
         ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL))
     servers["redis-server"] = (rport, procs[-1].pid)
+    pool_args = {}
+    if a.shm:
+        os.environ.setdefault("DMC_CLUSTER_SECRET", "ab-agents-secret")
+        for name in ("before", "after"):
+            nodes = []
+            for i in (1, 2):
+                nport = free_port()
+                procs.append(subprocess.Popen(
+                    [a.shm, "--id", str(i), "--listen", f"127.0.0.1:{nport}", "--dir",
+                     os.path.join(tmp, f"{name}-node{i}"), "--capacity", "2gb",
+                     "--log", "warn"], stdout=subprocess.DEVNULL))
+                nodes += ["--pool-node", f"127.0.0.1:{nport}"]
+            pool_args[name] = ["--pool-backend", "shm", "--replicas", "2"] + nodes
+        time.sleep(0.5)
     for name, binary in (("before", a.before), ("after", a.after)):
         port = free_port()
-        procs.append(subprocess.Popen([binary, "--port", str(port), "--log", "warn"],
-                                      stdout=subprocess.DEVNULL))
+        procs.append(subprocess.Popen(
+            [binary, "--port", str(port), "--log", "warn"] + pool_args.get(name, []),
+            stdout=subprocess.DEVNULL))
         servers[name] = (port, procs[-1].pid)
     try:
         for port, _ in servers.values():
@@ -120,7 +141,7 @@ def main():
     print(f"\n{'test':4} {'P':>3} {'redis rps':>10} {'before':>10} {'after':>10} "
           f"{'before/redis':>12} {'after/redis':>11}   cpu µs/req redis / before / after")
     for p in pipelines:
-        for t in ("SET", "GET"):
+        for t in [t for t in ("SET", "GET", "INCR") if any(x[3] == t for x in samples)]:
             r, b, af = (med(n, p, t, 4) for n in ("redis-server", "before", "after"))
             cr, cb, ca = (med(n, p, t, 5) for n in ("redis-server", "before", "after"))
             print(f"{t:4} {p:>3} {r:10.0f} {b:10.0f} {af:10.0f} {b / r:12.2f} {af / r:11.2f}"

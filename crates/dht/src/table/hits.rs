@@ -59,7 +59,7 @@ impl Dht {
             let mut hits = self.hits.lock();
             for (_, f) in &found {
                 self.note_access(f.ext, f.word.fp(), at);
-                hits.push(Self::pending_hit(
+                hits.extend(Self::pending_hit(
                     policy,
                     f.addr.offset_by(8),
                     f.meta,
@@ -141,28 +141,31 @@ impl Dht {
         at: std::time::Instant,
         now: &Now,
     ) -> Option<Vec<PendingHit>> {
-        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now);
+        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now)?;
         let mut hits = self.hits.lock();
         hits.push(hit);
         (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
     }
 
-    /// One access as the policy scores it, waiting to be combined and sent.
+    /// One access as the policy scores it, waiting to be combined and sent; `None`
+    /// when it changes nothing: the counter stays and the key's clock already reads
+    /// this second (clocks only move forward, so the slot still does). Most hits on a
+    /// key read more than once a second end here, with no lock and no verb.
     fn pending_hit(
         policy: RedisPolicy,
         meta_addr: GlobalAddr,
         meta: SlotMeta,
         at: std::time::Instant,
         now: &Now,
-    ) -> PendingHit {
+    ) -> Option<PendingHit> {
         let t = policy.update(meta, now, rng::next_f64());
-        PendingHit {
+        (t.lfu_add != 0 || t.access != meta.access()).then_some(PendingHit {
             addr: meta_addr,
             seen: meta,
             at,
             lfu_add: t.lfu_add,
             access: t.access,
-        }
+        })
     }
 
     /// Sends the combined metadata updates now.
@@ -255,6 +258,28 @@ mod tests {
             at: std::time::Instant::now(),
             lfu_add,
             access,
+        }
+    }
+
+    #[test]
+    fn a_hit_that_changes_nothing_is_not_recorded() {
+        let at = std::time::Instant::now();
+        let addr = GlobalAddr::new(1, 64);
+        let now = Now {
+            pool_ms: 500_000,
+            access: 500,
+        };
+        for policy in [RedisPolicy::AllKeysLru, RedisPolicy::AllKeysLfu] {
+            // A saturated counter never grows: only the clock could change.
+            let current = SlotMeta::new(0, 500, 255);
+            assert!(Dht::pending_hit(policy, addr, current, at, &now).is_none());
+            let behind = SlotMeta::new(0, 499, 255);
+            let h = Dht::pending_hit(policy, addr, behind, at, &now).expect("a clock to move");
+            assert_eq!((h.access, h.lfu_add), (500, 0));
+            // A new key's counter always grows on its first hit, clock current or not.
+            let new = SlotMeta::new(0, 500, crate::policy::LFU_INIT);
+            let h = Dht::pending_hit(policy, addr, new, at, &now).expect("a count to add");
+            assert_eq!(h.lfu_add, 1);
         }
     }
 
