@@ -55,6 +55,17 @@ def wait_ready(port, deadline=10.0):
     sys.exit(f"server on port {port} did not answer PING")
 
 
+def wait_listening(port, deadline=10.0):
+    end = time.time() + deadline
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"memory node on port {port} did not listen")
+
+
 def bench(port, n, pipeline):
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n), "-r", "100000",
@@ -99,7 +110,9 @@ def main():
                      "--log", "warn"], stdout=subprocess.DEVNULL))
                 nodes += ["--pool-node", f"127.0.0.1:{nport}"]
             pool_args[name] = ["--pool-backend", "shm", "--replicas", "2"] + nodes
-        time.sleep(0.5)
+        for arg in pool_args["before"] + pool_args["after"]:
+            if arg.startswith("127.0.0.1:"):
+                wait_listening(int(arg.rsplit(":", 1)[1]))
     for name, binary in (("before", a.before), ("after", a.after)):
         port = free_port()
         procs.append(subprocess.Popen(

@@ -182,6 +182,27 @@ pub fn charges(
     out
 }
 
+/// The part of this client's pending regrets `local` that the instance's sums `global`
+/// can take without carrying an expert more than [`MAX_GAP`] past the least (the
+/// least counting these regrets too): each agent caps its charges against its own
+/// view, and agents charging between merges would otherwise add up past the gap.
+pub fn capped(
+    experts: &[Expert],
+    global: &[f64; MAX_EXPERTS],
+    local: &[f64; MAX_EXPERTS],
+) -> [f64; MAX_EXPERTS] {
+    let least = experts
+        .iter()
+        .map(|e| global[e.index()] + local[e.index()])
+        .fold(f64::INFINITY, f64::min);
+    let mut out = *local;
+    for e in experts {
+        let i = e.index();
+        out[i] = local[i].min((least + MAX_GAP - global[i]).max(0.0));
+    }
+    out
+}
+
 /// Each expert's weight from its summed regret: `exp(-η·P)`, normalised over `experts`,
 /// with `P` at most [`MAX_GAP`] above the least (agents charging at once before a
 /// merge can each take an expert up to the gap).
@@ -279,6 +300,27 @@ mod tests {
         assert_eq!(weights(&experts, &sums), at_gap);
         assert_eq!(charges(&experts, &sums, lru, 0.5)[Expert::Lru.index()], 0.0);
         assert!(charges(&experts, &sums, lfu, 0.5)[Expert::Lfu.index()] > 0.0);
+    }
+
+    #[test]
+    fn merged_regrets_stop_at_the_gap_of_the_instance_s_sums() {
+        let experts = [Expert::Lru, Expert::Lfu];
+        let (lru, lfu) = (Expert::Lru.index(), Expert::Lfu.index());
+        let mut global = [0.0; MAX_EXPERTS];
+        let mut local = [0.0; MAX_EXPERTS];
+        // Another agent already took LRU 8 behind; this one charged it 5 more and LFU 1.
+        global[lru] = 8.0;
+        local[lru] = 5.0;
+        local[lfu] = 1.0;
+        let c = capped(&experts, &global, &local);
+        assert!((c[lru] - 3.0).abs() < 1e-12, "{c:?}");
+        assert_eq!(c[lfu], 1.0, "the leader keeps what it was charged");
+        // Within the gap, everything goes through.
+        local[lru] = 2.0;
+        assert_eq!(capped(&experts, &global, &local), local);
+        // Already past it (merged before this cap existed): nothing more.
+        global[lru] = 15.0;
+        assert_eq!(capped(&experts, &global, &local)[lru], 0.0);
     }
 
     #[test]

@@ -285,7 +285,16 @@ impl Dht {
         }
         let block = self.adaptive_block().await?;
         self.adaptive.pending.store(0, Ordering::Relaxed);
-        let local = std::mem::replace(&mut *self.adaptive.local.lock(), [0.0; MAX_EXPERTS]);
+        let mut local = std::mem::replace(&mut *self.adaptive.local.lock(), [0.0; MAX_EXPERTS]);
+        // Against the sums as they are now, not as of the last merge: another agent's
+        // charges since may have taken an expert to the gap already, and what would
+        // carry it past is dropped here (`adaptive::capped`).
+        let mut bytes = [0u8; BLOCK_LEN as usize];
+        if self.pool.read(block, &mut bytes).await.is_ok() {
+            let global: [f64; MAX_EXPERTS] =
+                std::array::from_fn(|i| le64(&bytes, 8 * (1 + i)) as f64 / adaptive::FIXED_POINT);
+            local = adaptive::capped(&self.adaptive_experts(), &global, &local);
+        }
         // One FAA per expert charged (at most seven every hundred regrets), each
         // checked: a sum that fails is kept for the next merge, never dropped.
         let mut failed = None;
@@ -300,7 +309,6 @@ impl Dht {
         if let Some(e) = failed {
             return Err(e.into());
         }
-        let mut bytes = [0u8; BLOCK_LEN as usize];
         self.pool.read(block, &mut bytes).await?;
         self.adaptive
             .counter

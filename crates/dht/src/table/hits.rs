@@ -1,5 +1,5 @@
-//! Hit recording: each access becomes a pending metadata update (LRU clock, LFU count
-//! as the policy scores it), combined per key and sent per batch: the LFU count as an
+//! Hit recording: each access that changes something becomes a pending metadata update
+//! (LRU clock, LFU count as the policy scores it), combined per key and sent per batch: the LFU count as an
 //! FAA, the clock as a write of its two bytes (the last access wins), each kind in one
 //! post per node. An FAA of the clock's change as the reader saw it would add up
 //! wrong whenever the clock changed after that read (another client's hit, an

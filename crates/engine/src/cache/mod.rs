@@ -14,6 +14,8 @@
 //! replaces it (the takeover's revalidation, or a miss's fill).
 
 use bytes::Bytes;
+use std::hash::BuildHasher;
+
 use dmc_dht::hash::key_hash;
 use dmc_dht::policy::{LFU_INIT, lfu_should_increment};
 use dmc_dht::{SlotRef, ValueKind};
@@ -79,6 +81,10 @@ pub enum Keep {
 pub struct LocalCache {
     shards: Box<[Mutex<Shard>]>,
     shard_capacity: usize,
+    /// Seeds the index hash with this process's random key: the key hash alone is
+    /// unseeded, and a client that chose keys colliding in a shard's index would make
+    /// every lookup there walk them all.
+    seed: hashbrown::DefaultHashBuilder,
 }
 
 impl LocalCache {
@@ -87,13 +93,14 @@ impl LocalCache {
         LocalCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_capacity: capacity / SHARDS,
+            seed: hashbrown::DefaultHashBuilder::default(),
         }
     }
 
-    /// The key's hash and its shard. The shard comes from bits the shard's index does
-    /// not use (it buckets by the low bits and tags by the top seven).
+    /// The key's index hash and its shard. The shard comes from bits the shard's index
+    /// does not use (it buckets by the low bits and tags by the top seven).
     fn shard(&self, db: u8, key: &[u8]) -> (u64, &Mutex<Shard>) {
-        let h = key_hash(db, key);
+        let h = self.seed.hash_one(key_hash(db, key));
         (h, &self.shards[(h >> 32) as usize % SHARDS])
     }
 
