@@ -117,12 +117,20 @@ impl Dht {
     /// After committed writes, each of a key found as `found` (`None` or expired: a new
     /// key, in the slot whose entry is `new_entry`), now holding `obj` under
     /// fingerprint `fp`: new keys' entries are written (one batch), overwrites are
-    /// accesses. `committed` is when the writes were committed.
+    /// accesses. Called right after the commit.
     pub(super) async fn note_writes(
         &self,
         writes: &[(Option<&Found>, Option<GlobalAddr>, ObjectRef, u8)],
-        committed: std::time::Instant,
     ) {
+        // Only keys with an access-metadata entry (subtables made under one of Ditto's
+        // policies) have anything to record: the plain SET path reads no clock here.
+        if writes
+            .iter()
+            .all(|(found, entry, _, _)| entry.is_none() && found.is_none_or(|f| f.ext.is_none()))
+        {
+            return;
+        }
+        let committed = std::time::Instant::now();
         let (abs, now) = self.now();
         let algorithm = self.updating_algorithm();
         let mut due = false;

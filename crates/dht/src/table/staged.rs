@@ -483,7 +483,7 @@ impl Dht {
                                 .map(|(obj, _, _)| (found.as_ref(), *entry, obj, st.loc.fp))
                         })
                         .collect();
-                    self.note_writes(&written, std::time::Instant::now()).await;
+                    self.note_writes(&written).await;
                     for (st, found, _) in done {
                         self.committed_staged(st, found).await;
                     }

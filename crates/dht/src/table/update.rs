@@ -95,7 +95,7 @@ impl Dht {
             if matches!(committed, Ok(TxOutcome::Committed)) {
                 // Under the rebuild lock still: the entry's subtable is not retired.
                 let written = [(found.as_ref(), new_entry, obj, loc.fp)];
-                self.note_writes(&written, std::time::Instant::now()).await;
+                self.note_writes(&written).await;
             }
             drop(split_guard);
             let outcome = match committed {

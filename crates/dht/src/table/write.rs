@@ -254,7 +254,7 @@ impl Dht {
                             (found.as_ref(), *entry, *obj, loc.fp)
                         })
                         .collect();
-                    self.note_writes(&written, std::time::Instant::now()).await;
+                    self.note_writes(&written).await;
                     for (loc, (found, meta, _)) in locs.iter().zip(done) {
                         self.replaced(loc.db, found, meta).await;
                     }
@@ -345,7 +345,7 @@ impl Dht {
             if outcome == TxOutcome::Committed {
                 // Under the rebuild lock still: the entry's subtable is not retired.
                 let written = [(found.as_ref(), new_entry, obj, loc.fp)];
-                self.note_writes(&written, std::time::Instant::now()).await;
+                self.note_writes(&written).await;
             }
             drop(split_guard);
             match outcome {

@@ -203,28 +203,20 @@ impl LocalCache {
             lfu,
             slot,
         } = v;
-        if let Some(i) = shard.find(hash, db, key) {
-            let value =
+        let (value, lfu) = match shard.find(hash, db, key) {
+            Some(i) => {
                 match self.replace_in_place(shard, i, value, kind, expire_at, lfu, slot, false) {
                     Ok(()) => return,
-                    Err(value) => value,
-                };
-            let lfu = shard.items[i].lfu.max(lfu);
-            shard.remove_at(i);
-            return self.admit_new(
-                shard,
-                hash,
-                db,
-                key,
-                Fetched {
-                    value,
-                    kind,
-                    expire_at,
-                    lfu,
-                    slot,
-                },
-            );
-        }
+                    // Too big to grow in place: a new entry, as hot as the old one.
+                    Err(value) => {
+                        let lfu = shard.items[i].lfu.max(lfu);
+                        shard.remove_at(i);
+                        (value, lfu)
+                    }
+                }
+            }
+            None => (value, lfu),
+        };
         self.admit_new(
             shard,
             hash,
