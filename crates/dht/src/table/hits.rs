@@ -1,5 +1,6 @@
-//! Hit recording: each access that changes something becomes a pending metadata update
-//! (LRU clock, LFU count as the policy scores it), combined per key and sent per batch: the LFU count as an
+//! Hit recording: each access (with one copy, each that changes something) becomes a
+//! pending metadata update (LRU clock, LFU count as the policy scores it), combined per
+//! key and sent per batch: the LFU count as an
 //! FAA, the clock as a write of its two bytes (the last access wins), each kind in one
 //! post per node. An FAA of the clock's change as the reader saw it would add up
 //! wrong whenever the clock changed after that read (another client's hit, an
@@ -65,6 +66,7 @@ impl Dht {
                     f.meta,
                     at,
                     now,
+                    self.single_copy(),
                 ));
             }
             (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
@@ -141,25 +143,37 @@ impl Dht {
         at: std::time::Instant,
         now: &Now,
     ) -> Option<Vec<PendingHit>> {
-        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now)?;
+        let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now, self.single_copy())?;
         let mut hits = self.hits.lock();
         hits.push(hit);
         (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
     }
 
-    /// One access as the policy scores it, waiting to be combined and sent; `None`
-    /// when it changes nothing: the counter stays and the key's clock already reads
-    /// this second (clocks only move forward, so the slot still does). Most hits on a
-    /// key read more than once a second end here, with no lock and no verb.
+    /// Whether the pool keeps one copy of everything (`r = 1`).
+    fn single_copy(&self) -> bool {
+        self.pool.config().replicas <= 1
+    }
+
+    /// One access as the policy scores it, waiting to be combined and sent. With one
+    /// copy (`single_copy`), `None` when it changes nothing: the counter stays and the
+    /// key's clock already reads this second (clocks only move forward, so the slot
+    /// still does); most hits on a key read more than once a second end there, with no
+    /// lock and no verb. With backups every hit is sent: the reader saw the primary
+    /// only, and a backup whose last clock write was dropped (a frozen region during a
+    /// failover) is brought level by the next hit's write. With the skip on every pool,
+    /// `manager_restart.rs an_agent_killed_with_the_manager_is_failed_over_after_the_restart`
+    /// once waited in vain for identical copies (a backup's clock byte behind).
     fn pending_hit(
         policy: RedisPolicy,
         meta_addr: GlobalAddr,
         meta: SlotMeta,
         at: std::time::Instant,
         now: &Now,
+        single_copy: bool,
     ) -> Option<PendingHit> {
         let t = policy.update(meta, now, rng::next_f64());
-        (t.lfu_add != 0 || t.access != meta.access()).then_some(PendingHit {
+        let changes = t.lfu_add != 0 || t.access != meta.access();
+        (changes || !single_copy).then_some(PendingHit {
             addr: meta_addr,
             seen: meta,
             at,
@@ -272,13 +286,17 @@ mod tests {
         for policy in [RedisPolicy::AllKeysLru, RedisPolicy::AllKeysLfu] {
             // A saturated counter never grows: only the clock could change.
             let current = SlotMeta::new(0, 500, 255);
-            assert!(Dht::pending_hit(policy, addr, current, at, &now).is_none());
+            assert!(Dht::pending_hit(policy, addr, current, at, &now, true).is_none());
+            // With backups it is sent: a backup's clock may lag the primary's.
+            let h = Dht::pending_hit(policy, addr, current, at, &now, false).expect("sent");
+            assert_eq!((h.access, h.lfu_add), (500, 0));
             let behind = SlotMeta::new(0, 499, 255);
-            let h = Dht::pending_hit(policy, addr, behind, at, &now).expect("a clock to move");
+            let h =
+                Dht::pending_hit(policy, addr, behind, at, &now, true).expect("a clock to move");
             assert_eq!((h.access, h.lfu_add), (500, 0));
             // A new key's counter always grows on its first hit, clock current or not.
             let new = SlotMeta::new(0, 500, crate::policy::LFU_INIT);
-            let h = Dht::pending_hit(policy, addr, new, at, &now).expect("a count to add");
+            let h = Dht::pending_hit(policy, addr, new, at, &now, true).expect("a count to add");
             assert_eq!(h.lfu_add, 1);
         }
     }
