@@ -117,6 +117,10 @@ impl Engine {
                 .touch(&self.clients, set, session.db, session.proto);
         }
         let db = self.physical_db(session.db);
+        // The SETs run one after another over in-process memory: their buckets' misses
+        // overlap only if they are all started first.
+        self.dht
+            .prefetch_buckets(db, commands.iter().filter_map(|a| a.get(1).map(|k| &k[..])));
         let replies =
             futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
         let errors = replies

@@ -39,7 +39,10 @@ impl Block {
 
 #[derive(Default)]
 struct ClassState {
-    free: Vec<GlobalAddr>,
+    /// Blocks back from limbo, handed out oldest first: the block the next allocation
+    /// takes stays the same as more come back, so it can be loaded ahead of its use
+    /// ([`Allocator::next_block`]).
+    free: VecDeque<GlobalAddr>,
     /// Next never-used block of the class's current segment, and how many remain.
     bump: Option<(GlobalAddr, u64)>,
     /// A fresh segment whose claim is in flight (its first block is handed out): no
@@ -211,7 +214,7 @@ impl Allocator {
         self.reclaim(now);
         let state = &mut self.classes[class as usize];
         let size = classes::size(class) as u64;
-        if let Some(addr) = state.free.pop() {
+        if let Some(addr) = state.free.pop_front() {
             return Ok((self.count(Block { addr, class }), None));
         }
         if state.claiming.is_some() && state.bump.is_none_or(|(_, left)| left == 0) {
@@ -256,6 +259,16 @@ impl Allocator {
         let (addr, left) = state.bump.expect("a segment was just taken");
         state.bump = Some((addr.offset_by(size), left - 1));
         Ok((self.count(Block { addr, class }), None))
+    }
+
+    /// The block the next allocation of `class` will hand out, if it is known now (the
+    /// class's oldest free block, else the next one of its segment).
+    pub fn next_block(&self, class: u8) -> Option<GlobalAddr> {
+        let state = self.classes.get(class as usize)?;
+        state.free.front().copied().or(match state.bump {
+            Some((addr, left)) if left > 0 => Some(addr),
+            _ => None,
+        })
     }
 
     /// The claim of the segment `block` (its first block) opened is recorded: the rest
@@ -445,7 +458,7 @@ impl Allocator {
             let seg = self.segment_of(b.addr);
             match self.draining.get_mut(&seg) {
                 Some((_, held)) => held.push(b.addr),
-                None => self.classes[b.class as usize].free.push(b.addr),
+                None => self.classes[b.class as usize].free.push_back(b.addr),
             }
             let bumping = self.classes[b.class as usize]
                 .bump
@@ -661,6 +674,35 @@ mod tests {
             .alloc_confirmed(60, false, t0 + Duration::from_secs(2))
             .unwrap();
         assert_eq!(b3, b1, "reuse after the grace period");
+    }
+
+    #[test]
+    fn next_block_names_what_the_next_allocation_hands_out() {
+        let t0 = Instant::now();
+        let grace = Duration::from_millis(10);
+        let mut a = Allocator::new(1, SEG, grace);
+        a.add_region(1, 2 * SEG + layout::REGION_HEADER, |_| false);
+        let blocks: Vec<Block> = (0..8)
+            .map(|_| a.alloc_confirmed(60, false, t0).unwrap().0)
+            .collect();
+        let class = blocks[0].class;
+        // Within the segment: the next block in line.
+        let next = a.next_block(class).unwrap();
+        assert_eq!(a.alloc_confirmed(60, false, t0).unwrap().0.addr, next);
+        // Blocks back from limbo, freed one by one: a block predicted before another
+        // comes back is still the one handed out (the prefetch of the pool's hint
+        // loaded it), so blocks are handed out oldest first.
+        for (i, b) in blocks.iter().enumerate() {
+            a.free(*b, t0 + grace * i as u32);
+        }
+        let mut now = t0 + grace * 2;
+        a.reclaim(now);
+        for _ in 0..4 {
+            let predicted = a.next_block(class).unwrap();
+            now += grace;
+            let (got, _) = a.alloc_confirmed(60, false, now).unwrap();
+            assert_eq!(got.addr, predicted);
+        }
     }
 
     #[test]

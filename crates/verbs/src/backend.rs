@@ -93,6 +93,13 @@ impl Transport for LocalTransport {
         true
     }
 
+    fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
+        let _ = self.core.with_region(region, |mem| {
+            mem.prefetch(offset, len);
+            Ok(())
+        });
+    }
+
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         crate::stats::post(crate::stats::LOCAL, verbs);
         // Only batches of several reads gain from prefetching (see `run_mapped`).
@@ -233,6 +240,13 @@ impl Transport for ShmTransport {
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         self.run_mapped(verbs)
+    }
+
+    fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
+        // A region not mapped yet is mapped by the verbs that follow, not by a hint.
+        if let Some(Some(mem)) = self.maps.load().get(region as usize) {
+            mem.prefetch(offset, len);
+        }
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {

@@ -136,6 +136,15 @@ pub async fn errors(t: &dyn Transport, region: RegionId) {
     ));
     // Still serving.
     t.write(region, 0, b"ok").await.unwrap();
+    // A prefetch is a hint: out of bounds, past the address space or of a region that
+    // does not exist, it does nothing (no fault, no error), and the bytes stay as they
+    // were.
+    t.prefetch(region, 0, 64);
+    t.prefetch(region, SIZE - 8, 4096);
+    t.prefetch(region, u64::MAX - 3, usize::MAX);
+    t.prefetch(region.wrapping_add(1000), 0, 64);
+    t.read(region, 0, &mut buf[..2]).await.unwrap();
+    assert_eq!(&buf[..2], b"ok");
 }
 
 /// Many tasks add to one word with FAA and race CAS loops on another: no update is lost.

@@ -140,6 +140,12 @@ impl Transport for LazyTransport {
         self.kind == BackendKind::Shm
     }
 
+    fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
+        if let Some(c) = self.conn.read().as_ref() {
+            c.prefetch(region, offset, len);
+        }
+    }
+
     fn abort(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let conn = {

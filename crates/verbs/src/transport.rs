@@ -110,6 +110,13 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// Starts loading `len` bytes at `offset` of `region` into this core's cache, when
+    /// the memory is in this address space: a hint that never fails and returns at
+    /// once. A caller about to touch many cold places (a pipeline's buckets, the block
+    /// the next allocation hands out) issues them first, so their misses overlap
+    /// instead of each stalling in turn. Backends whose memory is remote ignore it.
+    fn prefetch(&self, _region: RegionId, _offset: u64, _len: usize) {}
+
     /// Whether [`post_now`](Self::post_now) completes one-sided verbs (the memory is in
     /// this address space): callers may then prefer several small reads over one batch.
     fn completes_inline(&self) -> bool {

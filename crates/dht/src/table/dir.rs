@@ -89,6 +89,18 @@ impl FlatDirs {
         }
     }
 
+    /// Starts loading the words [`subtable`](Self::subtable) will read for `hash` in
+    /// `slot` (the slot's first line, and the hash's own when the directory is deeper).
+    fn prefetch(&self, slot: u16, hash: u64) {
+        let base = (slot as usize) << FLAT_DEPTH;
+        let mine = base + (hash & ((1u64 << FLAT_DEPTH) - 1)) as usize;
+        for i in [base, mine] {
+            if let Some(word) = self.words.get(i) {
+                crate::prefetch::line(word);
+            }
+        }
+    }
+
     fn subtable(&self, slot: u16, hash: u64) -> Option<GlobalAddr> {
         let base = (slot as usize) << FLAT_DEPTH;
         let first = self.words[base].load(Ordering::Acquire);
@@ -153,6 +165,11 @@ impl Dht {
         if let Err(at) = parts.binary_search(&slot) {
             parts.insert(at, slot);
         }
+    }
+
+    /// Starts loading what [`cached_subtable`](Self::cached_subtable) reads for `loc`.
+    pub(super) fn prefetch_subtable(&self, loc: &Loc) {
+        self.flat.prefetch(loc.slot, loc.hash);
     }
 
     /// The subtable `loc` maps to in the cached directory (lock-free where it can be).

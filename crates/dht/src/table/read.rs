@@ -26,6 +26,76 @@ fn locked_slot(probe: &Probe) -> bool {
 const BATCH_OBJECT: usize = 128;
 
 impl Dht {
+    /// Starts loading both candidate buckets of every key of `keys` in `db` into this
+    /// core's cache (and the objects they point at), when the pool's memory is in this
+    /// address space: a pipeline of
+    /// writes then overlaps its keys' cache misses instead of stalling on each in turn.
+    /// A hint: a key whose subtable is not in the cached directory is skipped.
+    pub fn prefetch_buckets<'k>(&self, db: u8, keys: impl IntoIterator<Item = &'k [u8]>) {
+        if !self.inline_reads {
+            return;
+        }
+        // In rounds: every key's directory words, then every key's buckets (which the
+        // words name), so the directory's misses overlap too.
+        const ROUND: usize = 32;
+        let mut keys = keys.into_iter().peekable();
+        while keys.peek().is_some() {
+            let mut locs = [None; ROUND];
+            for (loc, key) in locs.iter_mut().zip(keys.by_ref()) {
+                let at = self.loc(db, key);
+                self.prefetch_subtable(&at);
+                *loc = Some(at);
+            }
+            let mut subtables = [None; ROUND];
+            for (loc, st) in locs.iter().zip(subtables.iter_mut()) {
+                *st = loc.as_ref().and_then(|loc| self.cached_subtable(loc));
+                if let (Some(loc), Some(st)) = (loc, st) {
+                    let (a, b) = hash::buckets(loc.hash, self.buckets);
+                    for bucket in [a, b] {
+                        self.pool.prefetch_copies(
+                            st.offset_by(bucket * layout::BUCKET),
+                            layout::BUCKET as usize,
+                        );
+                    }
+                }
+            }
+            // Then the objects the keys' fingerprints point at: a SET reads its key's
+            // old object to check the key before replacing it.
+            for (loc, st) in locs.iter().zip(subtables) {
+                if let (Some(loc), Some(st)) = (loc, st) {
+                    self.prefetch_objects(loc, st);
+                }
+            }
+        }
+    }
+
+    /// Starts loading the head of every object whose slot in `loc`'s candidate buckets
+    /// (of subtable `st`) carries `loc`'s fingerprint.
+    fn prefetch_objects(&self, loc: &Loc, st: GlobalAddr) {
+        let (a, b) = hash::buckets(loc.hash, self.buckets);
+        for bucket in [a, b] {
+            let mut bytes = [0u8; layout::BUCKET as usize];
+            if !matches!(
+                self.pool
+                    .read_now(st.offset_by(bucket * layout::BUCKET), &mut bytes),
+                Some(Ok(()))
+            ) {
+                return;
+            }
+            for i in 0..SLOTS_PER_BUCKET {
+                let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
+                if bytes[at + 7] == loc.fp
+                    && let Some(obj) = SlotWord(le64(&bytes, at)).object()
+                {
+                    self.pool.prefetch(
+                        obj.block.addr,
+                        (obj.block.size() as usize).min(BATCH_OBJECT),
+                    );
+                }
+            }
+        }
+    }
+
     /// The get path without futures, for inline backends (local, shm): both candidate
     /// buckets and the object are read with `post_now`. `None` hands the key to the
     /// general path: no cached directory, a stale one, a chained object, an expired key
@@ -157,7 +227,14 @@ impl Dht {
         let mut settled = vec![false; keys.len()];
         if self.inline_reads && keys.len() > 1 && !self.is_staging() {
             let (abs, now) = self.now();
-            let locs: Vec<Loc> = keys.iter().map(|k| self.loc(db, k)).collect();
+            let locs: Vec<Loc> = keys
+                .iter()
+                .map(|k| {
+                    let loc = self.loc(db, k);
+                    self.prefetch_subtable(&loc);
+                    loc
+                })
+                .collect();
             // Stage 1: the first candidate bucket of every key with a cached directory.
             // (key index, bucket, its subtable, its index there)
             let mut buckets: Vec<(usize, GlobalAddr, GlobalAddr, u64)> =

@@ -22,6 +22,9 @@ const USAGE_FLUSH: i64 = 256 << 10;
 /// Freed blocks waiting for the allocator at most (a client that frees without
 /// allocating, DEL after DEL, hands them over in batches of this many).
 const FREED_FLUSH: usize = 1024;
+/// Bytes of the next block of a class loaded ahead of its allocation: an object's
+/// header and a short value (a long value's write streams anyway).
+const PREFETCH_HEAD: usize = 128;
 
 /// The frees a [`Pool::defer_frees`] scope holds back, and whose pool it is.
 struct Deferred {
@@ -42,7 +45,21 @@ impl Pool {
         let mut reclaiming_since: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let got = self.allocator(now).alloc(len, aligned, now);
+            let (got, next) = {
+                let mut allocator = self.allocator(now);
+                let got = allocator.alloc(len, aligned, now);
+                let next = got
+                    .as_ref()
+                    .ok()
+                    .and_then(|(b, _)| Some((allocator.next_block(b.class)?, b.size())));
+                (got, next)
+            };
+            // The block after this one has waited out its grace period, long enough to
+            // leave the cache: start loading its head now, so the next write of this
+            // size does not stall on it.
+            if let Some((next, size)) = next {
+                self.prefetch_copies(next, (size as usize).min(PREFETCH_HEAD));
+            }
             match got {
                 Ok((block, claim)) => {
                     if let Some(c) = claim {

@@ -118,6 +118,10 @@ impl Transport for Timed {
         self.inner.post_now(verbs)
     }
 
+    fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
+        self.inner.prefetch(region, offset, len)
+    }
+
     fn completes_inline(&self) -> bool {
         self.inner.completes_inline()
     }

@@ -17,6 +17,25 @@ use crate::addr::GlobalAddr;
 use crate::error::UmoError;
 
 impl Pool {
+    /// Starts loading `len` bytes at `addr` of the primary copy into this core's cache,
+    /// if its memory is in this address space (see `Transport::prefetch`); nothing for
+    /// a region this client has not learned. A hint: it never fails or waits.
+    pub fn prefetch(&self, addr: GlobalAddr, len: usize) {
+        if let Ok(n) = self.primary(addr.region()) {
+            self.nodes[n].prefetch(addr.region(), addr.offset(), len);
+        }
+    }
+
+    /// [`prefetch`](Self::prefetch) on every copy: for bytes about to be written (the
+    /// object of a write, a slot's CAS), which every copy takes.
+    pub fn prefetch_copies(&self, addr: GlobalAddr, len: usize) {
+        if let Some(Some(entry)) = self.regions.read().get(addr.region() as usize) {
+            for n in entry.copies() {
+                self.nodes[n].prefetch(addr.region(), addr.offset(), len);
+            }
+        }
+    }
+
     /// Reads from the primary copy right now, if its backend completes verbs inline;
     /// `None` means use [`read`](Self::read).
     pub fn read_now(&self, addr: GlobalAddr, buf: &mut [u8]) -> Option<Result<(), UmoError>> {
