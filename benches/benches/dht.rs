@@ -1,7 +1,8 @@
 //! Hash-table throughput per backend with 1 M keys (16-byte keys, 32-byte values):
 //! `shm` (two in-process memory nodes reached through mapped region files, `r = 2`) and
 //! `local` (the embedded pool, `r = 1`). Gets on one core, one key or 16 keys per call,
-//! and sets with 64 in flight (batched commits).
+//! pipelined sets on one core (16 at a time, with and without their keys loaded
+//! first), and sets with 64 in flight (batched commits).
 //! Run: `cargo bench -p dmc-benches --bench dht`.
 
 use std::sync::Arc;
@@ -93,6 +94,38 @@ fn backend(
             })
         })
     });
+
+    // Pipelined sets as an agent runs a client's batch of 16 on one core: one after
+    // another (over in-process memory nothing waits), as they come, and with every
+    // key's directory words, buckets and old object loaded first
+    // (`Dht::prefetch_buckets`, what the agent does for a pipeline).
+    for prefetch in [false, true] {
+        let name = match prefetch {
+            false => "set16_one_core",
+            true => "set16_prefetched_one_core",
+        };
+        let mut next = 0u64;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                one_core.block_on(async {
+                    for _ in 0..GETS_PER_ITER / 16 {
+                        let names: [[u8; 16]; 16] = std::array::from_fn(|_| {
+                            next = (next + 7919) % KEYS;
+                            key(next)
+                        });
+                        if prefetch {
+                            dht.prefetch_buckets(0, names.iter().map(|k| &k[..]));
+                        }
+                        for (i, k) in names.iter().enumerate() {
+                            dht.set(0, k, &value(i as u64), SetOptions::default())
+                                .await
+                                .unwrap();
+                        }
+                    }
+                })
+            })
+        });
+    }
 
     // Sets keep 64 in flight continuously (a pipelined client): each iteration streams
     // SETS_PER_ITER overwrites through a window of 64, so the group committer batches.

@@ -248,6 +248,7 @@ async fn serve_session(
                 }
             }
         }
+        engine.prefetch_keys(session, &commands);
         let mut i = 0;
         while i < commands.len() {
             // CLIENT PAUSE holds this client's commands (not another agent's).

@@ -1,5 +1,6 @@
-//! Pipelined fast paths: a run of `GET key` read from the pool as one batch, and a run
-//! of SETs of distinct keys committed together.
+//! Pipelined fast paths: a run of `GET key` read from the pool as one batch, a run of
+//! SETs of distinct keys committed together, and the keys of a pipeline's other
+//! commands loaded ahead.
 //!
 //! The connection loop asks how long a run is ([`Engine::leading_gets`],
 //! [`Engine::leading_sets`]) and runs it here instead of through [`crate::dispatch`];
@@ -13,6 +14,9 @@ use dmc_resp::Reply;
 
 use crate::table::{self, FastPath};
 use crate::{Engine, Session, error_reply, strings};
+
+/// Commands of one pipeline whose keys [`Engine::prefetch_keys`] loads ahead, at most.
+const PREFETCH_AHEAD: usize = 128;
 
 /// The fast path the table gives a command's name.
 fn fast_path(args: &[Bytes]) -> FastPath {
@@ -28,6 +32,28 @@ impl Engine {
         session.plain()
             && (session.peer
                 || (session.user.unrestricted() && session.acl_generation == self.acl.generation()))
+    }
+
+    /// Starts loading what a pipeline's commands that name one key first (SET, INCR,
+    /// HSET, ...; not GET, whose batches stage their own reads) will touch in the pool:
+    /// the key's buckets and object. Over in-process memory the commands then run one
+    /// after another without waiting, and their cache misses overlap only if they are
+    /// all started first. Nothing for a lone command, or one queued by MULTI; at most
+    /// the first [`PREFETCH_AHEAD`] commands (what is loaded must still be in the cache
+    /// when its command runs).
+    pub fn prefetch_keys(&self, session: &Session, commands: &[Vec<Bytes>]) {
+        if commands.len() < 2 || !self.plain(session) {
+            return;
+        }
+        let keys = commands.iter().take(PREFETCH_AHEAD).filter_map(|a| {
+            let spec = table::lookup(a.first()?)?;
+            if spec.first_key != 1 || spec.fast_path() == FastPath::Get {
+                return None;
+            }
+            a.get(1).map(|k| &k[..])
+        });
+        self.dht
+            .prefetch_buckets(self.physical_db(session.db), keys);
     }
 
     /// How many of the leading `commands` are plain `GET key` that
@@ -117,10 +143,6 @@ impl Engine {
                 .touch(&self.clients, set, session.db, session.proto);
         }
         let db = self.physical_db(session.db);
-        // The SETs run one after another over in-process memory: their buckets' misses
-        // overlap only if they are all started first.
-        self.dht
-            .prefetch_buckets(db, commands.iter().filter_map(|a| a.get(1).map(|k| &k[..])));
         let replies =
             futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
         let errors = replies

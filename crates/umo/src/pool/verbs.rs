@@ -29,6 +29,11 @@ impl Pool {
     /// [`prefetch`](Self::prefetch) on every copy: for bytes about to be written (the
     /// object of a write, a slot's CAS), which every copy takes.
     pub fn prefetch_copies(&self, addr: GlobalAddr, len: usize) {
+        // With one copy the primary is all there is (a copy being filled, rarely, goes
+        // without: a hint may miss), and its lookup takes no lock.
+        if self.config.replicas <= 1 {
+            return self.prefetch(addr, len);
+        }
         if let Some(Some(entry)) = self.regions.read().get(addr.region() as usize) {
             for n in entry.copies() {
                 self.nodes[n].prefetch(addr.region(), addr.offset(), len);
