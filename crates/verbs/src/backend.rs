@@ -102,20 +102,20 @@ impl Transport for LocalTransport {
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         crate::stats::post(crate::stats::LOCAL, verbs);
-        // Only batches of several reads gain from prefetching (see `run_mapped`).
-        if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
-            for v in verbs.iter() {
-                let _ = self.core.with_region(v.region(), |mem| {
-                    prefetch(mem, v);
-                    Ok(())
-                });
+        Some(self.core.with_regions(|mem| {
+            // Only batches of several reads gain from prefetching (see `run_mapped`).
+            if verbs.len() > 1 && verbs.iter().all(|v| matches!(v, Verb::Read { .. })) {
+                for v in verbs.iter() {
+                    if let Some(m) = mem(v.region()) {
+                        prefetch(m, v);
+                    }
+                }
             }
-        }
-        Some(
-            verbs
-                .iter_mut()
-                .try_for_each(|v| self.core.with_region(v.region(), |mem| execute(mem, v))),
-        )
+            verbs.iter_mut().try_for_each(|v| match mem(v.region()) {
+                Some(m) => execute(m, v),
+                None => Err(VerbsError::NoSuchRegion(v.region())),
+            })
+        }))
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {

@@ -268,6 +268,16 @@ impl NodeCore {
         }
     }
 
+    /// Runs `f` with a lookup of every region, from one snapshot taken without a lock
+    /// or a reference count (a post of several verbs pays for the snapshot once).
+    pub fn with_regions<T>(
+        &self,
+        f: impl for<'m> FnOnce(&'m dyn Fn(RegionId) -> Option<&'m RegionMemory>) -> T,
+    ) -> T {
+        let mems = self.mems.load();
+        f(&|region| mems.get(region as usize).and_then(|m| m.as_deref()))
+    }
+
     /// Runs `f` on the region without taking a lock or a reference count (the
     /// one-sided path).
     pub fn with_region<T>(
