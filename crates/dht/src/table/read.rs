@@ -44,6 +44,10 @@ impl Dht {
             for (loc, key) in locs.iter_mut().zip(keys.by_ref()) {
                 let at = self.loc(db, key);
                 self.prefetch_subtable(&at);
+                // The slot's rebuild lock, which every write takes.
+                if let Some(lock) = self.locks.get(at.slot as usize) {
+                    crate::prefetch::line(lock);
+                }
                 *loc = Some(at);
             }
             let mut subtables = [None; ROUND];
