@@ -20,7 +20,6 @@ pub mod hash;
 pub mod layout;
 pub mod owner;
 pub mod policy;
-mod prefetch;
 pub(crate) use dmc_proto::rng;
 pub mod table;
 

@@ -39,10 +39,12 @@ impl Block {
 
 #[derive(Default)]
 struct ClassState {
-    /// Blocks back from limbo, handed out oldest first: the block the next allocation
-    /// takes stays the same as more come back, so it can be loaded ahead of its use
-    /// ([`Allocator::next_block`]).
-    free: VecDeque<GlobalAddr>,
+    /// Blocks back from limbo, handed out from the top (the last): most recently
+    /// returned first, so a segment whose blocks sit low in the list can empty, except
+    /// that a block coming back goes under the top one. The block the next allocation
+    /// takes then stays the same as more come back, so it can be loaded ahead of its
+    /// use ([`Allocator::next_block`]).
+    free: Vec<GlobalAddr>,
     /// Next never-used block of the class's current segment, and how many remain.
     bump: Option<(GlobalAddr, u64)>,
     /// A fresh segment whose claim is in flight (its first block is handed out): no
@@ -214,7 +216,7 @@ impl Allocator {
         self.reclaim(now);
         let state = &mut self.classes[class as usize];
         let size = classes::size(class) as u64;
-        if let Some(addr) = state.free.pop_front() {
+        if let Some(addr) = state.free.pop() {
             return Ok((self.count(Block { addr, class }), None));
         }
         if state.claiming.is_some() && state.bump.is_none_or(|(_, left)| left == 0) {
@@ -262,10 +264,10 @@ impl Allocator {
     }
 
     /// The block the next allocation of `class` will hand out, if it is known now (the
-    /// class's oldest free block, else the next one of its segment).
+    /// top of the class's free list, else the next block of its segment).
     pub fn next_block(&self, class: u8) -> Option<GlobalAddr> {
         let state = self.classes.get(class as usize)?;
-        state.free.front().copied().or(match state.bump {
+        state.free.last().copied().or(match state.bump {
             Some((addr, left)) if left > 0 => Some(addr),
             _ => None,
         })
@@ -458,7 +460,11 @@ impl Allocator {
             let seg = self.segment_of(b.addr);
             match self.draining.get_mut(&seg) {
                 Some((_, held)) => held.push(b.addr),
-                None => self.classes[b.class as usize].free.push_back(b.addr),
+                None => {
+                    // Under the top block, which `next_block` named.
+                    let free = &mut self.classes[b.class as usize].free;
+                    free.insert(free.len().saturating_sub(1), b.addr);
+                }
             }
             let bumping = self.classes[b.class as usize]
                 .bump
@@ -690,8 +696,8 @@ mod tests {
         let next = a.next_block(class).unwrap();
         assert_eq!(a.alloc_confirmed(60, false, t0).unwrap().0.addr, next);
         // Blocks back from limbo, freed one by one: a block predicted before another
-        // comes back is still the one handed out (the prefetch of the pool's hint
-        // loaded it), so blocks are handed out oldest first.
+        // comes back is still the one handed out (the pool's prefetch loaded it), so
+        // returning blocks go under the top one.
         for (i, b) in blocks.iter().enumerate() {
             a.free(*b, t0 + grace * i as u32);
         }

@@ -169,23 +169,12 @@ impl RegionMemory {
         let Ok(at) = self.check(offset, len) else {
             return;
         };
-        #[cfg(target_arch = "x86_64")]
-        {
-            let base = self.ptr.as_ptr() as usize + at;
-            let mut line = base & !63;
-            while line < base + len {
-                // SAFETY: a prefetch is a hint that never faults and does not access
-                // memory architecturally; the address is inside the region anyway.
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                        line as *const i8,
-                    )
-                };
-                line += 64;
-            }
+        let base = self.ptr.as_ptr() as usize + at;
+        let mut line = base & !63;
+        while line < base + len {
+            prefetch_line(line as *const u8);
+            line += 64;
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
     }
 
     /// Copies `data` to `offset` (a one-sided WRITE). One or two aligned words are
@@ -236,6 +225,20 @@ impl RegionMemory {
         self.word(offset)?.store(value, Ordering::Release);
         Ok(())
     }
+}
+
+/// Asks the CPU to start loading the cache line holding `addr` without waiting for
+/// it (any address: a prefetch never faults). For this process's own structures as
+/// well as region memory.
+pub fn prefetch_line(addr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults and does not access memory
+    // architecturally, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 #[cfg(test)]

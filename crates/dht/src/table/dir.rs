@@ -96,7 +96,7 @@ impl FlatDirs {
         let mine = base + (hash & ((1u64 << FLAT_DEPTH) - 1)) as usize;
         for i in [base, mine] {
             if let Some(word) = self.words.get(i) {
-                crate::prefetch::line(word);
+                dmc_verbs::memory::prefetch_line(std::ptr::from_ref(word).cast());
             }
         }
     }

@@ -53,6 +53,7 @@ mod maintenance;
 mod open;
 mod partition;
 mod pool_view;
+mod prefetch;
 mod probe;
 mod read;
 mod recover;

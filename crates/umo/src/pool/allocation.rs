@@ -54,9 +54,9 @@ impl Pool {
                     .and_then(|(b, _)| Some((allocator.next_block(b.class)?, b.size())));
                 (got, next)
             };
-            // The block after this one has waited out its grace period, long enough to
-            // leave the cache: start loading its head now, so the next write of this
-            // size does not stall on it.
+            // The class's next block is cold (back from limbo after its grace period,
+            // or never touched in its segment): start loading its head now, so the
+            // next write of this size does not stall on it.
             if let Some((next, size)) = next {
                 self.prefetch_copies(next, (size as usize).min(PREFETCH_HEAD));
             }

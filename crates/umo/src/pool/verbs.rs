@@ -1,8 +1,10 @@
 //! One-sided verbs on region copies: reads from the primary (completed inline when the
 //! backend can, batched per node), writes to every copy, and fetch-and-add on the
 //! primary. Called by object reads and writes, the superblock and the hash table.
-//! Nothing here locks or validates: `write_all` is for bytes no committed word points at
-//! yet, and words other clients validate change only through `commit`.
+//! Also the prefetch hints, which start loading a copy's bytes into this core's cache
+//! when its memory is in this address space. Nothing here validates: `write_all` is
+//! for bytes no committed word points at yet, and words other clients validate change
+//! only through `commit`.
 
 use std::collections::BTreeMap;
 
@@ -21,7 +23,9 @@ impl Pool {
     /// if its memory is in this address space (see `Transport::prefetch`); nothing for
     /// a region this client has not learned. A hint: it never fails or waits.
     pub fn prefetch(&self, addr: GlobalAddr, len: usize) {
-        if let Ok(n) = self.primary(addr.region()) {
+        if let Ok(n) = self.primary(addr.region())
+            && self.nodes[n].completes_inline()
+        {
             self.nodes[n].prefetch(addr.region(), addr.offset(), len);
         }
     }
@@ -33,6 +37,11 @@ impl Pool {
         // without: a hint may miss), and its lookup takes no lock.
         if self.config.replicas <= 1 {
             return self.prefetch(addr, len);
+        }
+        // Over the network a hint does nothing: not worth the map's lock.
+        match self.primary(addr.region()) {
+            Ok(n) if self.nodes[n].completes_inline() => {}
+            _ => return,
         }
         if let Some(Some(entry)) = self.regions.read().get(addr.region() as usize) {
             for n in entry.copies() {
