@@ -44,6 +44,16 @@ fn benches(c: &mut Criterion) {
     backend(c, &rt, "dht_local", "set_r1_64_in_flight", local);
 }
 
+/// The names of the 16 keys after `next` in the benches' stride, in a small buffer, as
+/// a server has them in its input buffer (a table of all names would add a miss per
+/// key).
+fn batch16(next: &mut u64) -> [[u8; 16]; 16] {
+    std::array::from_fn(|_| {
+        *next = (*next + 7919) % KEYS;
+        key(*next)
+    })
+}
+
 /// Gets (one key and 16 keys per call, on one core) and sets (64 in flight) on one
 /// loaded table.
 fn backend(
@@ -83,12 +93,7 @@ fn backend(
         b.iter(|| {
             one_core.block_on(async {
                 for _ in 0..GETS_PER_ITER / 16 {
-                    // Keys are built in a small buffer, as a server has them in its
-                    // input buffer (a table of all names would add a miss per key).
-                    let names: [[u8; 16]; 16] = std::array::from_fn(|_| {
-                        next = (next + 7919) % KEYS;
-                        key(next)
-                    });
+                    let names = batch16(&mut next);
                     let batch: Vec<&[u8]> = names.iter().map(|k| &k[..]).collect();
                     let got = dht.get_many(0, &batch).await.unwrap();
                     assert!(got.iter().all(|e| e.is_some()));
@@ -111,10 +116,7 @@ fn backend(
             b.iter(|| {
                 one_core.block_on(async {
                     for _ in 0..GETS_PER_ITER / 16 {
-                        let names: [[u8; 16]; 16] = std::array::from_fn(|_| {
-                            next = (next + 7919) % KEYS;
-                            key(next)
-                        });
+                        let names = batch16(&mut next);
                         if prefetch {
                             dht.prefetch_buckets(0, names.iter().map(|k| &k[..]));
                         }
