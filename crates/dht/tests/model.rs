@@ -1,5 +1,7 @@
 //! Model-based tests: random sequences of set/get/delete/expire/evict on the table,
-//! against a `HashMap`, on the `local`, `shm` and (emulated) `rdma` backends.
+//! against a `HashMap`, on the `local`, `shm` and (emulated) `rdma` backends. Sets and
+//! appends go through the inline paths (`set_now`, `update_now`) or the awaited ones,
+//! at random, as the engine uses them: inline first, awaited when it declines.
 
 mod common;
 
@@ -22,6 +24,15 @@ enum Op {
         ttl: Option<u64>,
         keep: bool,
         get: bool,
+        /// Through `set_now` first.
+        inline: bool,
+    },
+    /// A read-modify-write that appends `byte` to the string (`update`), keeping its
+    /// expiry.
+    Append {
+        key: u8,
+        byte: u8,
+        inline: bool,
     },
     /// MSET / MSETNX: (key, value length) pairs, possibly repeating a key.
     SetMany {
@@ -49,8 +60,10 @@ enum Op {
 
 fn op(keys: u8) -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..keys, 0usize..300, 0u8..3, proptest::option::of(1u64..5000), any::<bool>(), any::<bool>())
-            .prop_map(|(key, len, cond, ttl, keep, get)| Op::Set { key, len, cond, ttl, keep, get }),
+        4 => (0..keys, 0usize..300, 0u8..3, proptest::option::of(1u64..5000), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(key, len, cond, ttl, keep, get, inline)| Op::Set { key, len, cond, ttl, keep, get, inline }),
+        1 => (0..keys, any::<u8>(), any::<bool>())
+            .prop_map(|(key, byte, inline)| Op::Append { key, byte, inline }),
         1 => (proptest::collection::vec((0..keys, 0usize..200), 0..8), any::<bool>())
             .prop_map(|(pairs, nx)| Op::SetMany { pairs, nx }),
         3 => (0..keys).prop_map(|key| Op::Get { key }),
@@ -125,6 +138,7 @@ fn run_grouped(
                     ttl,
                     keep,
                     get,
+                    inline,
                 } => {
                     let kb = key(k);
                     let v = value(k, len, step);
@@ -135,20 +149,21 @@ fn run_grouped(
                         (None, true) => SetExpiry::Keep,
                         (None, false) => SetExpiry::Clear,
                     };
-                    let out = dht
-                        .set(
-                            0,
-                            &kb,
-                            &v,
-                            SetOptions {
-                                cond,
-                                expiry,
-                                get,
-                                ..Default::default()
-                            },
-                        )
-                        .await
-                        .unwrap();
+                    let opts = SetOptions {
+                        cond,
+                        expiry,
+                        get,
+                        ..Default::default()
+                    };
+                    let now_out = if inline {
+                        dht.set_now(0, &kb, &v, opts)
+                    } else {
+                        None
+                    };
+                    let out = match now_out {
+                        Some(out) => out.unwrap(),
+                        None => dht.set(0, &kb, &v, opts).await.unwrap(),
+                    };
                     let prev = model.live(&kb, now).cloned();
                     if get {
                         prop_assert_eq!(
@@ -171,6 +186,30 @@ fn run_grouped(
                         };
                         model.0.insert(kb, (v, exp));
                     }
+                }
+                Op::Append {
+                    key: k,
+                    byte,
+                    inline,
+                } => {
+                    let kb = key(k);
+                    let append = |cur: Option<&[u8]>| -> Result<Vec<u8>, ()> {
+                        let mut v = cur.unwrap_or_default().to_vec();
+                        v.push(byte);
+                        Ok(v)
+                    };
+                    let now_done = if inline {
+                        dht.update_now(0, &kb, append)
+                    } else {
+                        None
+                    };
+                    match now_done {
+                        Some(done) => done.unwrap().unwrap(),
+                        None => dht.update(0, &kb, append).await.unwrap().unwrap(),
+                    }
+                    let (mut v, exp) = model.live(&kb, now).cloned().unwrap_or_default();
+                    v.push(byte);
+                    model.0.insert(kb, (v, exp));
                 }
                 Op::SetMany { pairs, nx } => {
                     let owned: Vec<(Vec<u8>, Vec<u8>)> = pairs

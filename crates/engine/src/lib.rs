@@ -396,15 +396,20 @@ impl Engine {
     /// and drop: most writes find their stripe free), else in turn; inside an EXEC that
     /// holds the stripe already ([`multi::held`]), nothing to take.
     pub(crate) async fn lock_key(&self, key: &[u8]) -> KeyGuard<'_> {
+        match self.try_lock_key(key) {
+            Some(guard) => guard,
+            None => KeyGuard::Locked(self.key_locks[Self::key_stripe(key)].lock().await),
+        }
+    }
+
+    /// [`lock_key`](Self::lock_key) if that takes no waiting; `None` when another
+    /// writer holds the key's stripe.
+    pub(crate) fn try_lock_key(&self, key: &[u8]) -> Option<KeyGuard<'_>> {
         let stripe = Self::key_stripe(key);
         if multi::held(stripe) {
-            return KeyGuard::Held;
+            return Some(KeyGuard::Held);
         }
-        let lock = &self.key_locks[stripe];
-        KeyGuard::Locked(match lock.try_lock() {
-            Ok(guard) => guard,
-            Err(_) => lock.lock().await,
-        })
+        self.key_locks[stripe].try_lock().ok().map(KeyGuard::Locked)
     }
 
     /// The stored database behind the logical one a client selected (see SWAPDB).

@@ -145,8 +145,30 @@ impl Engine {
                 .touch(&self.clients, set, session.db, session.proto);
         }
         let db = self.physical_db(session.db);
-        let replies =
-            futures::future::join_all(commands.iter().map(|a| strings::set(self, db, a))).await;
+        // Those the table writes at once first (no future per command), then the rest
+        // together; a placeholder holds each awaited one's place.
+        let mut replies = Vec::with_capacity(commands.len());
+        let mut waiting = Vec::new();
+        for (i, a) in commands.iter().enumerate() {
+            match strings::set_now(self, db, a) {
+                Some(reply) => replies.push(reply),
+                None => {
+                    waiting.push(i);
+                    replies.push(Reply::Null);
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            let awaited = futures::future::join_all(
+                waiting
+                    .iter()
+                    .map(|&i| strings::set(self, db, &commands[i])),
+            )
+            .await;
+            for (i, reply) in waiting.into_iter().zip(awaited) {
+                replies[i] = reply;
+            }
+        }
         let errors = replies
             .iter()
             .filter(|r| matches!(r, Reply::Error(_)))

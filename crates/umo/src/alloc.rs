@@ -263,6 +263,18 @@ impl Allocator {
         Ok((self.count(Block { addr, class }), None))
     }
 
+    /// Whether an allocation of `len` bytes is served now from a free block (after
+    /// taking back those whose grace period passed) or the class's current segment,
+    /// with no segment to claim.
+    pub fn serves_without_claim(&mut self, len: u64, aligned: bool, now: Instant) -> bool {
+        let Some(class) = classes::best_fit(len, self.max_class, aligned) else {
+            return false;
+        };
+        self.reclaim(now);
+        let state = &self.classes[class as usize];
+        !state.free.is_empty() || state.bump.is_some_and(|(_, left)| left > 0)
+    }
+
     /// The block the next allocation of `class` will hand out, if it is known now (the
     /// top of the class's free list, else the next block of its segment).
     pub fn next_block(&self, class: u8) -> Option<GlobalAddr> {

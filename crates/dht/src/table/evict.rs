@@ -74,13 +74,15 @@ impl Dht {
         }
     }
 
+    /// Whether `need` more bytes fit `maxmemory` (always, without one).
+    pub(super) fn room_now(&self, need: u64) -> bool {
+        let max = self.eviction_limit();
+        max == 0 || self.used_memory() + need <= max
+    }
+
     /// Evicts until used memory plus `need` fits `maxmemory`.
     pub(super) async fn make_room(&self, need: u64) -> Result<(), DhtError> {
-        let max = self.eviction_limit();
-        if max == 0 {
-            return Ok(());
-        }
-        while self.used_memory() + need > max {
+        while !self.room_now(need) {
             if !self.policy().evicts() {
                 return Err(DhtError::OutOfMemory);
             }

@@ -25,6 +25,7 @@
 //! | `read` | the GET paths, `peek`, `exists`, `ttl` |
 //! | `hits` | access metadata: recorded, combined, sent as FAAs |
 //! | `write` | `set`, `set_many` and installing a written object |
+//! | `write_now` | `set_now`: a plain SET without futures on in-process memory |
 //! | `update` | read-modify-write of one key in one probe (INCR and its kin) |
 //! | `commit` | the group committer and retry pacing |
 //! | `delete` | clearing a slot, `delete` |
@@ -62,6 +63,7 @@ mod staged;
 mod update;
 mod vacate;
 mod write;
+mod write_now;
 
 pub use adaptive::AdaptiveStatus;
 pub use config::{

@@ -23,6 +23,54 @@ pub(super) struct Probe {
 }
 
 impl Probe {
+    /// `loc`'s two candidate buckets in subtable `st` (of `buckets` buckets), not read
+    /// yet.
+    pub(super) fn unread(st: GlobalAddr, loc: &Loc, buckets: u64) -> Probe {
+        let (a, b) = hash::buckets(loc.hash, buckets);
+        let bucket = |i: u64| {
+            (
+                st.offset_by(i * layout::BUCKET),
+                [0u8; layout::BUCKET as usize],
+            )
+        };
+        Probe {
+            buckets: [bucket(a), bucket(b)],
+            ext: [None, None],
+        }
+    }
+
+    /// Both buckets' addresses and buffers, to read into.
+    pub(super) fn reads(&mut self) -> [(GlobalAddr, &mut [u8]); 2] {
+        let [(a_addr, a_buf), (b_addr, b_buf)] = &mut self.buckets;
+        [(*a_addr, &mut a_buf[..]), (*b_addr, &mut b_buf[..])]
+    }
+
+    /// Whether both buckets as read belong to `loc`'s subtable (no split retired it).
+    pub(super) fn covers(&self, loc: &Loc) -> bool {
+        (0..2).all(|b| layout::header_covers(self.header(b), loc.hash, loc.slot))
+    }
+
+    /// The slots `loc`'s key may be in, as (bucket, slot index): those whose word
+    /// carries its fingerprint and points at an object (each bucket once, if both are
+    /// one).
+    pub(super) fn matching(&self, loc: &Loc) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let fp = loc.fp;
+        let buckets = if self.buckets[0].0 == self.buckets[1].0 {
+            1
+        } else {
+            2
+        };
+        (0..buckets).flat_map(move |b| {
+            (0..SLOTS_PER_BUCKET)
+                .filter(move |&i| {
+                    // The fingerprint is the word's top byte: test it before decoding.
+                    let fp_at = (layout::BUCKET_HEADER + layout::SLOT * i as u64 + 7) as usize;
+                    self.buckets[b].1[fp_at] == fp && self.slot(b, i).1.object().is_some()
+                })
+                .map(move |i| (b, i))
+        })
+    }
+
     pub(super) fn header(&self, b: usize) -> u64 {
         le64(&self.buckets[b].1, 0)
     }
@@ -64,32 +112,10 @@ impl Dht {
                     None => return Ok(None),
                 },
             };
-            let (a, b) = hash::buckets(loc.hash, self.buckets);
-            let mut probe = Probe {
-                buckets: [
-                    (
-                        st.offset_by(a * layout::BUCKET),
-                        [0u8; layout::BUCKET as usize],
-                    ),
-                    (
-                        st.offset_by(b * layout::BUCKET),
-                        [0u8; layout::BUCKET as usize],
-                    ),
-                ],
-                ext: [None, None],
-            };
-            {
-                let [(a_addr, a_buf), (b_addr, b_buf)] = &mut probe.buckets;
-                let mut reads = [(*a_addr, &mut a_buf[..]), (*b_addr, &mut b_buf[..])];
-                self.pool.read_batch(&mut reads).await?;
-            }
-            if layout::header_covers(probe.header(0), loc.hash, loc.slot)
-                && layout::header_covers(probe.header(1), loc.hash, loc.slot)
-            {
-                probe.ext = [
-                    self.ext_base(st, a, probe.header(0)),
-                    self.ext_base(st, b, probe.header(1)),
-                ];
+            let mut probe = Probe::unread(st, loc, self.buckets);
+            self.pool.read_batch(&mut probe.reads()).await?;
+            if probe.covers(loc) {
+                self.set_ext(&mut probe, st, loc);
                 return Ok(Some(probe));
             }
             // A split retired this subtable (or the cache is older than a reuse).
@@ -107,43 +133,94 @@ impl Dht {
         probe: &Probe,
         want_value: bool,
     ) -> Result<Option<Found>, DhtError> {
-        for b in 0..2 {
-            if b == 1 && probe.buckets[0].0 == probe.buckets[1].0 {
-                break;
-            }
-            for i in 0..SLOTS_PER_BUCKET {
-                // The fingerprint is the word's top byte: test it before decoding.
-                let fp_at = (layout::BUCKET_HEADER + layout::SLOT * i as u64 + 7) as usize;
-                if probe.buckets[b].1[fp_at] != loc.fp {
-                    continue;
+        for (b, i) in probe.matching(loc) {
+            let (addr, word, meta) = probe.slot(b, i);
+            let Some(obj) = word.object() else { continue };
+            match self.pool.read_object(obj, loc.db, key).await {
+                Ok(ReadObject::Value(v, kind)) => {
+                    return Ok(Some(Found {
+                        bucket: b,
+                        addr,
+                        word,
+                        meta,
+                        value: want_value.then_some(v),
+                        kind,
+                        ext: probe.ext(b, i),
+                    }));
                 }
-                let (addr, word, meta) = probe.slot(b, i);
-                if word.is_empty() {
-                    continue;
-                }
-                let Some(obj) = word.object() else { continue };
-                match self.pool.read_object(obj, loc.db, key).await {
-                    Ok(ReadObject::Value(v, kind)) => {
-                        return Ok(Some(Found {
-                            bucket: b,
-                            addr,
-                            word,
-                            meta,
-                            value: want_value.then_some(v),
-                            kind,
-                            ext: probe.ext(b, i),
-                        }));
-                    }
-                    // A fingerprint collision, or a slot that changed under us: the
-                    // caller's commit validates the words it relies on.
-                    Ok(ReadObject::Mismatch) => continue,
-                    // A failed read is not an absent key: reporting a miss could let
-                    // NX succeed or a second slot take the key.
-                    Err(e) => return Err(e.into()),
-                }
+                // A fingerprint collision, or a slot that changed under us: the
+                // caller's commit validates the words it relies on.
+                Ok(ReadObject::Mismatch) => continue,
+                // A failed read is not an absent key: reporting a miss could let
+                // NX succeed or a second slot take the key.
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(None)
+    }
+
+    /// Fills in the probe's access-metadata entries, for a subtable that has them.
+    fn set_ext(&self, probe: &mut Probe, st: GlobalAddr, loc: &Loc) {
+        let (a, b) = hash::buckets(loc.hash, self.buckets);
+        probe.ext = [
+            self.ext_base(st, a, probe.header(0)),
+            self.ext_base(st, b, probe.header(1)),
+        ];
+    }
+
+    /// [`lookup`](Self::lookup) of the committed table right now, on a pool whose
+    /// memory is in this address space. `None`: use `lookup` (no cached directory or a
+    /// stale one, a chained or large object, a remote node).
+    pub(super) fn lookup_now(
+        &self,
+        loc: &Loc,
+        key: &[u8],
+        want_value: bool,
+    ) -> Option<Result<(Probe, Option<Found>), DhtError>> {
+        let st = self.cached_subtable(loc)?;
+        let mut probe = Probe::unread(st, loc, self.buckets);
+        if let Err(e) = self.pool.read_batch_now(&mut probe.reads())? {
+            return Some(Err(e.into()));
+        }
+        if !probe.covers(loc) {
+            return None;
+        }
+        self.set_ext(&mut probe, st, loc);
+        let mut found = None;
+        for (b, i) in probe.matching(loc) {
+            let (addr, word, meta) = probe.slot(b, i);
+            let obj = word.object()?;
+            let held = if want_value {
+                self.pool
+                    .read_object_now(obj, loc.db, key)?
+                    .map(|r| match r {
+                        ReadObject::Value(v, kind) => Some((Some(v), kind)),
+                        ReadObject::Mismatch => None,
+                    })
+            } else {
+                self.pool
+                    .object_kind_now(obj, loc.db, key)?
+                    .map(|kind| kind.map(|k| (None, k)))
+            };
+            match held {
+                Ok(Some((value, kind))) => {
+                    found = Some(Found {
+                        bucket: b,
+                        addr,
+                        word,
+                        meta,
+                        value,
+                        kind,
+                        ext: probe.ext(b, i),
+                    });
+                    break;
+                }
+                // A fingerprint collision, or a slot that changed under us.
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        Some(Ok((probe, found)))
     }
 
     /// Probes and finds in one go; `None` probe means the hash slot has no table yet.

@@ -21,14 +21,25 @@ impl Dht {
     /// After a committed insert or overwrite: counts the key and frees the object the
     /// slot held before (`found`), if any.
     pub(super) async fn replaced(&self, db: u8, found: Option<Found>, meta: SlotMeta) {
+        if let Some(prev) = self.count_replaced(db, found, meta) {
+            self.pool.free_object(prev).await
+        }
+    }
+
+    /// The counting half of [`replaced`](Self::replaced): returns the object to free.
+    pub(super) fn count_replaced(
+        &self,
+        db: u8,
+        found: Option<Found>,
+        meta: SlotMeta,
+    ) -> Option<ObjectRef> {
         let prev_meta = found.as_ref().map(|f| f.meta);
-        match found.and_then(|f| f.word.object()) {
-            Some(prev) => {
-                self.count_key(db, 0, prev_meta, Some(meta));
-                self.pool.free_object(prev).await
-            }
+        let prev = found.and_then(|f| f.word.object());
+        match prev {
+            Some(_) => self.count_key(db, 0, prev_meta, Some(meta)),
             None => self.count_key(db, 1, None, Some(meta)),
         }
+        prev
     }
 
     /// Sets `key` to `value` in `db`.

@@ -279,6 +279,9 @@ async fn update(
     event: &'static str,
     mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
 ) -> Result<(), Reply> {
+    if let Some(done) = update_now(engine, db, key, event, &mut f) {
+        return done;
+    }
     let _g = engine.lock_key(key).await;
     match rewrite_locked(engine, db, key, |cur| f(cur).map(Some)).await? {
         Ok(_) => {
@@ -286,6 +289,29 @@ async fn update(
             Ok(())
         }
         Err(text) => Err(Reply::err(text)),
+    }
+}
+
+/// [`update`] without awaiting anything, when the key's lock is free and the table
+/// writes it at once ([`dmc_dht::Dht::update_now`]); `None`: run the awaited path (a
+/// chunked string or another type among what it leaves to it).
+fn update_now(
+    engine: &Engine,
+    db: u8,
+    key: &Bytes,
+    event: &'static str,
+    f: &mut impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+) -> Option<Result<(), Reply>> {
+    let _g = engine.try_lock_key(key)?;
+    match engine.dht.update_now(db, key, f)? {
+        Ok(Ok(())) => {
+            engine.wrote(db, key, None);
+            engine.notify(notify::STRING, event, db, key);
+            Some(Ok(()))
+        }
+        Ok(Err(text)) => Some(Err(Reply::err(text))),
+        Err(DhtError::WrongType) => None,
+        Err(e) => Some(Err(error_reply(e))),
     }
 }
 
@@ -441,7 +467,8 @@ async fn set_getting_old(
     }
 }
 
-pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+/// The options of `SET key value [...]`, or the error reply they earn.
+fn set_options(engine: &Engine, args: &[Bytes]) -> Result<SetOptions, Reply> {
     let mut opts = SetOptions::default();
     let (mut cond_seen, mut expiry_seen) = (false, false);
     let mut i = 3;
@@ -463,19 +490,56 @@ pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
             }
             "EX" | "PX" | "EXAT" | "PXAT" if !expiry_seen && i + 1 < args.len() => {
                 expiry_seen = true;
-                match expiry_at(engine, &opt, &args[i + 1], "set") {
-                    Ok(at) => opts.expiry = SetExpiry::At(at),
-                    Err(r) => return r,
-                }
+                opts.expiry = SetExpiry::At(expiry_at(engine, &opt, &args[i + 1], "set")?);
                 i += 1;
             }
-            _ => return Reply::err(SYNTAX),
+            _ => return Err(Reply::err(SYNTAX)),
         }
         i += 1;
+    }
+    Ok(opts)
+}
+
+pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    let opts = match set_options(engine, args) {
+        Ok(opts) => opts,
+        Err(r) => return r,
+    };
+    if let Some(reply) = set_with_now(engine, db, args, opts) {
+        return reply;
     }
     // Writes of one key queue here instead of racing each other's commits.
     let _g = engine.lock_key(&args[1]).await;
     let out = tri!(set_getting_old(engine, db, &args[1], &args[2], opts).await);
+    set_done(engine, db, args, opts, out)
+}
+
+/// `SET` without awaiting anything, when the key's lock is free and the table writes it
+/// at once ([`dmc_dht::Dht::set_now`]); `None`: run [`set`].
+pub(crate) fn set_now(engine: &Engine, db: u8, args: &[Bytes]) -> Option<Reply> {
+    match set_options(engine, args) {
+        Ok(opts) => set_with_now(engine, db, args, opts),
+        Err(r) => Some(r),
+    }
+}
+
+fn set_with_now(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) -> Option<Reply> {
+    let _g = engine.try_lock_key(&args[1])?;
+    Some(match engine.dht.set_now(db, &args[1], &args[2], opts)? {
+        Ok(out) => set_done(engine, db, args, opts, out),
+        Err(e) => error_reply(e),
+    })
+}
+
+/// After a SET's write (under the key's lock): the local cache, notifications, and the
+/// reply.
+fn set_done(
+    engine: &Engine,
+    db: u8,
+    args: &[Bytes],
+    opts: SetOptions,
+    out: dmc_dht::SetOutcome,
+) -> Reply {
     if out.written {
         let cached = match opts.expiry {
             SetExpiry::Clear => Some((&args[2][..], None)),

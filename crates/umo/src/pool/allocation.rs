@@ -44,23 +44,7 @@ impl Pool {
         }
         let mut reclaiming_since: Option<Instant> = None;
         loop {
-            let now = Instant::now();
-            let (got, next) = {
-                let mut allocator = self.allocator(now);
-                let got = allocator.alloc(len, aligned, now);
-                let next = got
-                    .as_ref()
-                    .ok()
-                    .and_then(|(b, _)| Some((allocator.next_block(b.class)?, b.size())));
-                (got, next)
-            };
-            // The class's next block is cold (back from limbo after its grace period,
-            // or never touched in its segment): start loading its head now, so the
-            // next write of this size does not stall on it.
-            if let Some((next, size)) = next {
-                self.prefetch_copies(next, (size as usize).min(PREFETCH_HEAD));
-            }
-            match got {
+            match self.take_block(len, aligned, false) {
                 Ok((block, claim)) => {
                     if let Some(c) = claim {
                         let won = self.claim_segment(c).await;
@@ -78,10 +62,7 @@ impl Pool {
                             }
                         }
                     }
-                    let d = self
-                        .usage_delta
-                        .fetch_add(block.size() as i64, Ordering::Relaxed);
-                    if d.abs() >= USAGE_FLUSH {
+                    if self.count_usage(block) {
                         self.sync_usage().await;
                     }
                     return Ok(block);
@@ -108,6 +89,62 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// [`alloc`](Self::alloc) right now, from a free block or the class's current
+    /// segment; `None` when that would wait (a segment to claim or a region to add, no
+    /// block back from limbo yet).
+    pub fn alloc_now(&self, len: u64, aligned: bool) -> Option<Result<Block, UmoError>> {
+        if len > self.max_block() as u64 {
+            return Some(Err(UmoError::TooLarge(len)));
+        }
+        let (block, _) = self.take_block(len, aligned, true).ok()?;
+        if self.count_usage(block) {
+            // Over the network the next awaited allocation or the maintenance tick
+            // tells the counter instead.
+            self.sync_usage_now();
+        }
+        Some(Ok(block))
+    }
+
+    /// One try at the allocator: a block, with the claim of a new segment to persist
+    /// (never if `no_claim`: then [`Need::Claiming`] stands for it). Starts loading the
+    /// class's next block.
+    fn take_block(
+        &self,
+        len: u64,
+        aligned: bool,
+        no_claim: bool,
+    ) -> Result<(Block, Option<Claimed>), Need> {
+        let now = Instant::now();
+        let (got, next) = {
+            let mut allocator = self.allocator(now);
+            if no_claim && !allocator.serves_without_claim(len, aligned, now) {
+                return Err(Need::Claiming);
+            }
+            let got = allocator.alloc(len, aligned, now);
+            let next = got
+                .as_ref()
+                .ok()
+                .and_then(|(b, _)| Some((allocator.next_block(b.class)?, b.size())));
+            (got, next)
+        };
+        // The class's next block is cold (back from limbo after its grace period, or
+        // never touched in its segment): start loading its head now, so the next write
+        // of this size does not stall on it.
+        if let Some((next, size)) = next {
+            self.prefetch_copies(next, (size as usize).min(PREFETCH_HEAD));
+        }
+        got
+    }
+
+    /// Counts `block`'s bytes as live; true when the pool-wide counter is due an
+    /// update.
+    fn count_usage(&self, block: Block) -> bool {
+        let d = self
+            .usage_delta
+            .fetch_add(block.size() as i64, Ordering::Relaxed);
+        d.abs() >= USAGE_FLUSH
     }
 
     /// Records a segment claim in its region's segment table, if no other client (an
@@ -240,13 +277,30 @@ impl Pool {
     /// it back (the maintenance tick calls this; so does a large change).
     pub async fn sync_usage(&self) {
         let d = self.usage_delta.swap(0, Ordering::Relaxed);
-        match self
-            .faa_mirrored(
-                GlobalAddr::new(self.config.super_region, layout::SB_USED),
-                d as u64,
-            )
-            .await
-        {
+        let told = self.faa_mirrored(self.usage_counter(), d as u64).await;
+        self.usage_told(d, told);
+    }
+
+    /// [`sync_usage`](Self::sync_usage) right now, if the superblock's copies complete
+    /// verbs inline; otherwise nothing.
+    fn sync_usage_now(&self) {
+        let d = self.usage_delta.swap(0, Ordering::Relaxed);
+        match self.faa_now(self.usage_counter(), d as u64) {
+            Some(told) => self.usage_told(d, told),
+            None => {
+                self.usage_delta.fetch_add(d, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn usage_counter(&self) -> GlobalAddr {
+        GlobalAddr::new(self.config.super_region, layout::SB_USED)
+    }
+
+    /// Records the pool-wide counter's answer to adding `d` (its old value), or keeps
+    /// `d` for the next try if it failed.
+    fn usage_told(&self, d: i64, told: Result<u64, UmoError>) {
+        match told {
             Ok(old) => self
                 .usage_seen
                 .store(old.wrapping_add(d as u64), Ordering::Relaxed),

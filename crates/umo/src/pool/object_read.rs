@@ -61,6 +61,35 @@ impl Pool {
         Some(Ok(verify_small(buf, db, key)))
     }
 
+    /// Whether the small inline object at `obj` holds `db`/`key` (checksum checked),
+    /// read right now: its value's type, or `None` if it does not. The outer `None`: not
+    /// possible inline, as for [`read_object_now`](Self::read_object_now).
+    pub fn object_kind_now(
+        &self,
+        obj: ObjectRef,
+        db: u8,
+        key: &[u8],
+    ) -> Option<Result<Option<ValueKind>, UmoError>> {
+        let size = obj.block.size() as usize;
+        if obj.chained || size > SMALL_OBJECT {
+            return None;
+        }
+        let mut buf = [0u8; SMALL_OBJECT];
+        let buf = &mut buf[..size];
+        if let Err(e) = self.read_now(obj.block.addr, buf)? {
+            return Some(Err(e));
+        }
+        Some(Ok(match object::parse_head(buf) {
+            Head::Inline {
+                db: d,
+                kind,
+                key: k,
+                ..
+            } if d == db && buf[k.clone()] == *key => Some(kind),
+            _ => None,
+        }))
+    }
+
     /// Reads the object at `obj` from the primary and returns its value if it holds
     /// `db`/`key` and its checksum is right.
     pub async fn read_object(

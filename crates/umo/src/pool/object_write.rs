@@ -45,6 +45,35 @@ impl Pool {
         self.write_chained(db, key, kind, value, max).await
     }
 
+    /// [`write_object`](Self::write_object) right now, for a string that fits one
+    /// block, if its block is at hand and every copy completes verbs inline; `None`
+    /// (nothing allocated) means use `write_object`.
+    pub fn write_object_now(
+        &self,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+    ) -> Option<Result<ObjectRef, UmoError>> {
+        let len = object::inline_len(key, value.len())?;
+        if len > self.max_block() as usize {
+            return None;
+        }
+        let block = match self.alloc_now(len as u64, false)? {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut buf = Vec::with_capacity(len);
+        object::encode_inline(db, key, ValueKind::String, value, &mut buf);
+        let written = self.write_all_now(block.addr, &buf);
+        if !matches!(written, Some(Ok(()))) {
+            self.free(block);
+        }
+        Some(written?.map(|()| ObjectRef {
+            block,
+            chained: false,
+        }))
+    }
+
     async fn write_chained(
         &self,
         db: u8,

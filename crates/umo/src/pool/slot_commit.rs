@@ -28,11 +28,60 @@
 
 use dmc_verbs::Verb;
 use dmc_verbs::node::WORD_LOCK;
+use futures::FutureExt;
 
 use super::failover::FAILOVER_RETRIES;
 use super::{Pool, TxOutcome};
 use crate::addr::GlobalAddr;
 use crate::error::UmoError;
+
+/// How a slot commit's steps reach a node: [`Awaited`] waits for a remote node,
+/// [`Inline`] only posts verbs that complete inline, so its futures are ready at once.
+trait Post {
+    fn post(
+        &self,
+        pool: &Pool,
+        n: usize,
+        verbs: &mut [Verb<'_>],
+    ) -> impl std::future::Future<Output = Result<(), UmoError>>;
+}
+
+/// Inline when the node's backend completes verbs inline, else awaited.
+struct Awaited;
+
+impl Post for Awaited {
+    fn post(
+        &self,
+        pool: &Pool,
+        n: usize,
+        verbs: &mut [Verb<'_>],
+    ) -> impl std::future::Future<Output = Result<(), UmoError>> {
+        pool.post_on(n, verbs)
+    }
+}
+
+/// Inline only, for nodes that complete verbs inline: a node that cannot is an error
+/// (the caller checked every copy first), never a wait.
+struct Inline;
+
+impl Post for Inline {
+    fn post(
+        &self,
+        pool: &Pool,
+        n: usize,
+        verbs: &mut [Verb<'_>],
+    ) -> impl std::future::Future<Output = Result<(), UmoError>> {
+        let node = &pool.nodes[n];
+        let done = match node.post_now(verbs) {
+            Some(r) => r.map_err(UmoError::node(node.node())),
+            None => Err(UmoError::Config(format!(
+                "node {} does not complete verbs inline",
+                node.node()
+            ))),
+        };
+        std::future::ready(done)
+    }
+}
 
 /// The most copies a region has that a slot commit writes (primary and backups).
 const MAX_COPIES: usize = 8;
@@ -107,30 +156,78 @@ impl Pool {
             // recovery of this slot finds its copies agreeing.
             Err(e) => return TxOutcome::Failed(e),
         };
+        let (copies, n_copies) = match self.slot_copies(w) {
+            Ok(c) => c,
+            Err(e) => return TxOutcome::Failed(e),
+        };
+        self.run_slot_commit(w, primary, &copies[..n_copies], &Awaited)
+            .await
+    }
+
+    /// [`commit_slot`](Self::commit_slot) right now, if every copy of the slot's region
+    /// completes verbs inline (`local`, `shm`): the same steps, none awaited. `None`:
+    /// nothing was done (the region is frozen, not learned, or remote); use
+    /// `commit_slot`. A `Failed` outcome was not retried after a failover, as
+    /// `commit_slot` does: it is in doubt.
+    pub fn commit_slot_now(&self, w: SlotWrite) -> Option<TxOutcome> {
+        if (w.old | w.new) & WORD_LOCK != 0 {
+            return Some(TxOutcome::Locked);
+        }
+        if self.lease_lapsed() {
+            return Some(TxOutcome::Failed(UmoError::LeaseLapsed));
+        }
+        let region = w.addr.region();
+        let primary = self.primary(region).ok()?;
+        let _permit = self.gate.try_enter([region]).ok()?;
+        let (copies, n_copies) = self.slot_copies(w).ok()?;
+        let copies = &copies[..n_copies];
+        if copies.iter().any(|&n| !self.nodes[n].completes_inline()) {
+            return None;
+        }
+        // Every verb of the steps completes inline, so the future is done on its first
+        // poll: nothing is left half run.
+        self.run_slot_commit(w, primary, copies, &Inline)
+            .now_or_never()
+    }
+
+    /// The nodes of every copy of `w`'s region (primary included) and how many there
+    /// are; the slot is marked dirty for a copy being filled.
+    fn slot_copies(&self, w: SlotWrite) -> Result<([usize; MAX_COPIES], usize), UmoError> {
+        let region = w.addr.region();
         let mut copies = [0usize; MAX_COPIES];
         let mut n_copies = 0;
-        {
-            let regions = self.regions.read();
-            let Some(Some(entry)) = regions.get(region as usize) else {
-                return TxOutcome::Failed(UmoError::UnknownRegion(region));
-            };
-            if !entry.filling.is_empty() {
-                self.dirty.mark(region, w.addr.offset(), 16);
-            }
-            for n in entry.copies().take(MAX_COPIES) {
-                copies[n_copies] = n;
-                n_copies += 1;
-            }
+        let regions = self.regions.read();
+        let Some(Some(entry)) = regions.get(region as usize) else {
+            return Err(UmoError::UnknownRegion(region));
+        };
+        if !entry.filling.is_empty() {
+            self.dirty.mark(region, w.addr.offset(), 16);
         }
-        let backups = &copies[..n_copies];
+        for n in entry.copies().take(MAX_COPIES) {
+            copies[n_copies] = n;
+            n_copies += 1;
+        }
+        Ok((copies, n_copies))
+    }
+
+    /// The three steps of the module doc on `copies` (the primary among them), with the
+    /// region's write permit held, posting through `post`.
+    async fn run_slot_commit<P: Post>(
+        &self,
+        w: SlotWrite,
+        primary: usize,
+        backups: &[usize],
+        post: &P,
+    ) -> TxOutcome {
+        let region = w.addr.region();
         let locked = w.old | WORD_LOCK;
 
         // 1. Lock the pair on the primary.
-        let seen = match self.cas_on(primary, w.addr, w.old, locked).await {
+        let seen = match self.cas_with(post, primary, w.addr, w.old, locked).await {
             Ok(seen) => seen,
             Err(e) => {
                 // The CAS may have applied and only its reply been lost: undo it if so.
-                let _ = self.cas_on(primary, w.addr, locked, w.old).await;
+                let _ = self.cas_with(post, primary, w.addr, locked, w.old).await;
                 return TxOutcome::Failed(e);
             }
         };
@@ -161,14 +258,14 @@ impl Pool {
             if n == primary {
                 continue;
             }
-            if let Err(e) = self.write_pair(n, w.addr, &new_pair).await {
+            if let Err(e) = self.write_pair(post, n, w.addr, &new_pair).await {
                 // Write the old pair back where the new one went (this backup too: it
                 // may have applied), then unlock the primary, which still holds `old`.
                 let old_pair = pair(w.old, w.old_meta);
                 for &m in backups[..=k].iter().filter(|&&m| m != primary) {
-                    let _ = self.write_pair(m, w.addr, &old_pair).await;
+                    let _ = self.write_pair(post, m, w.addr, &old_pair).await;
                 }
-                let _ = self.cas_on(primary, w.addr, locked, w.old).await;
+                let _ = self.cas_with(post, primary, w.addr, locked, w.old).await;
                 return TxOutcome::Failed(e);
             }
         }
@@ -191,7 +288,7 @@ impl Pool {
                     old: 0,
                 },
             ];
-            match self.post_on(primary, &mut verbs).await {
+            match post.post(self, primary, &mut verbs).await {
                 Ok(()) => {
                     return match verbs[1] {
                         Verb::Cas { old, .. } if old == locked => TxOutcome::Committed,
@@ -213,8 +310,9 @@ impl Pool {
     }
 
     /// Writes a slot's word and metadata to node `n`'s copy.
-    async fn write_pair(
+    async fn write_pair<P: Post>(
         &self,
+        post: &P,
         n: usize,
         addr: GlobalAddr,
         data: &[u8; 16],
@@ -224,12 +322,23 @@ impl Pool {
             offset: addr.offset(),
             data,
         }];
-        self.post_on(n, &mut verbs).await
+        post.post(self, n, &mut verbs).await
     }
 
     /// Compare-and-swap on node `n`'s copy; returns the word found.
     pub(super) async fn cas_on(
         &self,
+        n: usize,
+        addr: GlobalAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, UmoError> {
+        self.cas_with(&Awaited, n, addr, expected, new).await
+    }
+
+    async fn cas_with<P: Post>(
+        &self,
+        post: &P,
         n: usize,
         addr: GlobalAddr,
         expected: u64,
@@ -242,7 +351,7 @@ impl Pool {
             new,
             old: 0,
         }];
-        self.post_on(n, &mut verbs).await?;
+        post.post(self, n, &mut verbs).await?;
         match verbs {
             [Verb::Cas { old, .. }] => Ok(old),
             _ => unreachable!("the batch holds the CAS it was built with"),

@@ -127,6 +127,60 @@ impl Pool {
         })
     }
 
+    /// Reads several ranges from their primaries right now, if every range is on one
+    /// node whose backend completes verbs inline (a key's two buckets are); `None` means
+    /// use [`read_batch`](Self::read_batch).
+    pub fn read_batch_now(
+        &self,
+        reads: &mut [(GlobalAddr, &mut [u8])],
+    ) -> Option<Result<(), UmoError>> {
+        let (first, rest) = reads.split_first()?;
+        let n = self.primary(first.0.region()).ok()?;
+        if !rest.iter().all(|(a, _)| {
+            a.region() == first.0.region() || self.primary(a.region()).ok() == Some(n)
+        }) {
+            return None;
+        }
+        let node = &self.nodes[n];
+        if !node.completes_inline() {
+            return None;
+        }
+        let mut verbs: smallvec::SmallVec<[Verb<'_>; 4]> = reads
+            .iter_mut()
+            .map(|(addr, buf)| Verb::Read {
+                region: addr.region(),
+                offset: addr.offset(),
+                buf,
+            })
+            .collect();
+        Some(
+            node.post_now(&mut verbs)?
+                .map_err(UmoError::node(node.node())),
+        )
+    }
+
+    /// [`write_all`](Self::write_all) of one range right now, if every copy of its
+    /// region completes verbs inline; `None` means use `write_all` (which also waits out
+    /// a failed node: here a copy that fails is an error).
+    pub fn write_all_now(&self, addr: GlobalAddr, data: &[u8]) -> Option<Result<(), UmoError>> {
+        self.inline_on_copies(addr, data.len() as u64, |_, entry| {
+            for n in entry.copies() {
+                let mut write = [Verb::Write {
+                    region: addr.region(),
+                    offset: addr.offset(),
+                    data,
+                }];
+                if let Err(e) = self.nodes[n]
+                    .post_now(&mut write)?
+                    .map_err(UmoError::node(self.nodes[n].node()))
+                {
+                    return Some(Err(e));
+                }
+            }
+            Some(Ok(()))
+        })
+    }
+
     /// Runs `verbs` (given the primary node and the region's entry) on a region whose
     /// every copy completes verbs inline, with the region's gate entered and the map's
     /// read lock held (inline verbs do not wait, and no list of copies is allocated);
