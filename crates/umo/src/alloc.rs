@@ -214,65 +214,92 @@ impl Allocator {
             return Err(Need::Region);
         };
         self.reclaim(now);
-        let state = &mut self.classes[class as usize];
-        let size = classes::size(class) as u64;
-        if let Some(addr) = state.free.pop() {
-            return Ok((self.count(Block { addr, class }), None));
+        if let Some(block) = self.take_ready(class) {
+            return Ok((block, None));
         }
-        if state.claiming.is_some() && state.bump.is_none_or(|(_, left)| left == 0) {
+        // The class's free list and segment are used up.
+        let state = &self.classes[class as usize];
+        if state.claiming.is_some() {
             return Err(Need::Claiming);
         }
-        if state.bump.is_none_or(|(_, left)| left == 0) {
-            // Values of one size written while others of that size are evicted would
-            // take every segment a full pool frees, starving the classes that have
-            // nothing coming back (hash-table growth, a new value size).
-            if self.scarce && state.limbo > 0 && self.released.len() + self.free_segments.len() <= 1
-            {
-                return Err(Need::Reclaiming);
-            }
-            // An emptied segment of our own first; else claim a new one.
-            let (region, index, fresh) = match self.released.pop_front() {
-                Some((r, i)) => (r, i, false),
-                None => {
-                    let (r, i) = self.free_segments.pop_front().ok_or(Need::Region)?;
-                    (r, i, true)
-                }
-            };
-            let base = GlobalAddr::new(region, layout::segment_offset(index, self.segment_size));
-            let blocks = self.segment_size / size;
-            self.stats.segments += 1;
-            self.carved
-                .insert((region, index), Carved { class, out: 0 });
-            let state = &mut self.classes[class as usize];
-            if fresh {
-                // Only the first block until the claim is confirmed.
-                state.bump = None;
-                state.claiming = Some((base.offset_by(size), blocks - 1));
-                let claim = Claimed {
-                    region,
-                    entry_offset: layout::segment_entry_offset(index),
-                    entry: layout::segment_entry(class, self.owner),
-                };
-                return Ok((self.count(Block { addr: base, class }), Some(claim)));
-            }
-            state.bump = Some((base, blocks));
+        // Values of one size written while others of that size are evicted would take
+        // every segment a full pool frees, starving the classes that have nothing
+        // coming back (hash-table growth, a new value size).
+        if self.scarce && state.limbo > 0 && self.released.len() + self.free_segments.len() <= 1 {
+            return Err(Need::Reclaiming);
         }
+        // An emptied segment of our own first; else claim a new one.
+        let (region, index, fresh) = match self.released.pop_front() {
+            Some((r, i)) => (r, i, false),
+            None => {
+                let (r, i) = self.free_segments.pop_front().ok_or(Need::Region)?;
+                (r, i, true)
+            }
+        };
+        let size = classes::size(class) as u64;
+        let base = GlobalAddr::new(region, layout::segment_offset(index, self.segment_size));
+        let blocks = self.segment_size / size;
+        self.stats.segments += 1;
+        self.carved
+            .insert((region, index), Carved { class, out: 0 });
         let state = &mut self.classes[class as usize];
-        let (addr, left) = state.bump.expect("a segment was just taken");
-        state.bump = Some((addr.offset_by(size), left - 1));
-        Ok((self.count(Block { addr, class }), None))
+        if fresh {
+            // Only the first block until the claim is confirmed.
+            state.bump = None;
+            state.claiming = Some((base.offset_by(size), blocks - 1));
+            let claim = Claimed {
+                region,
+                entry_offset: layout::segment_entry_offset(index),
+                entry: layout::segment_entry(class, self.owner),
+            };
+            return Ok((self.count(Block { addr: base, class }), Some(claim)));
+        }
+        state.bump = Some((base, blocks));
+        self.take_ready(class)
+            .map(|b| (b, None))
+            .ok_or(Need::Region)
     }
 
-    /// Whether an allocation of `len` bytes is served now from a free block (after
-    /// taking back those whose grace period passed) or the class's current segment,
-    /// with no segment to claim.
-    pub fn serves_without_claim(&mut self, len: u64, aligned: bool, now: Instant) -> bool {
-        let Some(class) = classes::best_fit(len, self.max_class, aligned) else {
-            return false;
+    /// A block of `class` from its free list, else from its current segment, counted
+    /// allocated; `None` when both are used up.
+    fn take_ready(&mut self, class: u8) -> Option<Block> {
+        let size = classes::size(class) as u64;
+        let state = &mut self.classes[class as usize];
+        let addr = match state.free.pop() {
+            Some(addr) => addr,
+            None => match state.bump {
+                Some((addr, left)) if left > 0 => {
+                    state.bump = Some((addr.offset_by(size), left - 1));
+                    addr
+                }
+                _ => return None,
+            },
         };
+        Some(self.count(Block { addr, class }))
+    }
+
+    /// Up to `n` blocks for `len` bytes into `out`, each counted allocated, from the
+    /// class's free list (after taking back blocks whose grace period passed) and its
+    /// current segment, never claiming a segment: a per-thread cache's refill. The first
+    /// block to hand out is last in `out`. Returns the class.
+    pub fn alloc_ready(
+        &mut self,
+        len: u64,
+        aligned: bool,
+        now: Instant,
+        n: usize,
+        out: &mut Vec<GlobalAddr>,
+    ) -> Option<u8> {
+        let class = classes::best_fit(len, self.max_class, aligned)?;
         self.reclaim(now);
-        let state = &self.classes[class as usize];
-        !state.free.is_empty() || state.bump.is_some_and(|(_, left)| left > 0)
+        let start = out.len();
+        while out.len() - start < n
+            && let Some(block) = self.take_ready(class)
+        {
+            out.push(block.addr);
+        }
+        out[start..].reverse();
+        Some(class)
     }
 
     /// The block the next allocation of `class` will hand out, if it is known now (the
@@ -461,37 +488,49 @@ impl Allocator {
             self.limbo.pop_front();
             let state = &mut self.classes[b.class as usize];
             state.limbo = state.limbo.saturating_sub(1);
-            // A client also frees blocks another client allocated (the previous owner
-            // of a hash slot): its own counts are approximate and never go negative.
-            self.stats.allocated = self.stats.allocated.saturating_sub(b.size() as u64);
             self.stats.limbo_bytes -= b.size() as u64;
-            self.stats.live_blocks = self.stats.live_blocks.saturating_sub(1);
-            if self.retired.contains(&b.addr.region()) {
-                continue;
+            self.restore(b);
+        }
+    }
+
+    /// Takes back a block that was never used (a per-thread cache's): free at once, no
+    /// grace period, as if never allocated.
+    pub fn give_back(&mut self, block: Block) {
+        self.restore(block);
+    }
+
+    /// Returns a block no one uses to its free list (or to its draining segment's held
+    /// blocks), uncounting it; an emptied segment goes back to the spare ones.
+    fn restore(&mut self, b: Block) {
+        // A client also frees blocks another client allocated (the previous owner of a
+        // hash slot): its own counts are approximate and never go negative.
+        self.stats.allocated = self.stats.allocated.saturating_sub(b.size() as u64);
+        self.stats.live_blocks = self.stats.live_blocks.saturating_sub(1);
+        if self.retired.contains(&b.addr.region()) {
+            return;
+        }
+        let seg = self.segment_of(b.addr);
+        match self.draining.get_mut(&seg) {
+            Some((_, held)) => held.push(b.addr),
+            None => {
+                // Under the top block, which `next_block` named.
+                let free = &mut self.classes[b.class as usize].free;
+                free.insert(free.len().saturating_sub(1), b.addr);
             }
-            let seg = self.segment_of(b.addr);
-            match self.draining.get_mut(&seg) {
-                Some((_, held)) => held.push(b.addr),
-                None => {
-                    // Under the top block, which `next_block` named.
-                    let free = &mut self.classes[b.class as usize].free;
-                    free.insert(free.len().saturating_sub(1), b.addr);
-                }
+        }
+        let bumping = self.classes[b.class as usize]
+            .bump
+            .is_some_and(|(a, left)| left > 0 && self.segment_of(a) == seg);
+        let empty = match self.carved.get_mut(&seg) {
+            Some(c) if c.class == b.class => {
+                c.out = c.out.saturating_sub(1);
+                // The segment a class is still carving stays with it.
+                c.out == 0 && !bumping
             }
-            let bumping = self.classes[b.class as usize]
-                .bump
-                .is_some_and(|(a, left)| left > 0 && self.segment_of(a) == seg);
-            let empty = match self.carved.get_mut(&seg) {
-                Some(c) if c.class == b.class => {
-                    c.out = c.out.saturating_sub(1);
-                    // The segment a class is still carving stays with it.
-                    c.out == 0 && !bumping
-                }
-                _ => false, // another client's segment: its block is reused as is
-            };
-            if empty {
-                self.release(seg, b.class);
-            }
+            _ => false, // another client's segment: its block is reused as is
+        };
+        if empty {
+            self.release(seg, b.class);
         }
     }
 }
@@ -745,31 +784,59 @@ mod tests {
     proptest! {
         /// Against a model: live blocks never overlap, stay inside their segment, and the
         /// allocated-bytes counter equals the sum of live block sizes, also while
-        /// segments are drained for reuse (and given back when they do not empty).
+        /// segments are drained for reuse (and given back when they do not empty), and
+        /// while a per-thread cache takes blocks in batches (`alloc_ready`), hands some
+        /// out and gives the rest back.
         #[test]
-        fn live_blocks_never_overlap(ops in proptest::collection::vec((0u8..5, 1u64..20_000), 1..300)) {
+        fn live_blocks_never_overlap(ops in proptest::collection::vec((0u8..8, 1u64..20_000), 1..300)) {
             let t0 = Instant::now();
             let mut a = Allocator::new(1, SEG, Duration::ZERO);
             let mut next_region = 1u16;
             let mut live: Vec<Block> = Vec::new();
+            // A cache's blocks: allocated, not handed out.
+            let mut cached: Vec<Block> = Vec::new();
             for (i, (op, len)) in ops.into_iter().enumerate() {
                 let now = t0 + Duration::from_millis(i as u64);
-                if op == 4 {
-                    a.drain_sparsest_segment(now);
-                } else if op <= 1 || live.is_empty() {
-                    let b = alloc_with_region(&mut a, len, now, &mut next_region);
-                    prop_assert!(b.size() as u64 >= len);
-                    let seg_off = (b.addr.offset() - layout::REGION_HEADER) % SEG;
-                    prop_assert!(seg_off + b.size() as u64 <= SEG, "block crosses its segment");
-                    live.push(b);
-                } else {
-                    let b = live.swap_remove(len as usize % live.len());
-                    a.free(b, now);
-                    a.reclaim(now);
+                match op {
+                    4 => {
+                        a.drain_sparsest_segment(now);
+                    }
+                    5 => {
+                        let mut out = Vec::new();
+                        if let Some(class) = a.alloc_ready(len, false, now, len as usize % 5, &mut out) {
+                            prop_assert!(out.len() <= len as usize % 5);
+                            for addr in out {
+                                prop_assert!(classes::size(class) as u64 >= len);
+                                cached.push(Block { addr, class });
+                            }
+                        }
+                    }
+                    6 => {
+                        for b in cached.drain(..) {
+                            a.give_back(b);
+                        }
+                    }
+                    7 if !cached.is_empty() => {
+                        live.push(cached.swap_remove(len as usize % cached.len()));
+                    }
+                    0 | 1 | 7 => {
+                        let b = alloc_with_region(&mut a, len, now, &mut next_region);
+                        prop_assert!(b.size() as u64 >= len);
+                        let seg_off = (b.addr.offset() - layout::REGION_HEADER) % SEG;
+                        prop_assert!(seg_off + b.size() as u64 <= SEG, "block crosses its segment");
+                        live.push(b);
+                    }
+                    _ if live.is_empty() => {}
+                    _ => {
+                        let b = live.swap_remove(len as usize % live.len());
+                        a.free(b, now);
+                        a.reclaim(now);
+                    }
                 }
-                let total: u64 = live.iter().map(|b| b.size() as u64).sum();
+                let total: u64 = live.iter().chain(&cached).map(|b| b.size() as u64).sum();
                 prop_assert_eq!(a.stats().allocated, total);
             }
+            live.extend(cached);
             let mut spans: Vec<(u64, u64)> = live.iter().map(|b| (b.addr.bits(), b.addr.bits() + b.size() as u64)).collect();
             spans.sort();
             for w in spans.windows(2) {

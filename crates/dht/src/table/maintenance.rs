@@ -41,6 +41,8 @@ impl Dht {
                 // Slots this client's commits left locked when a node stopped
                 // answering: resolved once it answers again.
                 dht.recover_in_doubt().await;
+                // Blocks idle threads hold, and their frees, back to the allocator.
+                dht.pool.flush_block_caches();
                 dht.pool.sync_usage().await;
                 // Over maxmemory without writes (it was lowered): evict down to it.
                 if let Err(e) = dht.shrink_to_maxmemory(1024).await {

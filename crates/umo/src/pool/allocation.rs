@@ -12,19 +12,16 @@ use dmc_verbs::RegionId;
 
 use super::{POOL_SHARD, Pool, Tx, TxOutcome, TxWrite};
 use crate::addr::GlobalAddr;
-use crate::alloc::{Allocator, Block, Claimed, Need};
+use crate::alloc::{Block, Claimed, Need};
 use crate::error::UmoError;
 use crate::layout;
 
 /// Live bytes this client changed since it last told the pool-wide counter; told at
 /// once when it passes this.
 const USAGE_FLUSH: i64 = 256 << 10;
-/// Freed blocks waiting for the allocator at most (a client that frees without
-/// allocating, DEL after DEL, hands them over in batches of this many).
-const FREED_FLUSH: usize = 1024;
 /// Bytes of the next block of a class loaded ahead of its allocation: an object's
 /// header and a short value (a long value's write streams anyway).
-const PREFETCH_HEAD: usize = 128;
+pub(super) const PREFETCH_HEAD: usize = 128;
 
 /// The frees a [`Pool::defer_frees`] scope holds back, and whose pool it is.
 struct Deferred {
@@ -44,7 +41,7 @@ impl Pool {
         }
         let mut reclaiming_since: Option<Instant> = None;
         loop {
-            match self.take_block(len, aligned, false) {
+            match self.take_block(len, aligned) {
                 Ok((block, claim)) => {
                     if let Some(c) = claim {
                         let won = self.claim_segment(c).await;
@@ -91,37 +88,12 @@ impl Pool {
         }
     }
 
-    /// [`alloc`](Self::alloc) right now, from a free block or the class's current
-    /// segment; `None` when that would wait (a segment to claim or a region to add, no
-    /// block back from limbo yet).
-    pub fn alloc_now(&self, len: u64, aligned: bool) -> Option<Result<Block, UmoError>> {
-        if len > self.max_block() as u64 {
-            return Some(Err(UmoError::TooLarge(len)));
-        }
-        let (block, _) = self.take_block(len, aligned, true).ok()?;
-        if self.count_usage(block) {
-            // Over the network the next awaited allocation or the maintenance tick
-            // tells the counter instead.
-            self.sync_usage_now();
-        }
-        Some(Ok(block))
-    }
-
-    /// One try at the allocator: a block, with the claim of a new segment to persist
-    /// (never if `no_claim`: then [`Need::Claiming`] stands for it). Starts loading the
-    /// class's next block.
-    fn take_block(
-        &self,
-        len: u64,
-        aligned: bool,
-        no_claim: bool,
-    ) -> Result<(Block, Option<Claimed>), Need> {
+    /// One try at the allocator: a block, with the claim of a new segment to persist.
+    /// Starts loading the class's next block.
+    fn take_block(&self, len: u64, aligned: bool) -> Result<(Block, Option<Claimed>), Need> {
         let now = Instant::now();
         let (got, next) = {
             let mut allocator = self.allocator(now);
-            if no_claim && !allocator.serves_without_claim(len, aligned, now) {
-                return Err(Need::Claiming);
-            }
             let got = allocator.alloc(len, aligned, now);
             let next = got
                 .as_ref()
@@ -140,7 +112,7 @@ impl Pool {
 
     /// Counts `block`'s bytes as live; true when the pool-wide counter is due an
     /// update.
-    fn count_usage(&self, block: Block) -> bool {
+    pub(super) fn count_usage(&self, block: Block) -> bool {
         let d = self
             .usage_delta
             .fetch_add(block.size() as i64, Ordering::Relaxed);
@@ -190,6 +162,8 @@ impl Pool {
     /// evicting the keys there frees a whole segment, for any class, when the pool
     /// cannot grow.
     pub fn drain_sparsest_segment(&self) -> Option<(GlobalAddr, u64)> {
+        // Blocks cached for threads count as live: given back, a segment can empty.
+        self.flush_block_caches();
         let now = Instant::now();
         self.allocator(now).drain_sparsest_segment(now)
     }
@@ -248,31 +222,6 @@ impl Pool {
         }
     }
 
-    fn release(&self, block: Block) {
-        self.usage_delta
-            .fetch_sub(block.size() as i64, Ordering::Relaxed);
-        let mut freed = self.freed.lock();
-        freed.push(block);
-        if freed.len() >= FREED_FLUSH {
-            drop(freed);
-            drop(self.allocator(Instant::now()));
-        }
-    }
-
-    /// The allocator, with the blocks freed since it was last taken moved into its
-    /// limbo, stamped `now`: later than they were freed, so their grace period only
-    /// lengthens. One lock and one clock read per allocation instead of one more of
-    /// each per free.
-    pub(super) fn allocator(&self, now: Instant) -> parking_lot::MutexGuard<'_, Allocator> {
-        let mut alloc = self.alloc.lock();
-        let mut freed = self.freed.lock();
-        for block in freed.drain(..) {
-            alloc.free(block, now);
-        }
-        drop(freed);
-        alloc
-    }
-
     /// Adds this client's pending live-byte changes to the pool-wide counter and reads
     /// it back (the maintenance tick calls this; so does a large change).
     pub async fn sync_usage(&self) {
@@ -283,7 +232,7 @@ impl Pool {
 
     /// [`sync_usage`](Self::sync_usage) right now, if the superblock's copies complete
     /// verbs inline; otherwise nothing.
-    fn sync_usage_now(&self) {
+    pub(super) fn sync_usage_now(&self) {
         let d = self.usage_delta.swap(0, Ordering::Relaxed);
         match self.faa_now(self.usage_counter(), d as u64) {
             Some(told) => self.usage_told(d, told),

@@ -28,7 +28,8 @@
 //! | `pool` (this file) | the pool's types, the [`Pool`] struct, opening it, its accessors |
 //! | `superblock` | finding, formatting and loading the superblock; region records; the root |
 //! | `regions` | the region map: growth, placement of copies, learning others' regions |
-//! | `allocation` | blocks, segment claims, frees, the pool-wide usage counter |
+//! | `allocation` | blocks, segment claims, the pool-wide usage counter |
+//! | `block_cache` | per-thread blocks to hand out and frees, in front of the allocator |
 //! | `verbs` | one-sided reads from primaries, writes to every copy, fetch-and-add |
 //! | `object_write` | objects written out of place (chained when large) and freed |
 //! | `object_read` | objects read and verified (db, key, checksum) |
@@ -54,6 +55,7 @@ use crate::error::UmoError;
 use crate::layout::{self, RegionRecord, SUPER_REGION};
 
 mod allocation;
+mod block_cache;
 mod commit;
 mod counters;
 mod failover;
@@ -243,9 +245,8 @@ pub struct Pool {
     /// one-sided read; kept equal to `regions` by `set_entry`.
     primaries: Box<[std::sync::atomic::AtomicU32]>,
     alloc: Mutex<Allocator>,
-    /// Blocks freed since the allocator last took them: a free costs a push here, not
-    /// the allocator's lock and a clock read (see [`Pool::allocator`]).
-    freed: Mutex<Vec<Block>>,
+    /// Per-thread blocks ready to hand out and blocks freed, in front of `alloc`.
+    shards: Box<[block_cache::Shard]>,
     /// The allocator's largest block, fixed by the segment size.
     max_block: u32,
     grow_lock: tokio::sync::Mutex<()>,
@@ -329,7 +330,9 @@ impl Pool {
         let mut pool = Pool {
             max_block: allocator.max_block(),
             alloc: Mutex::new(allocator),
-            freed: Mutex::new(Vec::new()),
+            shards: (0..block_cache::SHARDS)
+                .map(|_| block_cache::Shard::default())
+                .collect(),
             config,
             source,
             usage_delta: std::sync::atomic::AtomicI64::new(0),
@@ -401,7 +404,10 @@ impl Pool {
         PoolStats {
             regions: self.regions.read().iter().filter(|r| r.is_some()).count() as u32,
             region_size: self.config.region_size,
-            alloc: self.allocator(Instant::now()).stats(),
+            alloc: {
+                self.flush_block_caches();
+                self.alloc.lock().stats()
+            },
             frozen_waits: self.gate.frozen_waits(),
             failover_retries: self
                 .counters
