@@ -100,6 +100,16 @@ impl Transport for LocalTransport {
         });
     }
 
+    fn prefetch_many(&self, hints: &[(RegionId, u64, usize)]) {
+        self.core.with_regions(|mem| {
+            for &(region, offset, len) in hints {
+                if let Some(m) = mem(region) {
+                    m.prefetch(offset, len);
+                }
+            }
+        });
+    }
+
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
         crate::stats::post(crate::stats::LOCAL, verbs);
         Some(self.core.with_regions(|mem| {
@@ -243,9 +253,16 @@ impl Transport for ShmTransport {
     }
 
     fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
+        self.prefetch_many(&[(region, offset, len)]);
+    }
+
+    fn prefetch_many(&self, hints: &[(RegionId, u64, usize)]) {
         // A region not mapped yet is mapped by the verbs that follow, not by a hint.
-        if let Some(Some(mem)) = self.maps.load().get(region as usize) {
-            mem.prefetch(offset, len);
+        let maps = self.maps.load();
+        for &(region, offset, len) in hints {
+            if let Some(Some(mem)) = maps.get(region as usize) {
+                mem.prefetch(offset, len);
+            }
         }
     }
 

@@ -143,6 +143,13 @@ pub async fn errors(t: &dyn Transport, region: RegionId) {
     t.prefetch(region, SIZE - 8, 4096);
     t.prefetch(region, u64::MAX - 3, usize::MAX);
     t.prefetch(region.wrapping_add(1000), 0, 64);
+    // So is a batch of them, good and bad mixed.
+    t.prefetch_many(&[
+        (region, 0, 64),
+        (region, u64::MAX - 3, usize::MAX),
+        (region.wrapping_add(1000), 0, 64),
+        (region, SIZE - 8, 4096),
+    ]);
     t.read(region, 0, &mut buf[..2]).await.unwrap();
     assert_eq!(&buf[..2], b"ok");
 }

@@ -8,8 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use arc_swap::ArcSwapOption;
 use futures::future::BoxFuture;
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use crate::backend::{self, BackendKind};
 use crate::error::VerbsError;
@@ -23,7 +24,11 @@ pub struct LazyTransport {
     kind: BackendKind,
     endpoint: Endpoint,
     options: RpcOptions,
-    conn: RwLock<Option<Arc<dyn Transport>>>,
+    /// The open connection. Verbs load it without a lock (a read lock's count is a
+    /// write every core contends on, per verb); changes are made under `changing`.
+    conn: ArcSwapOption<Connection>,
+    /// Held to change `conn`, so an abort and a new connection's store do not cross.
+    changing: Mutex<()>,
     /// One connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
     /// Set by every use, cleared by every idle check.
@@ -42,7 +47,8 @@ impl LazyTransport {
             kind,
             endpoint,
             options,
-            conn: RwLock::new(None),
+            conn: ArcSwapOption::empty(),
+            changing: Mutex::new(()),
             connecting: tokio::sync::Mutex::new(()),
             used: AtomicBool::new(false),
             opened: AtomicU64::new(0),
@@ -51,7 +57,21 @@ impl LazyTransport {
     }
 
     pub fn connected(&self) -> bool {
-        self.conn.read().is_some()
+        self.conn.load().is_some()
+    }
+
+    /// The open connection, if any.
+    fn open(&self) -> Option<Arc<dyn Transport>> {
+        self.conn.load().as_ref().map(|c| c.0.clone())
+    }
+
+    /// Marks the connection used (for [`close_if_idle`](Self::close_if_idle)), writing
+    /// the flag only when it changes: every verb would otherwise write a line all cores
+    /// share.
+    fn mark_used(&self) {
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Connections opened so far (a reconnect after an idle close counts again).
@@ -63,11 +83,11 @@ impl LazyTransport {
     async fn get(&self) -> Result<Arc<dyn Transport>, VerbsError> {
         // Read before anything: a use that began before an abort never connects anew.
         let aborts = self.aborts.load(Ordering::SeqCst);
-        if let Some(c) = self.conn.read().clone() {
+        if let Some(c) = self.open() {
             return Ok(c);
         }
         let _one = self.connecting.lock().await;
-        if let Some(c) = self.conn.read().clone() {
+        if let Some(c) = self.open() {
             return Ok(c);
         }
         let c = backend::connect(self.kind, self.endpoint.clone(), self.options.clone()).await?;
@@ -80,12 +100,12 @@ impl LazyTransport {
             )));
         }
         {
-            // Checked and stored under the slot's lock, which `abort` takes too.
-            let mut slot = self.conn.write();
+            // Checked and stored under the lock `abort` takes too.
+            let changing = self.changing.lock();
             if self.aborts.load(Ordering::SeqCst) == aborts {
-                *slot = Some(c.clone());
+                self.conn.store(Some(Arc::new(Connection(c.clone()))));
             } else {
-                drop(slot);
+                drop(changing);
                 c.abort().await;
                 return Err(VerbsError::Closed);
             }
@@ -101,13 +121,19 @@ impl LazyTransport {
         if self.used.swap(false, Ordering::Relaxed) {
             return false;
         }
-        let closed = self.conn.write().take().is_some();
+        let closed = {
+            let _changing = self.changing.lock();
+            self.conn.swap(None).is_some()
+        };
         if closed {
             tracing::debug!(node = self.node, "closed an idle connection");
         }
         closed
     }
 }
+
+/// An open connection, boxed once more so the lock-free slot holds a thin pointer.
+struct Connection(Arc<dyn Transport>);
 
 impl Transport for LazyTransport {
     fn node(&self) -> NodeId {
@@ -124,16 +150,16 @@ impl Transport for LazyTransport {
     ) -> BoxFuture<'a, Result<(), VerbsError>> {
         Box::pin(async move {
             let c = self.get().await?;
-            self.used.store(true, Ordering::Relaxed);
+            self.mark_used();
             c.post(verbs).await
         })
     }
 
     fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
-        let conn = self.conn.read();
+        let conn = self.conn.load();
         let c = conn.as_ref()?;
-        self.used.store(true, Ordering::Relaxed);
-        c.post_now(verbs)
+        self.mark_used();
+        c.0.post_now(verbs)
     }
 
     fn completes_inline(&self) -> bool {
@@ -141,19 +167,25 @@ impl Transport for LazyTransport {
     }
 
     fn prefetch(&self, region: RegionId, offset: u64, len: usize) {
-        if let Some(c) = self.conn.read().as_ref() {
-            c.prefetch(region, offset, len);
+        if let Some(c) = self.conn.load().as_ref() {
+            c.0.prefetch(region, offset, len);
+        }
+    }
+
+    fn prefetch_many(&self, hints: &[(RegionId, u64, usize)]) {
+        if let Some(c) = self.conn.load().as_ref() {
+            c.0.prefetch_many(hints);
         }
     }
 
     fn abort(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let conn = {
-                let mut slot = self.conn.write();
+                let _changing = self.changing.lock();
                 self.aborts.fetch_add(1, Ordering::SeqCst);
-                slot.take()
+                self.conn.swap(None)
             };
-            if let Some(c) = conn {
+            if let Some(c) = conn.map(|c| c.0.clone()) {
                 tracing::warn!(
                     node = self.node,
                     "dropped the connection to a memory node that holds no copy any more (failed over or drained)"
@@ -164,15 +196,15 @@ impl Transport for LazyTransport {
     }
 
     fn forget_region(&self, region: RegionId) {
-        if let Some(c) = self.conn.read().as_ref() {
-            c.forget_region(region);
+        if let Some(c) = self.conn.load().as_ref() {
+            c.0.forget_region(region);
         }
     }
 
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         Box::pin(async move {
             let c = self.get().await?;
-            self.used.store(true, Ordering::Relaxed);
+            self.mark_used();
             c.call(req).await
         })
     }

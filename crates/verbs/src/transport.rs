@@ -117,6 +117,14 @@ pub trait Transport: Send + Sync {
     /// instead of each stalling in turn. Backends whose memory is remote ignore it.
     fn prefetch(&self, _region: RegionId, _offset: u64, _len: usize) {}
 
+    /// [`prefetch`](Self::prefetch) of every (region, offset, length) of `hints`, with
+    /// the region map looked up once instead of once per hint.
+    fn prefetch_many(&self, hints: &[(RegionId, u64, usize)]) {
+        for &(region, offset, len) in hints {
+            self.prefetch(region, offset, len);
+        }
+    }
+
     /// Whether [`post_now`](Self::post_now) completes one-sided verbs (the memory is in
     /// this address space): callers may then prefer several small reads over one batch.
     fn completes_inline(&self) -> bool {

@@ -7,10 +7,11 @@
 
 use dmc_umo::GlobalAddr;
 use dmc_verbs::memory::prefetch_line;
+use smallvec::SmallVec;
 
+use super::probe::Probe;
 use super::{Dht, Loc};
-use crate::hash;
-use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
+use crate::layout;
 
 /// Keys loaded per round: their lines must still be in the cache when their commands
 /// run.
@@ -24,68 +25,60 @@ impl Dht {
     /// first, when the pool's memory is in this address space. In rounds of
     /// [`ROUND`] keys: every key's directory words and rebuild lock; then both
     /// candidate buckets (on every copy: a write CASes each); then the head of each
-    /// object a matching fingerprint points at.
+    /// object a matching fingerprint points at. Each step is one batch per node.
     pub fn prefetch_buckets<'k>(&self, db: u8, keys: impl IntoIterator<Item = &'k [u8]>) {
         if !self.inline_reads {
             return;
         }
         let mut keys = keys.into_iter().peekable();
         while keys.peek().is_some() {
-            let mut locs = [None; ROUND];
-            for (loc, key) in locs.iter_mut().zip(keys.by_ref()) {
+            let mut locs: SmallVec<[Loc; ROUND]> = SmallVec::new();
+            for key in keys.by_ref().take(ROUND) {
                 let at = self.loc(db, key);
                 self.prefetch_subtable(&at);
                 if let Some(lock) = self.locks.get(at.slot as usize) {
                     prefetch_line(std::ptr::from_ref(lock).cast());
                 }
-                *loc = Some(at);
+                locs.push(at);
             }
-            let mut subtables = [None; ROUND];
-            for (loc, st) in locs.iter().zip(subtables.iter_mut()) {
-                *st = loc.as_ref().and_then(|loc| self.cached_subtable(loc));
-                if let (Some(loc), Some(st)) = (loc, st) {
-                    let (a, b) = hash::buckets(loc.hash, self.buckets);
-                    for bucket in [a, b] {
-                        self.pool.prefetch_copies(
-                            st.offset_by(bucket * layout::BUCKET),
-                            layout::BUCKET as usize,
-                        );
-                    }
+            let mut probes: SmallVec<[(usize, Probe); ROUND]> = SmallVec::new();
+            for (i, loc) in locs.iter().enumerate() {
+                if let Some(st) = self.cached_subtable(loc) {
+                    probes.push((i, Probe::unread(st, loc, self.buckets)));
                 }
             }
-            for (loc, st) in locs.iter().zip(subtables) {
-                if let (Some(loc), Some(st)) = (loc, st) {
-                    self.prefetch_objects(loc, st);
-                }
-            }
+            let buckets: SmallVec<[(GlobalAddr, usize); 2 * ROUND]> = probes
+                .iter()
+                .flat_map(|(_, p)| p.buckets.iter().map(|(a, _)| (*a, layout::BUCKET as usize)))
+                .collect();
+            self.pool.prefetch_copies_many(&buckets);
+            self.prefetch_objects(&locs, &mut probes);
         }
     }
 
-    /// Starts loading the head of every object whose slot in `loc`'s candidate buckets
-    /// (of subtable `st`) carries `loc`'s fingerprint: a write reads its key's old
-    /// object to check the key before replacing it. A bucket whose header does not
-    /// cover the key (a stale cached directory) is not followed.
-    fn prefetch_objects(&self, loc: &Loc, st: GlobalAddr) {
-        let (a, b) = hash::buckets(loc.hash, self.buckets);
-        for bucket in [a, b] {
-            let mut bytes = [0u8; layout::BUCKET as usize];
-            if !matches!(
-                self.pool
-                    .read_now(st.offset_by(bucket * layout::BUCKET), &mut bytes),
-                Some(Ok(()))
-            ) || !layout::header_covers(le64(&bytes, 0), loc.hash, loc.slot)
-            {
+    /// Starts loading the head of every object whose slot in a probe's buckets carries
+    /// its key's fingerprint: a write reads its key's old object to check the key before
+    /// replacing it. The buckets are read first, in one batch; a probe whose headers do
+    /// not cover its key (a stale cached directory) is not followed.
+    fn prefetch_objects(&self, locs: &[Loc], probes: &mut [(usize, Probe)]) {
+        {
+            let mut reads: SmallVec<[(GlobalAddr, &mut [u8]); 2 * ROUND]> =
+                probes.iter_mut().flat_map(|(_, p)| p.reads()).collect();
+            if !matches!(self.pool.read_batch_now(&mut reads), Some(Ok(()))) {
                 return;
             }
-            for i in 0..SLOTS_PER_BUCKET {
-                let at = (layout::BUCKET_HEADER + layout::SLOT * i as u64) as usize;
-                if bytes[at + 7] == loc.fp
-                    && let Some(obj) = SlotWord(le64(&bytes, at)).object()
-                {
-                    self.pool
-                        .prefetch(obj.block.addr, (obj.block.size() as usize).min(OBJECT_HEAD));
+        }
+        let mut heads: SmallVec<[(GlobalAddr, usize); 2 * ROUND]> = SmallVec::new();
+        for (i, probe) in probes.iter() {
+            let Some(loc) = locs.get(*i).filter(|loc| probe.covers(loc)) else {
+                continue;
+            };
+            for (b, slot) in probe.matching(loc) {
+                if let Some(obj) = probe.slot(b, slot).1.object() {
+                    heads.push((obj.block.addr, (obj.block.size() as usize).min(OBJECT_HEAD)));
                 }
             }
         }
+        self.pool.prefetch_many(&heads);
     }
 }

@@ -122,6 +122,10 @@ impl Transport for Timed {
         self.inner.prefetch(region, offset, len)
     }
 
+    fn prefetch_many(&self, hints: &[(RegionId, u64, usize)]) {
+        self.inner.prefetch_many(hints)
+    }
+
     fn completes_inline(&self) -> bool {
         self.inner.completes_inline()
     }

@@ -31,6 +31,7 @@
 //! | `allocation` | blocks, segment claims, the pool-wide usage counter |
 //! | `block_cache` | per-thread blocks to hand out and frees, in front of the allocator |
 //! | `verbs` | one-sided reads from primaries, writes to every copy, fetch-and-add |
+//! | `hints` | prefetch hints for copies in this address space, one or many at once |
 //! | `object_write` | objects written out of place (chained when large) and freed |
 //! | `object_read` | objects read and verified (db, key, checksum) |
 //! | `fence` | shard epochs and the fencing domain of a shard |
@@ -61,6 +62,7 @@ mod counters;
 mod failover;
 mod fence;
 mod gate;
+mod hints;
 mod load;
 mod node_table;
 mod object_read;

@@ -1,8 +1,7 @@
 //! One-sided verbs on region copies: reads from the primary (completed inline when the
 //! backend can, batched per node), writes to every copy, and fetch-and-add on the
 //! primary. Called by object reads and writes, the superblock and the hash table.
-//! Also the prefetch hints, which start loading a copy's bytes into this core's cache
-//! when its memory is in this address space. Nothing here validates: `write_all` is
+//! Nothing here validates: `write_all` is
 //! for bytes no committed word points at yet, and words other clients validate change
 //! only through `commit`.
 
@@ -19,37 +18,6 @@ use crate::addr::GlobalAddr;
 use crate::error::UmoError;
 
 impl Pool {
-    /// Starts loading `len` bytes at `addr` of the primary copy into this core's cache,
-    /// if its memory is in this address space (see `Transport::prefetch`); nothing for
-    /// a region this client has not learned. A hint: it never fails or waits.
-    pub fn prefetch(&self, addr: GlobalAddr, len: usize) {
-        if let Ok(n) = self.primary(addr.region())
-            && self.nodes[n].completes_inline()
-        {
-            self.nodes[n].prefetch(addr.region(), addr.offset(), len);
-        }
-    }
-
-    /// [`prefetch`](Self::prefetch) on every copy: for bytes about to be written (the
-    /// object of a write, a slot's CAS), which every copy takes.
-    pub fn prefetch_copies(&self, addr: GlobalAddr, len: usize) {
-        // With one copy the primary is all there is (a copy being filled, rarely, goes
-        // without: a hint may miss), and its lookup takes no lock.
-        if self.config.replicas <= 1 {
-            return self.prefetch(addr, len);
-        }
-        // Over the network a hint does nothing: not worth the map's lock.
-        match self.primary(addr.region()) {
-            Ok(n) if self.nodes[n].completes_inline() => {}
-            _ => return,
-        }
-        if let Some(Some(entry)) = self.regions.read().get(addr.region() as usize) {
-            for n in entry.copies() {
-                self.nodes[n].prefetch(addr.region(), addr.offset(), len);
-            }
-        }
-    }
-
     /// Reads from the primary copy right now, if its backend completes verbs inline;
     /// `None` means use [`read`](Self::read).
     pub fn read_now(&self, addr: GlobalAddr, buf: &mut [u8]) -> Option<Result<(), UmoError>> {
@@ -127,36 +95,46 @@ impl Pool {
         })
     }
 
-    /// Reads several ranges from their primaries right now, if every range is on one
-    /// node whose backend completes verbs inline (a key's two buckets are); `None` means
-    /// use [`read_batch`](Self::read_batch).
+    /// Reads several ranges from their primaries right now, one batch per node, if
+    /// every primary's backend completes verbs inline; `None` means use
+    /// [`read_batch`](Self::read_batch).
     pub fn read_batch_now(
         &self,
         reads: &mut [(GlobalAddr, &mut [u8])],
     ) -> Option<Result<(), UmoError>> {
-        let (first, rest) = reads.split_first()?;
-        let n = self.primary(first.0.region()).ok()?;
-        if !rest.iter().all(|(a, _)| {
-            a.region() == first.0.region() || self.primary(a.region()).ok() == Some(n)
-        }) {
-            return None;
+        let nodes: smallvec::SmallVec<[usize; 64]> = reads
+            .iter()
+            .map(|(a, _)| self.primary(a.region()).ok())
+            .collect::<Option<_>>()?;
+        let mut distinct: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        for &n in &nodes {
+            if !distinct.contains(&n) {
+                if !self.nodes[n].completes_inline() {
+                    return None;
+                }
+                distinct.push(n);
+            }
         }
-        let node = &self.nodes[n];
-        if !node.completes_inline() {
-            return None;
+        for n in distinct {
+            let node = &self.nodes[n];
+            let mut verbs: smallvec::SmallVec<[Verb<'_>; 4]> = reads
+                .iter_mut()
+                .zip(&nodes)
+                .filter(|(_, m)| **m == n)
+                .map(|((addr, buf), _)| Verb::Read {
+                    region: addr.region(),
+                    offset: addr.offset(),
+                    buf,
+                })
+                .collect();
+            if let Err(e) = node
+                .post_now(&mut verbs)?
+                .map_err(UmoError::node(node.node()))
+            {
+                return Some(Err(e));
+            }
         }
-        let mut verbs: smallvec::SmallVec<[Verb<'_>; 4]> = reads
-            .iter_mut()
-            .map(|(addr, buf)| Verb::Read {
-                region: addr.region(),
-                offset: addr.offset(),
-                buf,
-            })
-            .collect();
-        Some(
-            node.post_now(&mut verbs)?
-                .map_err(UmoError::node(node.node())),
-        )
+        Some(Ok(()))
     }
 
     /// [`write_all`](Self::write_all) of one range right now, if every copy of its
