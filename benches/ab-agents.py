@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Two compute-agent builds against redis-server in one run: is a change free?
 
-Starts redis-server and one standalone agent per binary on free loopback ports, then,
-for ROUNDS rounds, runs `redis-benchmark -c 50 -n N -r 100000 -d 32 -t get,set -P P`
-against each server in a rotated order (so drift of this VM's speed spreads over all
-of them), reading every server's CPU time (utime + stime from /proc) around each run.
+Starts redis-server and one standalone agent per binary on free loopback ports, runs
+every test once against each (so each has filled its key space and grown its memory
+before anything is measured), then, for ROUNDS rounds, runs
+`redis-benchmark -c 50 -n N -r 100000 -d 32 -t TEST -P P` for each test against each
+server in a rotated order (so drift of this VM's speed spreads over all of them),
+reading the server's CPU time (utime + stime from /proc) around each run.
 Prints, per test and pipeline depth, the median requests/s and server CPU µs per
 request of each server and each agent's ratio to redis-server, and writes the samples
 to benches/results/ab-agents.csv.
@@ -66,10 +68,10 @@ def wait_listening(port, deadline=10.0):
     sys.exit(f"memory node on port {port} did not listen")
 
 
-def bench(port, n, pipeline):
+def bench(port, n, pipeline, test):
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(n), "-r", "100000",
-         "-d", "32", "-t", TESTS, "-P", str(pipeline), "--csv"],
+         "-d", "32", "-t", test, "-P", str(pipeline), "--csv"],
         capture_output=True, text=True, check=True).stdout
     rows = list(csv.reader(out.strip().splitlines()))
     return {r[0]: float(r[1]) for r in rows[1:]}
@@ -122,6 +124,11 @@ def main():
     try:
         for port, _ in servers.values():
             wait_ready(port)
+        # Every server fills its key space and grows its memory once before the
+        # measured rounds, so the first round does not pay for page faults alone.
+        for port, _ in servers.values():
+            for test in TESTS.split(","):
+                bench(port, a.n, max(pipelines), test)
         samples = []  # (round, server, pipeline, test, rps, cpu_us_per_req)
         names = list(servers)
         for rnd in range(a.rounds):
@@ -129,14 +136,14 @@ def main():
                 order = names[rnd % len(names):] + names[:rnd % len(names)]
                 for name in order:
                     port, pid = servers[name]
-                    c0 = cpu_seconds(pid)
-                    rps = bench(port, a.n, p)
-                    cpu = cpu_seconds(pid) - c0
-                    # Both tests ran n requests each; CPU is split by their time share.
-                    total_time = sum(a.n / v for v in rps.values())
-                    for test, v in rps.items():
-                        share = (a.n / v) / total_time
-                        samples.append((rnd, name, p, test, v, cpu * share / a.n * 1e6))
+                    rps = {}
+                    # One run per test, so each test's CPU time is its own.
+                    for test in TESTS.split(","):
+                        c0 = cpu_seconds(pid)
+                        for t, v in bench(port, a.n, p, test).items():
+                            rps[t] = v
+                            cpu = cpu_seconds(pid) - c0
+                            samples.append((rnd, name, p, t, v, cpu / a.n * 1e6))
                     print(f"round {rnd + 1} P={p} {name:12} "
                           + " ".join(f"{t}={v:.0f}/s" for t, v in rps.items()), flush=True)
     finally:

@@ -41,8 +41,10 @@ impl Dht {
                 // Slots this client's commits left locked when a node stopped
                 // answering: resolved once it answers again.
                 dht.recover_in_doubt().await;
-                // Blocks idle threads hold, and their frees, back to the allocator.
+                // Blocks idle threads hold, and their frees, back to the allocator; and
+                // inline object writes that reached only some copies, finished.
                 dht.pool.flush_block_caches();
+                dht.pool.finish_object_writes().await;
                 dht.pool.sync_usage().await;
                 // Over maxmemory without writes (it was lowered): evict down to it.
                 if let Err(e) = dht.shrink_to_maxmemory(1024).await {

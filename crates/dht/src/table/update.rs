@@ -42,6 +42,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_update(db, key, kind, f)).await;
         }
+        // What `update_now` left on some copies only (it declined this write) first.
+        self.pool.finish_object_writes().await;
         let loc: Loc = self.loc(db, key);
         let lease = self.lease(loc.key_slot)?;
         for attempt in 0..MAX_RETRIES {

@@ -53,6 +53,8 @@ impl Dht {
         if self.is_staging() {
             return Box::pin(self.staged_set(db, key, value, opts)).await;
         }
+        // What `set_now` left on some copies only (it declined this write) first.
+        self.pool.finish_object_writes().await;
         let loc = self.loc(db, key);
         let lease = self.lease(loc.key_slot)?;
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;

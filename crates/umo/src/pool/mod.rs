@@ -249,6 +249,10 @@ pub struct Pool {
     alloc: Mutex<Allocator>,
     /// Per-thread blocks ready to hand out and blocks freed, in front of `alloc`.
     shards: Box<[block_cache::Shard]>,
+    /// Object writes the inline path left on some copies only, with their bytes and
+    /// tries so far (see `Pool::finish_object_writes`), and how many.
+    unfinished: Mutex<Vec<(Block, Vec<u8>, usize)>>,
+    unfinished_count: std::sync::atomic::AtomicUsize,
     /// The allocator's largest block, fixed by the segment size.
     max_block: u32,
     grow_lock: tokio::sync::Mutex<()>,
@@ -335,6 +339,8 @@ impl Pool {
             shards: (0..block_cache::SHARDS)
                 .map(|_| block_cache::Shard::default())
                 .collect(),
+            unfinished: Mutex::new(Vec::new()),
+            unfinished_count: std::sync::atomic::AtomicUsize::new(0),
             config,
             source,
             usage_delta: std::sync::atomic::AtomicI64::new(0),

@@ -4,10 +4,16 @@
 //! An object is never written in place: it becomes visible only when a committed index
 //! update points at it, and a failed write frees its blocks instead of leaving a torn one.
 
+use std::sync::atomic::Ordering;
+
 use super::{ObjectRef, Pool};
 use crate::alloc::Block;
 use crate::error::UmoError;
 use crate::object::{self, ChunkRef, Head, ValueKind};
+
+/// Tries at finishing an inline object write before it is given up (its block freed
+/// as it is): a node that fails them all this long is failed over meanwhile.
+const UNFINISHED_TRIES: usize = 64;
 
 impl Pool {
     /// Writes `key` → `value` (of type `kind`) out of place to every copy and returns
@@ -64,14 +70,49 @@ impl Pool {
         };
         let mut buf = Vec::with_capacity(len);
         object::encode_inline(db, key, ValueKind::String, value, &mut buf);
-        let written = self.write_all_now(block.addr, &buf);
-        if !matches!(written, Some(Ok(()))) {
-            self.free(block);
+        match self.write_all_now(block.addr, &buf) {
+            Some(Ok(())) => Some(Ok(ObjectRef {
+                block,
+                chained: false,
+            })),
+            // Some copies may have the bytes and others not (a connection not open
+            // yet, a region file not mapped yet): the awaited path finishes the write
+            // before the block is freed, so no copy keeps bytes the others lack.
+            Some(Err(_)) | None => {
+                self.unfinished.lock().push((block, buf, 0));
+                self.unfinished_count.fetch_add(1, Ordering::Relaxed);
+                None
+            }
         }
-        Some(written?.map(|()| ObjectRef {
-            block,
-            chained: false,
-        }))
+    }
+
+    /// Finishes the object writes the inline path left on some copies only
+    /// ([`write_object_now`](Self::write_object_now)): each is written to every copy
+    /// (waiting out a failed node as [`write_all`](Self::write_all) does) and its block
+    /// freed; one that still fails is kept for the next call, at most
+    /// [`UNFINISHED_TRIES`] times. The engine's fallback and the maintenance tick call
+    /// this.
+    pub async fn finish_object_writes(&self) {
+        if self.unfinished_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let pending: Vec<(Block, Vec<u8>, usize)> = std::mem::take(&mut *self.unfinished.lock());
+        self.unfinished_count
+            .fetch_sub(pending.len(), Ordering::Relaxed);
+        for (block, bytes, tries) in pending {
+            match self.write_all(&[(block.addr, &bytes)]).await {
+                Ok(()) => self.free(block),
+                Err(e) if tries + 1 < UNFINISHED_TRIES => {
+                    tracing::debug!(error = %e, "finishing an object write failed; retrying");
+                    self.unfinished.lock().push((block, bytes, tries + 1));
+                    self.unfinished_count.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "an object write left on some copies could not be finished; its block is freed");
+                    self.free(block);
+                }
+            }
+        }
     }
 
     async fn write_chained(
