@@ -1,8 +1,9 @@
 //! Hash-table throughput per backend with 1 M keys (16-byte keys, 32-byte values):
 //! `shm` (two in-process memory nodes reached through mapped region files, `r = 2`) and
 //! `local` (the embedded pool, `r = 1`). Gets on one core, one key or 16 keys per call,
-//! pipelined sets on one core (16 at a time, with and without their keys loaded
-//! first), and sets with 64 in flight (batched commits).
+//! pipelined sets on one core (16 at a time: as they come, with their keys loaded
+//! first, and loaded first and written without futures), and sets with 64 in flight
+//! (batched commits).
 //! Run: `cargo bench -p dmc-benches --bench dht`.
 
 use std::sync::Arc;
@@ -103,14 +104,15 @@ fn backend(
     });
 
     // Pipelined sets as an agent runs a client's batch of 16 on one core: one after
-    // another (over in-process memory nothing waits), as they come, and with every
-    // key's directory words, buckets and old object loaded first
-    // (`Dht::prefetch_buckets`, what the agent does for a pipeline).
-    for prefetch in [false, true] {
-        let name = match prefetch {
-            false => "set16_one_core",
-            true => "set16_prefetched_one_core",
-        };
+    // another (over in-process memory nothing waits), as they come; with every key's
+    // directory words, buckets and old object loaded first (`Dht::prefetch_buckets`);
+    // and loaded first and written without futures (`Dht::set_now`, falling back to
+    // `set`), which is what the agent does for a pipeline.
+    for (name, prefetch, inline) in [
+        ("set16_one_core", false, false),
+        ("set16_prefetched_one_core", true, false),
+        ("set16_inline_one_core", true, true),
+    ] {
         let mut next = 0u64;
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -121,9 +123,17 @@ fn backend(
                             dht.prefetch_buckets(0, names.iter().map(|k| &k[..]));
                         }
                         for (i, k) in names.iter().enumerate() {
-                            dht.set(0, k, &value(i as u64), SetOptions::default())
-                                .await
-                                .unwrap();
+                            let v = value(i as u64);
+                            let opts = SetOptions::default();
+                            let done = if inline {
+                                dht.set_now(0, k, &v, opts)
+                            } else {
+                                None
+                            };
+                            match done {
+                                Some(done) => done.map(|_| ()).unwrap(),
+                                None => dht.set(0, k, &v, opts).await.map(|_| ()).unwrap(),
+                            }
                         }
                     }
                 })
