@@ -19,8 +19,9 @@ use crate::routing::Router;
 
 /// Pipelined GETs read from the pool together, at most this many at a time.
 const GET_BATCH: usize = 32;
-/// Pipelined SETs of distinct keys run concurrently, at most this many at a time.
-const SET_BATCH: usize = 32;
+/// Pipelined writes (SETs, counter updates) of distinct keys run together, at most
+/// this many at a time.
+const WRITE_BATCH: usize = 32;
 /// Pipelined writes to one other agent are forwarded together, at most this many.
 const FORWARD_BATCH: usize = 64;
 /// The read buffer of a connection before its first bytes.
@@ -259,11 +260,11 @@ async fn serve_session(
                 }
             }
             let gets = engine.leading_gets(session, &commands[i..], GET_BATCH);
-            let sets = match gets {
-                0 => engine.leading_sets(session, &commands[i..], SET_BATCH),
+            let writes = match gets {
+                0 => engine.leading_writes(session, &commands[i..], WRITE_BATCH),
                 _ => 0,
             };
-            let forwards = match (gets, sets) {
+            let forwards = match (gets, writes) {
                 (0 | 1, 0 | 1) => {
                     router.leading_forwards(session, &commands[i..], FORWARD_BATCH, peer)
                 }
@@ -290,14 +291,17 @@ async fn serve_session(
                 }
                 timers.record(Family::Strings, started.elapsed(), gets);
                 i += gets;
-            } else if sets >= 2 {
-                for reply in router.set_run(session, &commands[i..i + sets], peer).await {
+            } else if writes >= 2 {
+                for reply in router
+                    .write_run(session, &commands[i..i + writes], peer)
+                    .await
+                {
                     if session.should_reply() {
                         reply.encode(session.proto, &mut out);
                     }
                 }
-                timers.record(Family::Strings, started.elapsed(), sets);
-                i += sets;
+                timers.record(Family::Strings, started.elapsed(), writes);
+                i += writes;
             } else {
                 let args = std::mem::take(&mut commands[i]);
                 i += 1;

@@ -273,9 +273,9 @@ fn redis_cli_interactive_session() {
     );
 }
 
-/// A pipeline mixing GET runs (read as one batch) and SET runs (run concurrently) with
-/// other writes, wrong arity, a protocol error and other databases answers exactly as
-/// running the commands one by one would.
+/// A pipeline mixing GET runs (read as one batch) and runs of SETs and counter updates
+/// (written together) with other writes, wrong arity, errors, a protocol error and
+/// other databases answers exactly as running the commands one by one would.
 #[test]
 fn pipelined_gets_answer_in_order_around_writes() {
     let agent = Agent::start(&[]).unwrap();
@@ -318,6 +318,35 @@ fn pipelined_gets_answer_in_order_around_writes() {
         (&["GET", "sa"], "$1\r\n3\r\n"),
         (&["GET", "sb"], "$1\r\n2\r\n"),
         (&["GET", "sd"], "$-1\r\n"),
+        // Counter updates join the runs of writes; each answers as it would alone.
+        (&["INCR", "ca"], ":1\r\n"),
+        (&["INCRBY", "cb", "5"], ":5\r\n"),
+        (&["SET", "cs", "x"], "+OK\r\n"),
+        (&["DECRBY", "sa", "10"], ":-7\r\n"),
+        (
+            &["INCR", "cs"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (
+            &["INCRBY", "cd", "ten"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (&["DECR", "ca"], ":0\r\n"),
+        (
+            &["DECRBY", "ce", "-9223372036854775808"],
+            "-ERR decrement would overflow\r\n",
+        ),
+        (
+            &["INCR", "cf", "extra"],
+            "-ERR wrong number of arguments for 'incr' command\r\n",
+        ),
+        (&["RPUSH", "cl", "a"], ":1\r\n"),
+        (
+            &["INCR", "cl"],
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ),
+        (&["GET", "ca"], "$1\r\n0\r\n"),
+        (&["GET", "cs"], "$1\r\nx\r\n"),
     ] {
         pipeline += &cmd(args);
         expect += reply;

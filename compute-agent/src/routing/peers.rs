@@ -211,12 +211,12 @@ impl Router {
         Ok(replies)
     }
 
-    /// Runs pipelined SETs of distinct keys (see `Engine::leading_sets`) where they
-    /// belong: the ones this agent owns as one concurrent batch, the ones other agents
+    /// Runs pipelined writes of distinct keys (SETs and counter updates, see
+    /// `Engine::leading_writes`) where they belong: the ones this agent owns as one concurrent batch, the ones other agents
     /// own forwarded pipelined, one round trip per owner, all at once (writes of
     /// distinct keys commute); the rest (redirections in cluster mode, a slot that moved
     /// meanwhile) one at a time. Replies in command order.
-    pub async fn set_run(
+    pub async fn write_run(
         &self,
         session: &mut Session,
         commands: &[Vec<Bytes>],
@@ -224,7 +224,7 @@ impl Router {
     ) -> Vec<Reply> {
         let engine = &self.engine;
         if self.map.read().is_none() {
-            return engine.set_batch(session, commands).await;
+            return engine.write_batch(session, commands).await;
         }
         let mut local = Vec::new();
         let mut remote: Vec<(String, Vec<usize>)> = Vec::new();
@@ -249,7 +249,7 @@ impl Router {
                 if local_cmds.is_empty() {
                     Vec::new()
                 } else {
-                    engine.set_batch(shared, &local_cmds).await
+                    engine.write_batch(shared, &local_cmds).await
                 }
             };
             let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {

@@ -1,9 +1,9 @@
 //! Pipelined fast paths: a run of `GET key` read from the pool as one batch, a run of
-//! SETs of distinct keys committed together, and the keys of a pipeline's other
-//! commands loaded ahead.
+//! SETs and counter updates (INCR and its kin) of distinct keys written together, and
+//! the keys of a pipeline's other commands loaded ahead.
 //!
 //! The connection loop asks how long a run is ([`Engine::leading_gets`],
-//! [`Engine::leading_sets`]) and runs it here instead of through [`crate::dispatch`];
+//! [`Engine::leading_writes`]) and runs it here instead of through [`crate::dispatch`];
 //! which commands qualify is the command table's [`FastPath`] of each entry. A run must
 //! answer exactly what running its commands one by one would.
 
@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use dmc_resp::Reply;
 
-use crate::table::{self, FastPath};
+use crate::table::{self, Cmd, FastPath};
 use crate::{Engine, Session, error_reply, strings};
 
 /// Commands of one pipeline whose keys [`Engine::prefetch_keys`] loads ahead, at most.
@@ -115,42 +115,64 @@ impl Engine {
         }
     }
 
-    /// How many of the leading `commands` are SETs of distinct keys (at most `max`),
-    /// which [`set_batch`](Self::set_batch) may run concurrently: writes of different
-    /// keys commute, so their replies are what running them in order would give, and
-    /// their commits can share the group committer's round trips.
-    pub fn leading_sets(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
+    /// How many of the leading `commands` are writes of distinct keys that
+    /// [`write_batch`](Self::write_batch) may run together (at most `max`): SETs and
+    /// counter updates (INCR, DECR, INCRBY, DECRBY) with the right number of
+    /// arguments. Writes of different keys commute, so their replies are what running
+    /// them in order would give, and their commits can share the group committer's
+    /// round trips.
+    pub fn leading_writes(&self, session: &Session, commands: &[Vec<Bytes>], max: usize) -> usize {
         if !self.plain(session) {
             return 0;
         }
         let mut keys: Vec<&[u8]> = Vec::new();
         for a in commands.iter().take(max) {
-            if a.len() < 3 || fast_path(a) != FastPath::Set || keys.contains(&&a[1][..]) {
-                break;
+            let batched = a
+                .first()
+                .and_then(|name| table::lookup(name))
+                .is_some_and(|spec| {
+                    matches!(spec.fast_path(), FastPath::Set | FastPath::Counter)
+                        && spec.arity_ok(a.len())
+                });
+            match a.get(1) {
+                Some(key) if batched && !keys.contains(&&key[..]) => keys.push(key),
+                _ => break,
             }
-            keys.push(&a[1]);
         }
         keys.len()
     }
 
-    /// Runs pipelined SETs of distinct keys together (see
-    /// [`leading_sets`](Self::leading_sets)); replies in command order.
-    pub async fn set_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
+    /// Runs pipelined writes of distinct keys together (see
+    /// [`leading_writes`](Self::leading_writes)); replies in command order.
+    pub async fn write_batch(&self, session: &Session, commands: &[Vec<Bytes>]) -> Vec<Reply> {
         self.stats
             .commands
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
-        if let Some(set) = table::lookup_index(b"set") {
+        if let Some(last) = commands
+            .last()
+            .and_then(|a| table::lookup_index(a.first()?))
+        {
             session
                 .client
-                .touch(&self.clients, set, session.db, session.proto);
+                .touch(&self.clients, last, session.db, session.proto);
         }
         let db = self.physical_db(session.db);
+        let cmd_of = |a: &[Bytes]| {
+            a.first()
+                .and_then(|name| table::lookup(name))
+                .map(|s| s.cmd)
+        };
         // Those the table writes at once first (no future per command), then the rest
         // together; a placeholder holds each awaited one's place.
         let mut replies = Vec::with_capacity(commands.len());
         let mut waiting = Vec::new();
         for (i, a) in commands.iter().enumerate() {
-            match strings::set_now(self, db, a) {
+            let now = match cmd_of(a) {
+                Some(Cmd::Set) => strings::set_now(self, db, a),
+                Some(cmd) => strings::counter_now(self, db, cmd, a),
+                None => Some(Reply::err("ERR unknown command")),
+            };
+            match now {
                 Some(reply) => replies.push(reply),
                 None => {
                     waiting.push(i);
@@ -159,11 +181,16 @@ impl Engine {
             }
         }
         if !waiting.is_empty() {
-            let awaited = futures::future::join_all(
-                waiting
-                    .iter()
-                    .map(|&i| strings::set(self, db, &commands[i])),
-            )
+            let awaited = futures::future::join_all(waiting.iter().map(|&i| {
+                let a = &commands[i];
+                async move {
+                    match cmd_of(a) {
+                        Some(Cmd::Set) => strings::set(self, db, a).await,
+                        Some(cmd) => strings::counter(self, db, cmd, a).await,
+                        None => Reply::err("ERR unknown command"),
+                    }
+                }
+            }))
             .await;
             for (i, reply) in waiting.into_iter().zip(awaited) {
                 replies[i] = reply;

@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 
-use dmc_umo::{SlotWrite, TxOutcome, ValueKind};
+use dmc_umo::{SlotWrite, TxOutcome, UmoError, ValueKind};
 
 use super::{Dht, DhtError, Found, SetCond, SetOptions, SetOutcome};
 use crate::layout::{SlotMeta, SlotWord};
@@ -151,6 +151,11 @@ impl Dht {
         };
         match outcome {
             Some(TxOutcome::Committed) => {}
+            // Refused before its first verb: nothing was written.
+            Some(TxOutcome::Failed(UmoError::LeaseLapsed)) => {
+                self.pool.free_head(obj);
+                return None;
+            }
             Some(TxOutcome::Failed(e)) => {
                 tracing::debug!(error = %e, "an inline single-key commit failed; retried awaited");
                 self.in_doubt(loc.slot, addr);

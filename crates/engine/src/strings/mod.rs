@@ -167,33 +167,7 @@ pub async fn run(engine: &Engine, s: &mut Session, cmd: Cmd, args: &[Bytes]) -> 
             }
             Reply::ok()
         }
-        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => {
-            let by = match cmd {
-                Cmd::Incr => 1,
-                Cmd::Decr => -1,
-                _ => match parse_i64(&args[2]) {
-                    Some(n) if cmd == Cmd::IncrBy => n,
-                    Some(n) => match n.checked_neg() {
-                        Some(n) => n,
-                        None => return Reply::err("ERR decrement would overflow"),
-                    },
-                    None => return Reply::err(NOT_INTEGER),
-                },
-            };
-            let mut next = 0i64;
-            let updated = update(engine, db, &args[1], "incrby", |cur| {
-                let n = match cur {
-                    Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
-                    None => 0,
-                };
-                next = n
-                    .checked_add(by)
-                    .ok_or("ERR increment or decrement would overflow")?;
-                Ok(next.to_string().into_bytes())
-            })
-            .await;
-            updated.map_or_else(|r| r, |()| Reply::Int(next))
-        }
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => counter(engine, db, cmd, args).await,
         Cmd::IncrByFloat => {
             let parse = |b: &[u8]| {
                 std::str::from_utf8(b)
@@ -465,6 +439,62 @@ async fn set_getting_old(
         }
         other => other,
     }
+}
+
+/// What INCR, DECR, INCRBY or DECRBY (`cmd`, with `args`) adds, or the error reply.
+fn counter_step(cmd: Cmd, args: &[Bytes]) -> Result<i64, Reply> {
+    match cmd {
+        Cmd::Incr => Ok(1),
+        Cmd::Decr => Ok(-1),
+        _ => match args.get(2).and_then(|a| parse_i64(a)) {
+            Some(n) if cmd == Cmd::IncrBy => Ok(n),
+            Some(n) => n
+                .checked_neg()
+                .ok_or_else(|| Reply::err("ERR decrement would overflow")),
+            None => Err(Reply::err(NOT_INTEGER)),
+        },
+    }
+}
+
+/// The new value of a counter at `cur` (absent: 0) after adding `by`, recorded in
+/// `next`, or the error text.
+fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Vec<u8>, &'static str> {
+    let n = match cur {
+        Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
+        None => 0,
+    };
+    *next = n
+        .checked_add(by)
+        .ok_or("ERR increment or decrement would overflow")?;
+    Ok(next.to_string().into_bytes())
+}
+
+/// INCR, DECR, INCRBY and DECRBY (`cmd`): the key's integer plus the step, as a new
+/// value and the reply.
+pub(crate) async fn counter(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
+    let by = match counter_step(cmd, args) {
+        Ok(by) => by,
+        Err(r) => return r,
+    };
+    let mut next = 0i64;
+    let updated = update(engine, db, &args[1], "incrby", |cur| {
+        counted(cur, by, &mut next)
+    })
+    .await;
+    updated.map_or_else(|r| r, |()| Reply::Int(next))
+}
+
+/// [`counter`] without awaiting anything ([`update_now`]); `None`: run `counter`.
+pub(crate) fn counter_now(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Option<Reply> {
+    let by = match counter_step(cmd, args) {
+        Ok(by) => by,
+        Err(r) => return Some(r),
+    };
+    let mut next = 0i64;
+    let done = update_now(engine, db, &args[1], "incrby", &mut |cur| {
+        counted(cur, by, &mut next)
+    })?;
+    Some(done.map_or_else(|r| r, |()| Reply::Int(next)))
 }
 
 /// The options of `SET key value [...]`, or the error reply they earn.

@@ -235,6 +235,9 @@ pub enum FastPath {
     Get,
     /// `SET key value ...`: a run of distinct keys commits together.
     Set,
+    /// `INCR key`, `DECR key`, `INCRBY key n`, `DECRBY key n`: run with SETs, as a run
+    /// of writes of distinct keys.
+    Counter,
 }
 
 impl Cmd {
@@ -377,6 +380,7 @@ impl Spec {
         match self.cmd {
             Cmd::Get => FastPath::Get,
             Cmd::Set => FastPath::Set,
+            Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => FastPath::Counter,
             _ => FastPath::None,
         }
     }
@@ -824,6 +828,8 @@ mod tests {
         let spec = |n: &str| lookup(n.as_bytes()).expect(n);
         assert_eq!(spec("get").fast_path(), FastPath::Get);
         assert_eq!(spec("SET").fast_path(), FastPath::Set);
+        assert_eq!(spec("incrby").fast_path(), FastPath::Counter);
+        assert_eq!(spec("INCRBYFLOAT").fast_path(), FastPath::None);
         for s in TABLE.iter() {
             assert_eq!(
                 fast_path_of(s.name.to_uppercase().as_bytes()),
