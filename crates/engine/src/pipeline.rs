@@ -185,8 +185,8 @@ impl Engine {
                 let a = &commands[i];
                 async move {
                     match cmd_of(a) {
-                        Some(Cmd::Set) => strings::set(self, db, a).await,
-                        Some(cmd) => strings::counter(self, db, cmd, a).await,
+                        Some(Cmd::Set) => strings::set_declined(self, db, a).await,
+                        Some(cmd) => strings::counter_declined(self, db, cmd, a).await,
                         None => Reply::err("ERR unknown command"),
                     }
                 }

@@ -30,6 +30,11 @@ pub enum UmoError {
     /// heartbeat is accepted again (its shards may be someone else's by now).
     #[error("this client's lease lapsed; nothing was written")]
     LeaseLapsed,
+    /// An inline operation met a copy that cannot complete verbs now (its connection not
+    /// open yet, its region not mapped yet): nothing is left applied; the awaited path
+    /// does it.
+    #[error("memory node {0} cannot complete verbs inline now; nothing was written")]
+    NotInline(NodeId),
 }
 
 impl UmoError {

@@ -25,7 +25,7 @@
 //! | `read` | the GET paths, `peek`, `exists`, `ttl` |
 //! | `hits` | access metadata: recorded, combined, sent as FAAs |
 //! | `write` | `set`, `set_many` and installing a written object |
-//! | `write_now` | `set_now`: a plain SET without futures on in-process memory |
+//! | `write_now` | `set_now` and `update_now`: SET and INCR's kin without futures on in-process memory |
 //! | `update` | read-modify-write of one key in one probe (INCR and its kin) |
 //! | `commit` | the group committer and retry pacing |
 //! | `delete` | clearing a slot, `delete` |

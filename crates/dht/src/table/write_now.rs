@@ -35,16 +35,16 @@ enum Written<E> {
     /// Nothing was written: the decision's answer.
     Stopped(E),
     /// The commit failed part way (a node stopped answering): its object may be
-    /// reachable, so it is leaked and the slot left to recovery, and the awaited path
-    /// writes the key again.
-    InDoubt,
+    /// reachable, so it is leaked and the slot left to recovery.
+    InDoubt(UmoError),
 }
 
 impl Dht {
     /// Sets `key` to `value` in `db` as [`set`](Self::set) does, without awaiting:
     /// an unconditional SET (no NX, XX or GET) of a string that fits one block, on a
     /// pool whose memory is in this address space. `None`: use `set` (see the module
-    /// doc; a commit in doubt is written again there).
+    /// doc; a commit in doubt is written again there, which writing the same value
+    /// makes harmless).
     pub fn set_now(
         &self,
         db: u8,
@@ -67,13 +67,17 @@ impl Dht {
                 written: true,
                 old: None,
             })),
-            Written::Stopped(()) | Written::InDoubt => None,
+            // Writing the same value again is harmless: the awaited path does, and
+            // waits out the failover this path did not.
+            Written::Stopped(()) | Written::InDoubt(_) => None,
         }
     }
 
     /// [`update`](Self::update) without awaiting, on a pool whose memory is in this
     /// address space, when the current value is a small string or absent and the new
-    /// one fits a block. `None`: use `update` (which may run `f` again).
+    /// one fits a block. `None`: nothing was written; use `update` (which runs `f`
+    /// again). A commit in doubt is an error, as on the awaited path: running `f` again
+    /// could apply it twice.
     pub fn update_now<E>(
         &self,
         db: u8,
@@ -94,7 +98,9 @@ impl Dht {
             Written::Done => Some(Ok(Ok(()))),
             Written::Stopped(Ok(e)) => Some(Ok(Err(e))),
             Written::Stopped(Err(e)) => Some(Err(e)),
-            Written::InDoubt => None,
+            // Not again: the first increment may have landed (recovery rolls it
+            // forward), so the error is the answer, as on the awaited path.
+            Written::InDoubt(e) => Some(Err(e.into())),
         }
     }
 
@@ -159,7 +165,7 @@ impl Dht {
             Some(TxOutcome::Failed(e)) => {
                 tracing::debug!(error = %e, "an inline single-key commit failed; retried awaited");
                 self.in_doubt(loc.slot, addr);
-                return Some(Written::InDoubt);
+                return Some(Written::InDoubt(e));
             }
             // Another writer's lock or word, a stale lease: the awaited path backs off
             // and tries again, or answers.

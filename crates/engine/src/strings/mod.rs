@@ -256,6 +256,17 @@ async fn update(
     if let Some(done) = update_now(engine, db, key, event, &mut f) {
         return done;
     }
+    update_awaited(engine, db, key, event, f).await
+}
+
+/// [`update`] on the awaited path only (the inline one declined already).
+async fn update_awaited(
+    engine: &Engine,
+    db: u8,
+    key: &Bytes,
+    event: &'static str,
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+) -> Result<(), Reply> {
     let _g = engine.lock_key(key).await;
     match rewrite_locked(engine, db, key, |cur| f(cur).map(Some)).await? {
         Ok(_) => {
@@ -472,12 +483,20 @@ fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Vec<u8>, &'sta
 /// INCR, DECR, INCRBY and DECRBY (`cmd`): the key's integer plus the step, as a new
 /// value and the reply.
 pub(crate) async fn counter(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
+    match counter_now(engine, db, cmd, args) {
+        Some(reply) => reply,
+        None => counter_declined(engine, db, cmd, args).await,
+    }
+}
+
+/// [`counter`] on the awaited path only, for one [`counter_now`] declined.
+pub(crate) async fn counter_declined(engine: &Engine, db: u8, cmd: Cmd, args: &[Bytes]) -> Reply {
     let by = match counter_step(cmd, args) {
         Ok(by) => by,
         Err(r) => return r,
     };
     let mut next = 0i64;
-    let updated = update(engine, db, &args[1], "incrby", |cur| {
+    let updated = update_awaited(engine, db, &args[1], "incrby", |cur| {
         counted(cur, by, &mut next)
     })
     .await;
@@ -538,6 +557,18 @@ pub(crate) async fn set(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
     if let Some(reply) = set_with_now(engine, db, args, opts) {
         return reply;
     }
+    set_awaited(engine, db, args, opts).await
+}
+
+/// [`set`] on the awaited path only, for one [`set_now`] declined.
+pub(crate) async fn set_declined(engine: &Engine, db: u8, args: &[Bytes]) -> Reply {
+    match set_options(engine, args) {
+        Ok(opts) => set_awaited(engine, db, args, opts).await,
+        Err(r) => r,
+    }
+}
+
+async fn set_awaited(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) -> Reply {
     // Writes of one key queue here instead of racing each other's commits.
     let _g = engine.lock_key(&args[1]).await;
     let out = tri!(set_getting_old(engine, db, &args[1], &args[2], opts).await);

@@ -40,6 +40,9 @@ impl Pool {
             return Err(UmoError::TooLarge(len));
         }
         let mut reclaiming_since: Option<Instant> = None;
+        // Blocks other threads hold ready, and their frees, are taken back once before
+        // waiting for limbo or growing the pool.
+        let mut flushed = false;
         loop {
             match self.take_block(len, aligned) {
                 Ok((block, claim)) => {
@@ -68,6 +71,10 @@ impl Pool {
                 Err(Need::Claiming) => tokio::time::sleep(Duration::from_micros(20)).await,
                 // Its blocks in limbo come back within the grace period (unless they
                 // land in a segment being emptied): the caller evicts and retries.
+                Err(Need::Reclaiming | Need::Region) if !flushed => {
+                    flushed = true;
+                    self.flush_block_caches();
+                }
                 Err(Need::Reclaiming) => {
                     let since = *reclaiming_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > self.config.grace {

@@ -24,8 +24,10 @@ use crate::error::UmoError;
 
 /// Shards per pool; threads take them in turn, so up to this many threads never share.
 pub(super) const SHARDS: usize = 16;
-/// Blocks of a class a shard takes from the allocator at once.
+/// Blocks of a class a shard takes from the allocator at once, at most; and at most
+/// [`REFILL_BYTES`] of them, so large classes do not sit idle in a cache.
 const REFILL: usize = 8;
+const REFILL_BYTES: usize = 64 << 10;
 /// Frees a shard hands to the allocator at once.
 const FREE_BATCH: usize = 32;
 
@@ -81,10 +83,9 @@ impl Pool {
                 // This thread's frees go to the allocator in the same visit.
                 let now = Instant::now();
                 let mut alloc = self.alloc.lock();
-                for block in shard.freed.drain(..) {
-                    alloc.free(block, now);
-                }
-                alloc.alloc_ready(len, aligned, now, REFILL, shard.ready_of(class));
+                hand_over(&mut alloc, &mut shard.freed, now);
+                let n = (REFILL_BYTES / classes::size(class) as usize).clamp(1, REFILL);
+                alloc.alloc_ready(len, aligned, now, n, shard.ready_of(class));
             }
             let ready = shard.ready_of(class);
             (ready.pop()?, ready.last().copied())
@@ -112,11 +113,7 @@ impl Pool {
         let mut shard = self.shards[my_shard()].0.lock();
         shard.freed.push(block);
         if shard.freed.len() >= FREE_BATCH {
-            let now = Instant::now();
-            let mut alloc = self.alloc.lock();
-            for block in shard.freed.drain(..) {
-                alloc.free(block, now);
-            }
+            hand_over(&mut self.alloc.lock(), &mut shard.freed, Instant::now());
         }
     }
 
@@ -138,23 +135,25 @@ impl Pool {
         if ready.is_empty() && freed.is_empty() {
             return;
         }
-        let now = Instant::now();
         let mut alloc = self.alloc.lock();
         for block in ready {
             alloc.give_back(block);
         }
-        for block in freed {
-            alloc.free(block, now);
-        }
+        hand_over(&mut alloc, &mut freed, Instant::now());
     }
 
     /// The allocator, with this thread's freed blocks moved into its limbo first.
     pub(super) fn allocator(&self, now: Instant) -> parking_lot::MutexGuard<'_, Allocator> {
         let mut shard = self.shards[my_shard()].0.lock();
         let mut alloc = self.alloc.lock();
-        for block in shard.freed.drain(..) {
-            alloc.free(block, now);
-        }
+        hand_over(&mut alloc, &mut shard.freed, now);
         alloc
+    }
+}
+
+/// Moves a shard's freed blocks into the allocator's limbo, stamped `now`.
+fn hand_over(alloc: &mut Allocator, freed: &mut Vec<Block>, now: Instant) {
+    for block in freed.drain(..) {
+        alloc.free(block, now);
     }
 }

@@ -52,8 +52,10 @@ impl Pool {
     }
 
     /// [`write_object`](Self::write_object) right now, for a string that fits one
-    /// block, if its block is at hand and every copy completes verbs inline; `None`
-    /// (nothing allocated) means use `write_object`.
+    /// block, if its block is at hand and every copy completes verbs inline. `None`
+    /// means use `write_object`: nothing was written, or the bytes reached some copies
+    /// only and the block is kept until [`finish_object_writes`](Self::finish_object_writes)
+    /// has written them to every copy.
     pub fn write_object_now(
         &self,
         db: u8,
@@ -78,9 +80,15 @@ impl Pool {
             // Some copies may have the bytes and others not (a connection not open
             // yet, a region file not mapped yet): the awaited path finishes the write
             // before the block is freed, so no copy keeps bytes the others lack.
-            Some(Err(_)) | None => {
-                self.unfinished.lock().push((block, buf, 0));
-                self.unfinished_count.fetch_add(1, Ordering::Relaxed);
+            Some(Err(_)) => {
+                let mut unfinished = self.unfinished.lock();
+                unfinished.push((block, buf, 0));
+                self.unfinished_count
+                    .store(unfinished.len(), Ordering::Relaxed);
+                None
+            }
+            None => {
+                self.free(block);
                 None
             }
         }
@@ -96,16 +104,20 @@ impl Pool {
         if self.unfinished_count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let pending: Vec<(Block, Vec<u8>, usize)> = std::mem::take(&mut *self.unfinished.lock());
-        self.unfinished_count
-            .fetch_sub(pending.len(), Ordering::Relaxed);
+        let pending: Vec<(Block, Vec<u8>, usize)> = {
+            let mut unfinished = self.unfinished.lock();
+            self.unfinished_count.store(0, Ordering::Relaxed);
+            std::mem::take(&mut *unfinished)
+        };
         for (block, bytes, tries) in pending {
             match self.write_all(&[(block.addr, &bytes)]).await {
                 Ok(()) => self.free(block),
                 Err(e) if tries + 1 < UNFINISHED_TRIES => {
                     tracing::debug!(error = %e, "finishing an object write failed; retrying");
-                    self.unfinished.lock().push((block, bytes, tries + 1));
-                    self.unfinished_count.fetch_add(1, Ordering::Relaxed);
+                    let mut unfinished = self.unfinished.lock();
+                    unfinished.push((block, bytes, tries + 1));
+                    self.unfinished_count
+                        .store(unfinished.len(), Ordering::Relaxed);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "an object write left on some copies could not be finished; its block is freed");

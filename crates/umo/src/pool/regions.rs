@@ -232,15 +232,16 @@ impl Pool {
 
     /// Stops allocating in `region`: it is being returned to the memory nodes.
     pub fn retire_region(&self, region: RegionId) {
-        // Blocks cached for threads go back first, so none in the region is handed out.
-        self.flush_block_caches();
+        // Retired first, so no refill takes a block of it any more, then the blocks of
+        // it threads hold are given back (and dropped).
         self.alloc.lock().retire_region(region);
+        self.flush_block_caches();
     }
 
     /// Forgets a region the cluster manager returned to the memory nodes.
     pub fn forget_region(&self, region: RegionId) {
-        self.flush_block_caches();
         self.alloc.lock().retire_region(region);
+        self.flush_block_caches();
         self.regions.write()[region as usize] = None;
         self.primaries[region as usize].store(0, Ordering::Release);
     }

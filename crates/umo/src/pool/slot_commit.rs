@@ -60,8 +60,9 @@ impl Post for Awaited {
     }
 }
 
-/// Inline only, for nodes that complete verbs inline: a node that cannot is an error
-/// (the caller checked every copy first), never a wait.
+/// Inline only, for nodes that complete verbs inline: a node that cannot now (its
+/// connection not open yet, its region not mapped yet) is [`UmoError::NotInline`],
+/// never a wait.
 struct Inline;
 
 impl Post for Inline {
@@ -74,10 +75,7 @@ impl Post for Inline {
         let node = &pool.nodes[n];
         let done = match node.post_now(verbs) {
             Some(r) => r.map_err(UmoError::node(node.node())),
-            None => Err(UmoError::Config(format!(
-                "node {} does not complete verbs inline",
-                node.node()
-            ))),
+            None => Err(UmoError::NotInline(node.node())),
         };
         std::future::ready(done)
     }
@@ -166,9 +164,10 @@ impl Pool {
 
     /// [`commit_slot`](Self::commit_slot) right now, if every copy of the slot's region
     /// completes verbs inline (`local`, `shm`): the same steps, none awaited. `None`:
-    /// nothing was done (the region is frozen, not learned, or remote); use
-    /// `commit_slot`. A `Failed` outcome was not retried after a failover, as
-    /// `commit_slot` does: it is in doubt.
+    /// nothing is left applied (the region is frozen, not learned or remote, or a copy
+    /// could not take a verb now and what went before was undone); use `commit_slot`.
+    /// A `Failed` outcome was not retried after a failover, as `commit_slot` does: it
+    /// is in doubt.
     pub fn commit_slot_now(&self, w: SlotWrite) -> Option<TxOutcome> {
         if (w.old | w.new) & WORD_LOCK != 0 {
             return Some(TxOutcome::Locked);
@@ -185,9 +184,17 @@ impl Pool {
             return None;
         }
         // Every verb of the steps completes inline, so the future is done on its first
-        // poll: nothing is left half run.
-        self.run_slot_commit(w, primary, copies, &Inline)
+        // poll. Were it ever not, it would be dropped half run: in doubt.
+        match self
+            .run_slot_commit(w, primary, copies, &Inline)
             .now_or_never()
+        {
+            Some(TxOutcome::Failed(UmoError::NotInline(_))) => None,
+            Some(outcome) => Some(outcome),
+            None => Some(TxOutcome::Failed(UmoError::Config(
+                "an inline slot commit waited".into(),
+            ))),
+        }
     }
 
     /// The nodes of every copy of `w`'s region (primary included) and how many there
@@ -262,11 +269,27 @@ impl Pool {
                 // Write the old pair back where the new one went (this backup too: it
                 // may have applied), then unlock the primary, which still holds `old`.
                 let old_pair = pair(w.old, w.old_meta);
+                let mut undone = true;
                 for &m in backups[..=k].iter().filter(|&&m| m != primary) {
-                    let _ = self.write_pair(post, m, w.addr, &old_pair).await;
+                    undone &= match self.write_pair(post, m, w.addr, &old_pair).await {
+                        Ok(()) => true,
+                        // This backup took no verb, the new pair either.
+                        Err(UmoError::NotInline(_)) => m == n,
+                        Err(_) => false,
+                    };
                 }
-                let _ = self.cas_with(post, primary, w.addr, locked, w.old).await;
-                return TxOutcome::Failed(e);
+                undone &= self
+                    .cas_with(post, primary, w.addr, locked, w.old)
+                    .await
+                    .is_ok_and(|seen| seen == locked);
+                return TxOutcome::Failed(match e {
+                    // Declined, and nothing is left applied: the caller may go another way.
+                    UmoError::NotInline(_) if undone => e,
+                    UmoError::NotInline(node) => UmoError::Config(format!(
+                        "an inline slot commit stopped at node {node} and was not fully undone"
+                    )),
+                    e => e,
+                });
             }
         }
 
@@ -306,7 +329,14 @@ impl Pool {
                 Err(e) => last = Some(e),
             }
         }
-        TxOutcome::Failed(last.unwrap_or(UmoError::UnknownRegion(region)))
+        // The backups hold the new pair: whatever stopped the last step, it is in doubt.
+        TxOutcome::Failed(match last {
+            Some(UmoError::NotInline(node)) => UmoError::Config(format!(
+                "an inline slot commit could not publish at node {node}"
+            )),
+            Some(e) => e,
+            None => UmoError::UnknownRegion(region),
+        })
     }
 
     /// Writes a slot's word and metadata to node `n`'s copy.

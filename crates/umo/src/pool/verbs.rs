@@ -1,9 +1,9 @@
 //! One-sided verbs on region copies: reads from the primary (completed inline when the
 //! backend can, batched per node), writes to every copy, and fetch-and-add on the
-//! primary. Called by object reads and writes, the superblock and the hash table.
-//! Nothing here validates: `write_all` is
-//! for bytes no committed word points at yet, and words other clients validate change
-//! only through `commit`.
+//! primary; each also right now (`*_now`) where every copy completes verbs inline.
+//! Called by object reads and writes, the superblock and the hash table. Nothing here
+//! validates: `write_all` is for bytes no committed word points at yet, and words other
+//! clients validate change only through `commit`.
 
 use std::collections::BTreeMap;
 
@@ -77,22 +77,7 @@ impl Pool {
     /// completes verbs inline (advisory metadata: a backup that fails is left behind);
     /// `None` means use [`write_all`](Self::write_all).
     pub fn write_now(&self, addr: GlobalAddr, data: &[u8]) -> Option<Result<(), UmoError>> {
-        self.inline_on_copies(addr, data.len() as u64, |primary, entry| {
-            for n in entry.copies() {
-                let mut write = [Verb::Write {
-                    region: addr.region(),
-                    offset: addr.offset(),
-                    data,
-                }];
-                let done = self.nodes[n].post_now(&mut write)?;
-                if n == primary
-                    && let Err(e) = done.map_err(UmoError::node(self.nodes[n].node()))
-                {
-                    return Some(Err(e));
-                }
-            }
-            Some(Ok(()))
-        })
+        self.write_copies_now(addr, data, false)
     }
 
     /// Reads several ranges from their primaries right now, one batch per node, if
@@ -138,19 +123,38 @@ impl Pool {
     }
 
     /// [`write_all`](Self::write_all) of one range right now, if every copy of its
-    /// region completes verbs inline; `None` means use `write_all` (which also waits out
-    /// a failed node: here a copy that fails is an error).
+    /// region completes verbs inline. `None`: nothing was written; use `write_all`. An
+    /// error may leave the bytes on some copies only (a copy that failed, or could not
+    /// take a verb now: [`UmoError::NotInline`]); `write_all` also waits out a failed
+    /// node.
     pub fn write_all_now(&self, addr: GlobalAddr, data: &[u8]) -> Option<Result<(), UmoError>> {
-        self.inline_on_copies(addr, data.len() as u64, |_, entry| {
+        self.write_copies_now(addr, data, true)
+    }
+
+    /// Writes `data` on every copy, primary first; a backup that fails is an error if
+    /// `every`, else left behind. `None`: the primary took nothing (or the region is not
+    /// inline).
+    fn write_copies_now(
+        &self,
+        addr: GlobalAddr,
+        data: &[u8],
+        every: bool,
+    ) -> Option<Result<(), UmoError>> {
+        self.inline_on_copies(addr, data.len() as u64, |primary, entry| {
             for n in entry.copies() {
+                let node = &self.nodes[n];
                 let mut write = [Verb::Write {
                     region: addr.region(),
                     offset: addr.offset(),
                     data,
                 }];
-                if let Err(e) = self.nodes[n]
-                    .post_now(&mut write)?
-                    .map_err(UmoError::node(self.nodes[n].node()))
+                let done = match node.post_now(&mut write) {
+                    Some(done) => done.map_err(UmoError::node(node.node())),
+                    None if n == primary => return None,
+                    None => Err(UmoError::NotInline(node.node())),
+                };
+                if let Err(e) = done
+                    && (every || n == primary)
                 {
                     return Some(Err(e));
                 }
