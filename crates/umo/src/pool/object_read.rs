@@ -49,16 +49,7 @@ impl Pool {
         db: u8,
         key: &[u8],
     ) -> Option<Result<ReadObject, UmoError>> {
-        let size = obj.block.size() as usize;
-        if obj.chained || size > SMALL_OBJECT {
-            return None;
-        }
-        let mut buf = [0u8; SMALL_OBJECT];
-        let buf = &mut buf[..size];
-        if let Err(e) = self.read_now(obj.block.addr, buf)? {
-            return Some(Err(e));
-        }
-        Some(Ok(verify_small(buf, db, key)))
+        self.with_head_now(obj, |buf| verify_small(buf, db, key))
     }
 
     /// Whether the small inline object at `obj` holds `db`/`key` (checksum checked),
@@ -70,16 +61,7 @@ impl Pool {
         db: u8,
         key: &[u8],
     ) -> Option<Result<Option<ValueKind>, UmoError>> {
-        let size = obj.block.size() as usize;
-        if obj.chained || size > SMALL_OBJECT {
-            return None;
-        }
-        let mut buf = [0u8; SMALL_OBJECT];
-        let buf = &mut buf[..size];
-        if let Err(e) = self.read_now(obj.block.addr, buf)? {
-            return Some(Err(e));
-        }
-        Some(Ok(match object::parse_head(buf) {
+        self.with_head_now(obj, |buf| match object::parse_head(buf) {
             Head::Inline {
                 db: d,
                 kind,
@@ -87,7 +69,33 @@ impl Pool {
                 ..
             } if d == db && buf[k.clone()] == *key => Some(kind),
             _ => None,
-        }))
+        })
+    }
+
+    /// Reads the block of a small inline object right now, through a stack buffer of
+    /// the smaller size that holds it, and runs `f` on its bytes. `None`: not possible
+    /// inline (a chained or large object, or a backend that must be awaited).
+    fn with_head_now<T>(
+        &self,
+        obj: ObjectRef,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Option<Result<T, UmoError>> {
+        let size = obj.block.size() as usize;
+        if obj.chained || size > SMALL_OBJECT {
+            return None;
+        }
+        let mut tiny = [0u8; TINY_OBJECT];
+        let mut small;
+        let buf = if size <= TINY_OBJECT {
+            &mut tiny[..size]
+        } else {
+            small = [0u8; SMALL_OBJECT];
+            &mut small[..size]
+        };
+        if let Err(e) = self.read_now(obj.block.addr, buf)? {
+            return Some(Err(e));
+        }
+        Some(Ok(f(buf)))
     }
 
     /// Reads the object at `obj` from the primary and returns its value if it holds
