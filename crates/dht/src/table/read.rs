@@ -165,40 +165,53 @@ impl Dht {
                     loc
                 })
                 .collect();
-            // Stage 1: the first candidate bucket of every key with a cached directory.
-            // (key index, bucket, its subtable, its index there)
-            let mut buckets: Vec<(usize, GlobalAddr, GlobalAddr, u64)> =
-                Vec::with_capacity(keys.len());
+            // Stage 1: both candidate buckets of every key with a cached directory (a
+            // writer puts a new key in the emptier of the two, so half the keys live
+            // in the second).
+            // (key index, its subtable, its two bucket indexes)
+            let mut candidates: Vec<(usize, GlobalAddr, [u64; 2])> = Vec::with_capacity(keys.len());
             for (i, loc) in locs.iter().enumerate() {
                 if let Some(st) = self.cached_subtable(loc) {
-                    let (a, _) = hash::buckets(loc.hash, self.buckets);
-                    buckets.push((i, st.offset_by(a * layout::BUCKET), st, a));
+                    let (a, b) = hash::buckets(loc.hash, self.buckets);
+                    candidates.push((i, st, [a, b]));
                 }
             }
-            let mut bytes = vec![[0u8; layout::BUCKET as usize]; buckets.len()];
+            let mut bytes = vec![[[0u8; layout::BUCKET as usize]; 2]; candidates.len()];
             {
-                let mut reads: Vec<(GlobalAddr, &mut [u8])> = buckets
+                let mut reads: Vec<(GlobalAddr, &mut [u8])> = candidates
                     .iter()
                     .zip(bytes.iter_mut())
-                    .map(|((_, a, _, _), b)| (*a, &mut b[..]))
+                    .flat_map(|((_, st, pair), [x, y])| {
+                        [
+                            (st.offset_by(pair[0] * layout::BUCKET), &mut x[..]),
+                            (st.offset_by(pair[1] * layout::BUCKET), &mut y[..]),
+                        ]
+                    })
                     .collect();
                 self.pool.read_batch(&mut reads).await?;
             }
-            // Stage 2: the object of the first fingerprint match in each bucket.
-            let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(buckets.len());
-            for ((i, addr, st, index), b) in buckets.iter().zip(&bytes) {
-                let ext = self.ext_base(*st, *index, le64(b, 0));
+            // Stage 2: the object of the first fingerprint match in the two buckets.
+            let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(candidates.len());
+            for ((i, st, pair), [x, y]) in candidates.iter().zip(&bytes) {
+                let loc = &locs[*i];
                 let probe = Probe {
-                    buckets: [(*addr, *b), (*addr, *b)],
-                    ext: [ext, ext],
+                    buckets: [
+                        (st.offset_by(pair[0] * layout::BUCKET), *x),
+                        (st.offset_by(pair[1] * layout::BUCKET), *y),
+                    ],
+                    ext: [
+                        self.ext_base(*st, pair[0], le64(x, 0)),
+                        self.ext_base(*st, pair[1], le64(y, 0)),
+                    ],
                 };
-                if !layout::header_covers(probe.header(0), locs[*i].hash, locs[*i].slot) {
+                if !(0..2).all(|b| layout::header_covers(probe.header(b), loc.hash, loc.slot)) {
                     continue;
                 }
-                let hit = (0..SLOTS_PER_BUCKET)
-                    .map(|s| (probe.slot(0, s), probe.ext(0, s)))
-                    .find(|((_, w, _), _)| !w.is_empty() && w.fp() == locs[*i].fp);
-                if let Some(((slot, word, meta), ext)) = hit
+                let hit = (0..2)
+                    .flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |s| (b, s)))
+                    .map(|(b, s)| (b, probe.slot(b, s), probe.ext(b, s)))
+                    .find(|(_, (_, w, _), _)| !w.is_empty() && w.fp() == loc.fp);
+                if let Some((bucket, (slot, word, meta), ext)) = hit
                     && let Some(obj) = word.object()
                     && !obj.chained
                     && obj.block.size() as usize <= BATCH_OBJECT
@@ -207,7 +220,7 @@ impl Dht {
                     objects.push((
                         *i,
                         Found {
-                            bucket: 0,
+                            bucket,
                             addr: slot,
                             word,
                             meta,
