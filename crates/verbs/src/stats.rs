@@ -4,11 +4,14 @@
 //! verbs and round trips an operation needs; these counters measure it (INFO's
 //! `dmc_pool_*` fields, the agent's metrics, `dmc-bench traffic`).
 //!
-//! Counting is on every verb of every request, so the counters are sharded: each thread
-//! adds to its own cache line and a reader sums the shards.
+//! Counting is on every verb of every request, so each thread counts in a shard of its
+//! own, on its own cache line, with a plain load and store (its only writer): no
+//! locked instruction on the verb path, where one would also wait for the object bytes
+//! just written to drain. A reader sums the live threads' shards and what exited
+//! threads counted.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::transport::Verb;
 
@@ -101,48 +104,93 @@ impl Traffic {
 /// Words of one shard: 6 per backend, then the RPC counters.
 const RPCS: usize = BACKENDS.len() * 6;
 const WORDS: usize = RPCS + 3;
-const SHARDS: usize = 16;
 
+/// One thread's counters. Only that thread adds to them; readers load them.
 #[repr(align(128))]
 struct Shard([AtomicU64; WORDS]);
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicU64 = AtomicU64::new(0);
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Shard = Shard([ZERO; WORDS]);
-static COUNTERS: [Shard; SHARDS] = [EMPTY; SHARDS];
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+impl Shard {
+    fn new() -> Shard {
+        Shard(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
 
-thread_local! {
-    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// Adds `n` to word `i`: a plain read and write, as this thread is its only writer.
+    fn bump(&self, i: usize, n: u64) {
+        if let Some(w) = self.0.get(i) {
+            w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        }
+    }
 }
 
-fn shard() -> &'static Shard {
-    let i = SHARD.with(|s| {
-        if s.get() == usize::MAX {
-            s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+/// The live threads' shards, and the sums of those whose threads exited.
+struct Registry {
+    live: Vec<Arc<Shard>>,
+    retired: [u64; WORDS],
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    retired: [0; WORDS],
+});
+
+/// Counts made while a thread's own shard is already gone (its thread-local
+/// destructors running), added atomically.
+static LATE: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A thread's registration: its counts move to the retired sums when it exits.
+struct Mine(Arc<Shard>);
+
+impl Mine {
+    fn register() -> Mine {
+        let shard = Arc::new(Shard::new());
+        registry().live.push(shard.clone());
+        Mine(shard)
+    }
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let mut reg = registry();
+        for (sum, w) in reg.retired.iter_mut().zip(&self.0.0) {
+            *sum = sum.wrapping_add(w.load(Ordering::Relaxed));
         }
-        s.get()
+        reg.live.retain(|s| !Arc::ptr_eq(s, &self.0));
+    }
+}
+
+thread_local! {
+    static MINE: Mine = Mine::register();
+}
+
+/// Runs `f` on this thread's shard (`None` while the thread exits).
+fn with_shard(f: impl FnOnce(&Shard)) {
+    let mut f = Some(f);
+    let mine = MINE.try_with(|m| {
+        if let Some(f) = f.take() {
+            f(&m.0);
+        }
     });
-    &COUNTERS[i % SHARDS]
+    if let (Err(_), Some(f)) = (mine, f) {
+        // Not on the hot path: only a thread's exit gets here.
+        let late = Shard::new();
+        f(&late);
+        for (sum, w) in LATE.iter().zip(&late.0) {
+            sum.fetch_add(w.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
 }
 
 fn add(word: usize, n: u64) {
-    if let Some(w) = shard().0.get(word) {
-        w.fetch_add(n, Ordering::Relaxed);
-    }
+    with_shard(|s| s.bump(word, n));
 }
 
 /// Counts one post of `verbs` on backend `backend` (an index into [`BACKENDS`]).
 pub(crate) fn post(backend: usize, verbs: &[Verb<'_>]) {
     let base = backend * 6;
-    let s = shard();
-    let bump = |i: usize, n: u64| {
-        if let Some(w) = s.0.get(base + i) {
-            w.fetch_add(n, Ordering::Relaxed);
-        }
-    };
-    bump(0, 1);
     let mut bytes = 0u64;
     let mut kinds = [0u64; 4];
     for v in verbs {
@@ -165,12 +213,15 @@ pub(crate) fn post(backend: usize, verbs: &[Verb<'_>]) {
             }
         }
     }
-    for (i, n) in kinds.into_iter().enumerate() {
-        if n > 0 {
-            bump(1 + i, n);
+    with_shard(|s| {
+        s.bump(base, 1);
+        for (i, n) in kinds.into_iter().enumerate() {
+            if n > 0 {
+                s.bump(base + 1 + i, n);
+            }
         }
-    }
-    bump(5, bytes);
+        s.bump(base + 5, bytes);
+    });
 }
 
 /// Counts one RPC of `bytes` bytes sent.
@@ -189,14 +240,23 @@ pub(crate) const SHM: usize = 1;
 pub(crate) const TCP: usize = 2;
 pub(crate) const RDMA: usize = 3;
 
-/// The counters so far (summed over shards; counts racing with the sum may land in
+/// The counters so far (summed over threads; counts racing with the sum may land in
 /// the next one).
 pub fn traffic() -> Traffic {
     let mut words = [0u64; WORDS];
-    for s in &COUNTERS {
-        for (w, c) in words.iter_mut().zip(&s.0) {
-            *w += c.load(Ordering::Relaxed);
+    {
+        let reg = registry();
+        for (w, r) in words.iter_mut().zip(&reg.retired) {
+            *w = w.wrapping_add(*r);
         }
+        for s in &reg.live {
+            for (w, c) in words.iter_mut().zip(&s.0) {
+                *w = w.wrapping_add(c.load(Ordering::Relaxed));
+            }
+        }
+    }
+    for (w, c) in words.iter_mut().zip(&LATE) {
+        *w = w.wrapping_add(c.load(Ordering::Relaxed));
     }
     let mut t = Traffic::default();
     for (i, b) in t.backends.iter_mut().enumerate() {
@@ -254,5 +314,16 @@ mod tests {
         assert!(r.posts >= 1 && r.reads >= 1 && r.writes >= 1 && r.cas >= 1);
         assert!(r.bytes >= 111);
         assert!(d.rpcs >= 1 && d.rpc_bytes_sent >= 40 && d.rpc_bytes_received >= 25);
+    }
+
+    #[test]
+    fn an_exited_threads_counts_stay_and_its_shard_goes() {
+        let before = traffic();
+        let live_before = registry().live.len();
+        std::thread::spawn(|| rpc_sent(1000)).join().unwrap();
+        let d = traffic().since(&before);
+        assert!(d.rpcs >= 1 && d.rpc_bytes_sent >= 1000);
+        // Other tests' threads come and go meanwhile: the exited one is not kept.
+        assert!(registry().live.len() <= live_before + 8);
     }
 }

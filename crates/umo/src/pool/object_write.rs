@@ -15,6 +15,13 @@ use crate::object::{self, ChunkRef, Head, ValueKind};
 /// as it is): a node that fails them all this long is failed over meanwhile.
 const UNFINISHED_TRIES: usize = 64;
 
+/// A thread's encode buffer for inline writes is dropped past this size.
+const ENCODED_KEPT: usize = 4096;
+
+thread_local! {
+    static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Pool {
     /// Writes `key` → `value` (of type `kind`) out of place to every copy and returns
     /// where it is. The object is invisible until a committed index update points at it.
@@ -70,9 +77,16 @@ impl Pool {
             Ok(b) => b,
             Err(e) => return Some(Err(e)),
         };
-        let mut buf = Vec::with_capacity(len);
-        object::encode_inline(db, key, ValueKind::String, value, &mut buf);
-        match self.write_all_now(block.addr, &buf) {
+        // Encoded in this thread's buffer: no allocation per write.
+        let written = ENCODED.with_borrow_mut(|buf| {
+            object::encode_inline(db, key, ValueKind::String, value, buf);
+            let written = self.write_all_now(block.addr, buf);
+            if buf.capacity() > ENCODED_KEPT {
+                *buf = Vec::new();
+            }
+            written.map(|w| w.map_err(|_| buf.clone()))
+        });
+        match written {
             Some(Ok(())) => Some(Ok(ObjectRef {
                 block,
                 chained: false,
@@ -80,7 +94,7 @@ impl Pool {
             // Some copies may have the bytes and others not (a connection not open
             // yet, a region file not mapped yet): the awaited path finishes the write
             // before the block is freed, so no copy keeps bytes the others lack.
-            Some(Err(_)) => {
+            Some(Err(buf)) => {
                 let mut unfinished = self.unfinished.lock();
                 unfinished.push((block, buf, 0));
                 self.unfinished_count
