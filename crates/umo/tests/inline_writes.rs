@@ -96,17 +96,25 @@ async fn an_inline_write_declined_half_way_is_finished_on_every_copy() {
     };
     let pool = Pool::open(config, nodes).await.expect("a pool");
     // The class's segment is claimed on the awaited path.
-    pool.write_object(0, b"seed", ValueKind::String, b"v")
-        .await
-        .expect("written");
+    // A value past the encode buffer's kept size too: its bytes must reach the
+    // unfinished list, not the emptied buffer.
+    let large = vec![b'x'; 5000];
+    for value in [&b"v"[..], &large] {
+        pool.write_object(0, b"seed", ValueKind::String, value)
+            .await
+            .expect("written");
+    }
     let plain: Vec<Arc<dyn Transport>> = cores
         .iter()
         .map(|c| -> Arc<dyn Transport> { Arc::new(LocalTransport::new(c.clone())) })
         .collect();
     // Each node declines in turn: one of the two is a backup, reached after the primary.
-    for unready in &flags {
+    for (unready, value) in flags
+        .iter()
+        .flat_map(|f| [(f, &b"value"[..]), (f, &large[..])])
+    {
         unready.store(true, Ordering::Relaxed);
-        assert!(pool.write_object_now(0, b"key", b"value").is_none());
+        assert!(pool.write_object_now(0, b"key", value).is_none());
         unready.store(false, Ordering::Relaxed);
         pool.finish_object_writes().await;
         for (region, _) in plain[0].list_regions().await.expect("regions") {

@@ -148,10 +148,11 @@ impl Dht {
         Ok(Some(self.hit(f, &now).await))
     }
 
-    /// Gets many keys of `db` at once. On inline backends the first buckets of all keys
-    /// are read in one batch, then all the objects, so their memory latencies overlap
-    /// (the CPU's version of a doorbell batch); keys this fast path cannot settle (in
-    /// the second bucket, absent, expired, chained) go through [`get`](Self::get).
+    /// Gets many keys of `db` at once. On inline backends both candidate buckets of all
+    /// keys are read in one batch, then all the objects, so their memory latencies
+    /// overlap (the CPU's version of a doorbell batch); keys this fast path cannot
+    /// settle (absent, expired, chained, a fingerprint shared with another key) go
+    /// through [`get`](Self::get).
     pub async fn get_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Entry>>, DhtError> {
         let mut out: Vec<Option<Entry>> = vec![None; keys.len()];
         let mut settled = vec![false; keys.len()];
@@ -168,12 +169,14 @@ impl Dht {
             // Stage 1: both candidate buckets of every key with a cached directory (a
             // writer puts a new key in the emptier of the two, so half the keys live
             // in the second).
-            // (key index, its subtable, its two bucket indexes)
-            let mut candidates: Vec<(usize, GlobalAddr, [u64; 2])> = Vec::with_capacity(keys.len());
+            // (key index, its subtable, its two bucket indexes and their addresses)
+            let mut candidates: Vec<(usize, GlobalAddr, [u64; 2], [GlobalAddr; 2])> =
+                Vec::with_capacity(keys.len());
             for (i, loc) in locs.iter().enumerate() {
                 if let Some(st) = self.cached_subtable(loc) {
                     let (a, b) = hash::buckets(loc.hash, self.buckets);
-                    candidates.push((i, st, [a, b]));
+                    let at = |n: u64| st.offset_by(n * layout::BUCKET);
+                    candidates.push((i, st, [a, b], [at(a), at(b)]));
                 }
             }
             let mut bytes = vec![[[0u8; layout::BUCKET as usize]; 2]; candidates.len()];
@@ -181,24 +184,18 @@ impl Dht {
                 let mut reads: Vec<(GlobalAddr, &mut [u8])> = candidates
                     .iter()
                     .zip(bytes.iter_mut())
-                    .flat_map(|((_, st, pair), [x, y])| {
-                        [
-                            (st.offset_by(pair[0] * layout::BUCKET), &mut x[..]),
-                            (st.offset_by(pair[1] * layout::BUCKET), &mut y[..]),
-                        ]
+                    .flat_map(|((_, _, _, addrs), [x, y])| {
+                        [(addrs[0], &mut x[..]), (addrs[1], &mut y[..])]
                     })
                     .collect();
                 self.pool.read_batch(&mut reads).await?;
             }
             // Stage 2: the object of the first fingerprint match in the two buckets.
             let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(candidates.len());
-            for ((i, st, pair), [x, y]) in candidates.iter().zip(&bytes) {
+            for ((i, st, pair, addrs), [x, y]) in candidates.iter().zip(&bytes) {
                 let loc = &locs[*i];
                 let probe = Probe {
-                    buckets: [
-                        (st.offset_by(pair[0] * layout::BUCKET), *x),
-                        (st.offset_by(pair[1] * layout::BUCKET), *y),
-                    ],
+                    buckets: [(addrs[0], *x), (addrs[1], *y)],
                     ext: [
                         self.ext_base(*st, pair[0], le64(x, 0)),
                         self.ext_base(*st, pair[1], le64(y, 0)),

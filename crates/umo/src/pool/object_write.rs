@@ -77,15 +77,21 @@ impl Pool {
             Ok(b) => b,
             Err(e) => return Some(Err(e)),
         };
-        // Encoded in this thread's buffer: no allocation per write.
-        let written = ENCODED.with_borrow_mut(|buf| {
+        // Encoded in this thread's buffer: no allocation per write. A write that
+        // reached some copies only takes the bytes with it.
+        let attempt = |buf: &mut Vec<u8>| {
             object::encode_inline(db, key, ValueKind::String, value, buf);
-            let written = self.write_all_now(block.addr, buf);
+            let written = self
+                .write_all_now(block.addr, buf)
+                .map(|w| w.map_err(|_| std::mem::take(buf)));
             if buf.capacity() > ENCODED_KEPT {
                 *buf = Vec::new();
             }
-            written.map(|w| w.map_err(|_| buf.clone()))
-        });
+            written
+        };
+        let written = ENCODED
+            .try_with(|buf| attempt(&mut buf.borrow_mut()))
+            .unwrap_or_else(|_| attempt(&mut Vec::new()));
         match written {
             Some(Ok(())) => Some(Ok(ObjectRef {
                 block,
