@@ -124,8 +124,12 @@ impl Dht {
         self.pool.read(self.slot_entry(slot), &mut w).await?;
         let r = u64::from_le_bytes(w);
         if r == 0 {
-            *self.dirs[slot as usize].write() = None;
-            self.flat.set(slot, None);
+            // Most often nothing was cached: no write lock for every miss on a slot
+            // without a table.
+            if self.dirs[slot as usize].read().is_some() {
+                *self.dirs[slot as usize].write() = None;
+                self.flat.set(slot, None);
+            }
             return Ok(None);
         }
         let block = layout::dir_block(r)

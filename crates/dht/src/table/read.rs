@@ -22,6 +22,15 @@ fn locked_slot(probe: &Probe) -> bool {
     (0..2).any(|b| (0..SLOTS_PER_BUCKET).any(|i| probe.slot(b, i).1.is_locked()))
 }
 
+/// What a look at a key's first bucket found.
+enum FirstBucket {
+    Found(Found),
+    /// The hash slot has no table: the key is absent.
+    NoTable,
+    /// Not there, or a stale directory: the full lookup decides.
+    Unsure,
+}
+
 /// Objects up to this size are read by `get_many`'s batched path.
 const BATCH_OBJECT: usize = 128;
 
@@ -117,11 +126,18 @@ impl Dht {
                 None => {}
             }
         }
-        if self.inline_reads
-            && let Some(f) = self.find_in_first_bucket(&loc, key).await?
-            && !self.is_expired(f.meta, abs)
-        {
-            return Ok(Some(self.hit(f, &now).await));
+        if self.inline_reads {
+            match self.find_in_first_bucket(&loc, key).await? {
+                FirstBucket::Found(f) if !self.is_expired(f.meta, abs) => {
+                    return Ok(Some(self.hit(f, &now).await));
+                }
+                // No table: what `lookup` would load again and find absent.
+                FirstBucket::NoTable => {
+                    self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                FirstBucket::Found(_) | FirstBucket::Unsure => {}
+            }
         }
         let (probe, found) = self.lookup(&loc, key, true).await?;
         let Some(f) = found else {
@@ -150,9 +166,10 @@ impl Dht {
 
     /// Gets many keys of `db` at once. On inline backends both candidate buckets of all
     /// keys are read in one batch, then all the objects, so their memory latencies
-    /// overlap (the CPU's version of a doorbell batch); keys this fast path cannot
-    /// settle (absent, expired, chained, a fingerprint shared with another key) go
-    /// through [`get`](Self::get).
+    /// overlap (the CPU's version of a doorbell batch). A key whose fingerprint neither
+    /// bucket bears is absent; keys this fast path cannot settle (expired, chained, a
+    /// fingerprint shared with another key, an eviction-history entry) go through
+    /// [`get`](Self::get).
     pub async fn get_many(&self, db: u8, keys: &[&[u8]]) -> Result<Vec<Option<Entry>>, DhtError> {
         let mut out: Vec<Option<Entry>> = vec![None; keys.len()];
         let mut settled = vec![false; keys.len()];
@@ -191,6 +208,7 @@ impl Dht {
                 self.pool.read_batch(&mut reads).await?;
             }
             // Stage 2: the object of the first fingerprint match in the two buckets.
+            let mut misses = 0u64;
             let mut objects: Vec<(usize, Found, ObjectRef)> = Vec::with_capacity(candidates.len());
             for ((i, st, pair, addrs), [x, y]) in candidates.iter().zip(&bytes) {
                 let loc = &locs[*i];
@@ -208,6 +226,13 @@ impl Dht {
                     .flat_map(|b| (0..SLOTS_PER_BUCKET).map(move |s| (b, s)))
                     .map(|(b, s)| (b, probe.slot(b, s), probe.ext(b, s)))
                     .find(|(_, (_, w, _), _)| !w.is_empty() && w.fp() == loc.fp);
+                if hit.is_none() {
+                    // No slot of either bucket bears its fingerprint: absent, as `get`
+                    // would find (no history entry to note, nothing to reclaim).
+                    settled[*i] = true;
+                    misses += 1;
+                    continue;
+                }
                 if let Some((bucket, (slot, word, meta), ext)) = hit
                     && let Some(obj) = word.object()
                     && !obj.chained
@@ -228,6 +253,9 @@ impl Dht {
                         obj,
                     ));
                 }
+            }
+            if misses > 0 {
+                self.counters.misses.fetch_add(misses, Ordering::Relaxed);
             }
             let mut heads = vec![[0u8; BATCH_OBJECT]; objects.len()];
             {
@@ -341,12 +369,12 @@ impl Dht {
 
     /// The key if it is in its first candidate bucket (read alone); `None` sends the
     /// caller down the full two-bucket path, which also handles stale directories.
-    async fn find_in_first_bucket(&self, loc: &Loc, key: &[u8]) -> Result<Option<Found>, DhtError> {
+    async fn find_in_first_bucket(&self, loc: &Loc, key: &[u8]) -> Result<FirstBucket, DhtError> {
         let st = match self.cached_subtable(loc) {
             Some(st) => st,
             None => match self.load_dir(loc.slot).await? {
                 Some(d) => d.subtable(loc.hash),
-                None => return Ok(None),
+                None => return Ok(FirstBucket::NoTable),
             },
         };
         let (a, _) = hash::buckets(loc.hash, self.buckets);
@@ -359,9 +387,12 @@ impl Dht {
             ext: [ext, ext],
         };
         if !layout::header_covers(probe.header(0), loc.hash, loc.slot) {
-            return Ok(None);
+            return Ok(FirstBucket::Unsure);
         }
-        self.find(loc, key, &probe, true).await
+        Ok(match self.find(loc, key, &probe, true).await? {
+            Some(f) => FirstBucket::Found(f),
+            None => FirstBucket::Unsure,
+        })
     }
 
     /// The key's value and metadata without recording an access (`OBJECT`, `MEMORY
