@@ -5,25 +5,12 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use common::Backend;
-use dmc_dht::{DhtConfig, SetCond, SetOptions, SystemClock};
+use dmc_dht::{SetCond, SetOptions};
 
 /// Keys of one hash slot (one hash tag), so one partition serves them all.
 const A: &[u8] = b"{inline}a";
 const B: &[u8] = b"{inline}b";
-
-async fn open(backend: Backend) -> common::Harness {
-    common::open(
-        backend,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::from_millis(0),
-    )
-    .await
-}
 
 async fn value_of(h: &common::Harness, key: &[u8]) -> Option<Vec<u8>> {
     h.dht.get(0, key).await.unwrap().map(|e| e.value.to_vec())
@@ -40,7 +27,7 @@ fn append(byte: u8) -> impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str
 #[tokio::test]
 async fn inline_writes_land_on_in_process_backends() {
     for backend in [Backend::Local, Backend::Shm] {
-        let h = open(backend).await;
+        let h = common::open_default(backend).await;
         let opts = SetOptions::default();
         // No partition for the slot yet: creating one awaits.
         assert!(h.dht.set_now(0, A, b"v1", opts).is_none(), "{backend:?}");
@@ -81,7 +68,7 @@ async fn inline_writes_land_on_in_process_backends() {
 
 #[tokio::test]
 async fn inline_writes_decline_what_would_wait_and_write_nothing() {
-    let h = open(Backend::Local).await;
+    let h = common::open_default(Backend::Local).await;
     let opts = SetOptions::default();
     h.dht.set(0, A, b"old", opts).await.unwrap();
 
@@ -122,7 +109,7 @@ async fn inline_writes_decline_what_would_wait_and_write_nothing() {
 
 #[tokio::test]
 async fn inline_writes_leave_remote_memory_to_the_awaited_path() {
-    let h = open(Backend::Rdma).await;
+    let h = common::open_default(Backend::Rdma).await;
     let opts = SetOptions::default();
     h.dht.set(0, A, b"v1", opts).await.unwrap();
     assert!(h.dht.set_now(0, A, b"v2", opts).is_none());

@@ -4,22 +4,13 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use common::Backend;
-use dmc_dht::{DhtConfig, SetOptions, SystemClock};
+use dmc_dht::SetOptions;
 
 #[tokio::test]
 async fn misses_answer_nil_and_count_once() {
     for backend in [Backend::Local, Backend::Shm] {
-        let h = common::open(
-            backend,
-            DhtConfig::default(),
-            Arc::new(SystemClock),
-            Duration::ZERO,
-        )
-        .await;
+        let h = common::open_default(backend).await;
         let d = &h.dht;
         let misses = || d.stats().misses;
         let m0 = misses();

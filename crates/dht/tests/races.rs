@@ -9,10 +9,9 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use common::Backend;
-use dmc_dht::{DhtConfig, SetOptions, SystemClock};
+use dmc_dht::SetOptions;
 
 const KEYS: u32 = 64;
 
@@ -39,13 +38,7 @@ fn check(key: u32, v: &[u8]) {
 }
 
 async fn race(backend: Backend) {
-    let h = common::open(
-        backend,
-        DhtConfig::default(),
-        Arc::new(SystemClock),
-        Duration::ZERO,
-    )
-    .await;
+    let h = common::open_default(backend).await;
     let dht = h.dht.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));

@@ -53,6 +53,17 @@ pub fn pool_config(grace: Duration) -> PoolConfig {
     }
 }
 
+/// A table with the default configuration, the system clock and no grace period.
+pub async fn open_default(backend: Backend) -> Harness {
+    open(
+        backend,
+        DhtConfig::default(),
+        Arc::new(dmc_dht::SystemClock),
+        Duration::ZERO,
+    )
+    .await
+}
+
 pub async fn open(
     backend: Backend,
     config: DhtConfig,
