@@ -155,6 +155,13 @@ impl Ownership {
         })
     }
 
+    /// Starts loading `slot`'s record into the cache (a hint), for a write to come.
+    pub fn prefetch(&self, slot: u16) {
+        if let Some(owner) = self.slots.get(slot as usize) {
+            dmc_verbs::memory::prefetch_line(std::ptr::from_ref(owner).cast());
+        }
+    }
+
     /// Assigns (or with `None` removes) slots `range`.
     pub fn assign(&self, range: std::ops::Range<u16>, lease: Option<Lease>) {
         for s in range {

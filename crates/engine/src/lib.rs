@@ -213,7 +213,7 @@ impl Session {
 /// A key's write lock, held until dropped (or held already by the EXEC this command
 /// runs in).
 pub enum KeyGuard<'a> {
-    Locked(tokio::sync::MutexGuard<'a, ()>),
+    Locked(futures::lock::MutexGuard<'a, ()>),
     Held,
 }
 
@@ -242,7 +242,10 @@ pub struct Engine {
     next_client: AtomicU64,
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
     /// is the only writer of its hash slots, so this makes INCR and friends atomic).
-    key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// `futures`' mutex: taking and releasing a free stripe is one atomic each (tokio's
+    /// release takes its waiters' mutex), the cost of every write. It is not FIFO: a
+    /// woken waiter may lose its turn to a newcomer, which only reorders a key's writers.
+    key_locks: Vec<futures::lock::Mutex<()>>,
     /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
     pub blocking: blocking::Blocking,
     /// The ACL users this agent checks commands against, and its ACL log.
@@ -333,7 +336,7 @@ impl Engine {
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)
-                .map(|_| tokio::sync::Mutex::new(()))
+                .map(|_| futures::lock::Mutex::new(()))
                 .collect(),
             cache_feed: std::sync::OnceLock::new(),
             blocking: blocking::Blocking::default(),
@@ -409,7 +412,14 @@ impl Engine {
         if multi::held(stripe) {
             return Some(KeyGuard::Held);
         }
-        self.key_locks[stripe].try_lock().ok().map(KeyGuard::Locked)
+        self.key_locks[stripe].try_lock().map(KeyGuard::Locked)
+    }
+
+    /// Starts loading `key`'s lock stripe into the cache (a hint).
+    pub(crate) fn prefetch_key_lock(&self, key: &[u8]) {
+        if let Some(lock) = self.key_locks.get(Self::key_stripe(key)) {
+            dmc_verbs::memory::prefetch_line(std::ptr::from_ref(lock).cast());
+        }
     }
 
     /// The stored database behind the logical one a client selected (see SWAPDB).

@@ -36,7 +36,7 @@ impl Engine {
 
     /// Starts loading what a pipeline's commands that name one key first (SET, INCR,
     /// HSET, ...; not GET, whose batches stage their own reads) will touch in the pool:
-    /// the key's buckets and object. Over in-process memory the commands then run one
+    /// the key's lock stripe, buckets and object. Over in-process memory the commands then run one
     /// after another without waiting, and their cache misses overlap only if they are
     /// all started first. Nothing for a lone command or a session already in MULTI
     /// (the commands of a pipeline that opens with MULTI are loaded, and then queued:
@@ -54,6 +54,8 @@ impl Engine {
             }
             a.get(1).map(|k| &k[..])
         });
+        // The key's lock stripe too: taking it is the write's first locked instruction.
+        let keys = keys.inspect(|key| self.prefetch_key_lock(key));
         self.dht
             .prefetch_buckets(self.physical_db(session.db), keys);
     }

@@ -31,6 +31,7 @@
 //! | `delete` | clearing a slot, `delete` |
 //! | `expire` | TTL changes, lazy and active expiry |
 //! | `partition` | creating, splitting and rebuilding subtables |
+//! | `rebuild_gate` | the per-slot gates inline writes enter and rebuilds close |
 //! | `evict` | making room, sampling and evicting per the policy |
 //! | `adaptive` | the adaptive policy: expert picks, history entries, regret, weights |
 //! | `vacate` | emptying a memory range or a region |
@@ -57,6 +58,7 @@ mod pool_view;
 mod prefetch;
 mod probe;
 mod read;
+mod rebuild_gate;
 mod recover;
 mod scan;
 mod staged;
@@ -162,9 +164,12 @@ pub struct Dht {
     dirs: Vec<RwLock<Option<Arc<Dir>>>>,
     flat: FlatDirs,
     /// Per hash slot: held exclusively while its subtables are rebuilt (split, moved),
-    /// shared by writers that must not race a rebuild (one-sided single-key writes,
-    /// which no bucket-header validation protects, and metadata-only changes).
+    /// shared by awaited writers that must not race a rebuild (one-sided single-key
+    /// writes, which no bucket-header validation protects, and metadata-only changes).
     locks: Vec<tokio::sync::RwLock<()>>,
+    /// Per hash slot: what inline writes (`write_now`) enter instead of `locks`, and a
+    /// rebuild closes after taking its lock ([`Dht::lock_for_rebuild`]).
+    gates: rebuild_gate::RebuildGates,
     partitions: RwLock<Vec<u16>>,
     commits: mpsc::UnboundedSender<CommitJob>,
     /// Batches the group committer has in flight.
@@ -186,6 +191,13 @@ pub struct Dht {
     /// Logical database -> the database number keys are stored under (SWAPDB).
     db_map: Box<[std::sync::atomic::AtomicU8]>,
     adaptive: adaptive::Adaptive,
+}
+
+/// A slot held for a rebuild ([`Dht::lock_for_rebuild`]): the gate opens, then the
+/// lock is released, when dropped.
+struct RebuildGuard<'a> {
+    _closed: Option<rebuild_gate::Closed<'a>>,
+    _locked: tokio::sync::RwLockWriteGuard<'a, ()>,
 }
 
 type RemovedHook = Box<dyn Fn(u8, &[u8], Removal) + Send + Sync>;
@@ -371,6 +383,16 @@ impl Dht {
                 guard
             }
             Err(_) => lock.read().await,
+        }
+    }
+
+    /// Holds `slot`'s subtables still for a rebuild: its lock taken exclusively (no
+    /// awaited writer inside), then its gate closed (no inline writer inside).
+    async fn lock_for_rebuild(&self, slot: u16) -> RebuildGuard<'_> {
+        let locked = self.locks[slot as usize].write().await;
+        RebuildGuard {
+            _closed: self.gates.close(slot).await,
+            _locked: locked,
         }
     }
 

@@ -65,6 +65,7 @@ impl Dht {
             locks: (0..HASH_SLOTS)
                 .map(|_| tokio::sync::RwLock::new(()))
                 .collect(),
+            gates: super::rebuild_gate::RebuildGates::new(HASH_SLOTS),
             partitions: RwLock::new(Vec::new()),
             commits: tx,
             commit_batches,

@@ -80,7 +80,7 @@ impl Dht {
     }
 
     pub(super) async fn create_partition(&self, slot: u16, lease: Lease) -> Result<(), DhtError> {
-        let _guard = self.locks[slot as usize].write().await;
+        let _guard = self.lock_for_rebuild(slot).await;
         if self.load_dir(slot).await?.is_some() {
             return Ok(());
         }
@@ -131,7 +131,7 @@ impl Dht {
 
     /// Splits the subtable `loc` maps to in two (extendible hashing).
     pub(super) async fn split(&self, loc: &Loc, lease: Lease) -> Result<(), DhtError> {
-        let _guard = self.locks[loc.slot as usize].write().await;
+        let _guard = self.lock_for_rebuild(loc.slot).await;
         let Some(dir) = self.load_dir(loc.slot).await? else {
             return Ok(());
         };

@@ -1,4 +1,4 @@
-//! Loading a pipeline's keys ahead: the directory words, rebuild lock, candidate
+//! Loading a pipeline's keys ahead: the directory words, rebuild gate, ownership, candidate
 //! buckets and old object of every key a pipeline's commands will write, started
 //! before the first command runs. Over in-process memory (`local`, `shm`) the commands
 //! then run one after another without waiting, and their cache misses overlap only if
@@ -23,7 +23,7 @@ const OBJECT_HEAD: usize = 128;
 impl Dht {
     /// Starts loading, for every key of `keys` in `db`, what a write of it touches
     /// first, when the pool's memory is in this address space. In rounds of
-    /// [`ROUND`] keys: every key's directory words and rebuild lock; then both
+    /// [`ROUND`] keys: every key's directory words, rebuild gate and ownership records; then both
     /// candidate buckets (on every copy: a write CASes each); then the head of each
     /// object a matching fingerprint points at. Each step is one batch per node.
     pub fn prefetch_buckets<'k>(&self, db: u8, keys: impl IntoIterator<Item = &'k [u8]>) {
@@ -36,9 +36,11 @@ impl Dht {
             for key in keys.by_ref().take(ROUND) {
                 let at = self.loc(db, key);
                 self.prefetch_subtable(&at);
-                if let Some(lock) = self.locks.get(at.slot as usize) {
-                    prefetch_line(std::ptr::from_ref(lock).cast());
+                if let Some(gate) = self.gates.word(at.slot) {
+                    prefetch_line(std::ptr::from_ref(gate).cast());
                 }
+                self.owner.prefetch(at.key_slot);
+                self.owner.prefetch(at.slot);
                 locs.push(at);
             }
             let mut probes: SmallVec<[(usize, Probe); ROUND]> = SmallVec::new();

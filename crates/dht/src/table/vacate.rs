@@ -136,7 +136,7 @@ impl Dht {
         let parts = self.owned_partitions();
         for slot in parts {
             let lease = self.lease(slot)?;
-            let _guard = self.locks[slot as usize].write().await;
+            let _guard = self.lock_for_rebuild(slot).await;
             // A subtable's move can fail on a concurrent write: try again.
             for _ in 0..MAX_RETRIES {
                 let Some(dir) = self.load_dir(slot).await? else {

@@ -1,12 +1,12 @@
 //! Single-key string writes without futures, for pools whose memory is in this address
 //! space (`local`, `shm`): `set_now` (a plain SET) and `update_now` (INCR and its kin).
-//! The same steps as [`Dht::set`] and [`Dht::update`] (probe under the rebuild lock,
+//! The same steps as [`Dht::set`] and [`Dht::update`] (probe inside the slot's rebuild gate,
 //! object out of place, one-sided commit inside an ownership write guard), each done
 //! with verbs that complete inline, so nothing is awaited and no future is built, moved
 //! or polled per write.
 //!
 //! Anything that would wait hands the write to the awaited path before anything
-//! reachable was written: a rebuild holding the lock, no cached directory or a stale
+//! reachable was written: a rebuild holding the gate closed, no cached directory or a stale
 //! one, a missing partition, full buckets, memory over `maxmemory`, a segment to claim,
 //! a commit that lost a race, an old object that is chained or large, access metadata
 //! to record. The engine calls these first and falls back to `set` and `update`.
@@ -104,7 +104,7 @@ impl Dht {
         }
     }
 
-    /// One inline try at writing the string `key`: probes it under the rebuild lock
+    /// One inline try at writing the string `key`: probes it inside the slot's rebuild gate
     /// (its value read if `want_value`), lets `decide` choose from what is there (and
     /// the time, Unix ms), writes the object and commits it. `None`: nothing was done.
     fn write_now<'v, E>(
@@ -119,8 +119,9 @@ impl Dht {
         }
         let loc = self.loc(db, key);
         let lease = self.lease(loc.key_slot).ok()?;
-        // Held to the commit, as `probe_for_write` does: no rebuild moves the slot.
-        let no_rebuild = self.locks[loc.slot as usize].try_read().ok()?;
+        // Held to the commit, as `probe_for_write` holds the rebuild lock: no rebuild
+        // moves the slot.
+        let no_rebuild = self.gates.enter(loc.slot)?;
         // A node that failed is waited out on the awaited path.
         let (probe, found) = self.lookup_now(&loc, key, want_value)?.ok()?;
         // Access metadata is written by `note_writes`, and a chained old object is
