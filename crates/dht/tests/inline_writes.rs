@@ -6,7 +6,7 @@
 mod common;
 
 use common::Backend;
-use dmc_dht::{SetCond, SetOptions};
+use dmc_dht::{Clock, SetCond, SetOptions};
 
 /// Keys of one hash slot (one hash tag), so one partition serves them all.
 const A: &[u8] = b"{inline}a";
@@ -115,4 +115,40 @@ async fn inline_writes_leave_remote_memory_to_the_awaited_path() {
     assert!(h.dht.set_now(0, A, b"v2", opts).is_none());
     assert!(h.dht.update_now(0, A, append(b'x')).is_none());
     assert_eq!(value_of(&h, A).await.as_deref(), Some(&b"v1"[..]));
+}
+
+#[tokio::test]
+async fn a_batch_at_one_time_sees_the_time_it_started_at() {
+    let clock = dmc_dht::ManualClock::new(common::clock_start_ms());
+    let start = clock.now_ms();
+    let h = common::open(
+        Backend::Local,
+        dmc_dht::DhtConfig::default(),
+        std::sync::Arc::new(clock.clone()),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let expiring_at = |at| SetOptions {
+        expiry: dmc_dht::SetExpiry::At(at),
+        ..SetOptions::default()
+    };
+    h.dht
+        .set(0, A, b"old", expiring_at(start + 5))
+        .await
+        .unwrap();
+    let mut found = None;
+    let seen = h.dht.at_one_time(|| {
+        // Past A's expiry, but the batch started before it: the update still finds
+        // the old value, as every write of the batch would.
+        clock.advance(10);
+        h.dht.update_now(0, A, |cur| {
+            found = cur.map(<[u8]>::to_vec);
+            Ok::<_, ()>(b"new".to_vec())
+        })
+    });
+    assert_eq!(seen.expect("inline").unwrap(), Ok(()));
+    assert_eq!(found.as_deref(), Some(&b"old"[..]));
+    // Outside a batch the time is the clock's own: the rewritten key kept its expiry
+    // and is gone.
+    assert_eq!(value_of(&h, A).await, None);
 }

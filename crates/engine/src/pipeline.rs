@@ -168,20 +168,23 @@ impl Engine {
         // together; a placeholder holds each awaited one's place.
         let mut replies = Vec::with_capacity(commands.len());
         let mut waiting = Vec::new();
-        for (i, a) in commands.iter().enumerate() {
-            let now = match cmd_of(a) {
-                Some(Cmd::Set) => strings::set_now(self, db, a),
-                Some(cmd) => strings::counter_now(self, db, cmd, a),
-                None => Some(Reply::err("ERR unknown command")),
-            };
-            match now {
-                Some(reply) => replies.push(reply),
-                None => {
-                    waiting.push(i);
-                    replies.push(Reply::Null);
+        // The inline writes read the clock once between them.
+        self.dht.at_one_time(|| {
+            for (i, a) in commands.iter().enumerate() {
+                let now = match cmd_of(a) {
+                    Some(Cmd::Set) => strings::set_now(self, db, a),
+                    Some(cmd) => strings::counter_now(self, db, cmd, a),
+                    None => Some(Reply::err("ERR unknown command")),
+                };
+                match now {
+                    Some(reply) => replies.push(reply),
+                    None => {
+                        waiting.push(i);
+                        replies.push(Reply::Null);
+                    }
                 }
             }
-        }
+        });
         if !waiting.is_empty() {
             let awaited = futures::future::join_all(waiting.iter().map(|&i| {
                 let a = &commands[i];

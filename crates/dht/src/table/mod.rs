@@ -321,8 +321,22 @@ impl Dht {
         }
     }
 
+    /// Runs `f`, a synchronous batch of commands (inline writes of a pipeline), with
+    /// this table's time read once for all of them, as Redis caches its clock for the
+    /// commands of one event-loop turn: the batch takes microseconds, and a clock read
+    /// per write was 2 % of a pipelined SET.
+    pub fn at_one_time<R>(&self, f: impl FnOnce() -> R) -> R {
+        crate::clock::frozen(self.clock_owner(), self.clock.now_ms(), f)
+    }
+
+    /// Who [`at_one_time`](Self::at_one_time) freezes the time for: this table.
+    fn clock_owner(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     fn now(&self) -> (u64, Now) {
-        let abs = self.clock.now_ms();
+        let abs =
+            crate::clock::frozen_ms(self.clock_owner()).unwrap_or_else(|| self.clock.now_ms());
         let pool_ms = abs.saturating_sub(self.pool.created_ms());
         (
             abs,
