@@ -51,7 +51,7 @@ impl Reply {
 
     fn head(out: &mut BytesMut, kind: u8, n: usize) {
         out.put_u8(kind);
-        out.put_slice(itoa(n as i64).as_bytes());
+        put_int(out, n as i64);
         out.put_slice(b"\r\n");
     }
 
@@ -82,7 +82,7 @@ impl Reply {
             }
             Reply::Int(n) => {
                 out.put_u8(b':');
-                out.put_slice(itoa(*n).as_bytes());
+                put_int(out, *n);
                 out.put_slice(b"\r\n");
             }
             Reply::Bulk(b) => {
@@ -147,8 +147,10 @@ impl Reply {
     }
 }
 
-fn itoa(n: i64) -> String {
-    n.to_string()
+/// Appends `n` in decimal: on the stack (a `String` per bulk header was a heap
+/// allocation per reply).
+fn put_int(out: &mut BytesMut, n: i64) {
+    out.put_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Redis 7.2's double formatting (`fpconv_dtoa`): `inf`, `-inf`, `nan`, else the

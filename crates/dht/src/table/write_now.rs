@@ -11,8 +11,6 @@
 //! a commit that lost a race, an old object that is chained or large, access metadata
 //! to record. The engine calls these first and falls back to `set` and `update`.
 
-use std::borrow::Cow;
-
 use dmc_umo::{SlotWrite, TxOutcome, UmoError, ValueKind};
 
 use super::{Dht, DhtError, Found, SetCond, SetOptions, SetOutcome};
@@ -20,9 +18,9 @@ use crate::layout::{SlotMeta, SlotWord};
 use crate::policy;
 
 /// What a write makes of the key's current slot (`None`: absent).
-enum Decision<'v, E> {
+enum Decision<V, E> {
     /// Write this value with this expiry (encoded, 0 for none).
-    Write(Cow<'v, [u8]>, u64),
+    Write(V, u64),
     /// Write nothing and answer this.
     Stop(E),
 }
@@ -57,7 +55,7 @@ impl Dht {
         }
         let written = self.write_now(db, key, false, |found, abs| {
             match self.set_decision(found, &opts, abs) {
-                Ok(Ok((expire, _))) => Decision::Write(Cow::Borrowed(value), expire),
+                Ok(Ok((expire, _))) => Decision::Write(value, expire),
                 // Unconditional and without GET: never refused or answered early.
                 Ok(Err(_)) | Err(_) => Decision::Stop(()),
             }
@@ -77,12 +75,13 @@ impl Dht {
     /// address space, when the current value is a small string or absent and the new
     /// one fits a block. `None`: nothing was written; use `update` (which runs `f`
     /// again). A commit in doubt is an error, as on the awaited path: running `f` again
-    /// could apply it twice.
-    pub fn update_now<E>(
+    /// could apply it twice. The new value may be any bytes `f` owns (a number
+    /// formatted on the stack needs no allocation).
+    pub fn update_now<V: AsRef<[u8]>, E>(
         &self,
         db: u8,
         key: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, E>,
+        f: impl FnOnce(Option<&[u8]>) -> Result<V, E>,
     ) -> Option<Result<Result<(), E>, DhtError>> {
         let written = self.write_now(db, key, true, |found, abs| {
             let live = found.filter(|f| !self.is_expired(f.meta, abs));
@@ -90,7 +89,7 @@ impl Dht {
                 return Decision::Stop(Err(DhtError::WrongType));
             }
             match f(live.and_then(|l| l.value.as_deref())) {
-                Ok(v) => Decision::Write(Cow::Owned(v), live.map_or(0, |l| l.meta.expire())),
+                Ok(v) => Decision::Write(v, live.map_or(0, |l| l.meta.expire())),
                 Err(e) => Decision::Stop(Ok(e)),
             }
         });
@@ -107,12 +106,12 @@ impl Dht {
     /// One inline try at writing the string `key`: probes it inside the slot's rebuild gate
     /// (its value read if `want_value`), lets `decide` choose from what is there (and
     /// the time, Unix ms), writes the object and commits it. `None`: nothing was done.
-    fn write_now<'v, E>(
+    fn write_now<V: AsRef<[u8]>, E>(
         &self,
         db: u8,
         key: &[u8],
         want_value: bool,
-        decide: impl FnOnce(Option<&Found>, u64) -> Decision<'v, E>,
+        decide: impl FnOnce(Option<&Found>, u64) -> Decision<V, E>,
     ) -> Option<Written<E>> {
         if !self.inline_reads || self.is_staging() || commit_fail_points_set() {
             return None;
@@ -137,11 +136,12 @@ impl Dht {
         };
         // Both buckets full: the awaited path splits the subtable.
         let (addr, old, old_meta) = Self::target_slot(&probe, found.as_ref())?;
+        let value = value.as_ref();
         let need = (dmc_umo::object::HEADER + key.len() + value.len()) as u64;
         if old.is_locked() || !self.room_now(need) {
             return None;
         }
-        let obj = self.pool.write_object_now(db, key, &value)?.ok()?;
+        let obj = self.pool.write_object_now(db, key, value)?.ok()?;
         let lfu = found.as_ref().map_or(policy::LFU_INIT, |f| f.meta.lfu());
         let meta = SlotMeta::new(expire, now.access, lfu);
         let write = SlotWrite {

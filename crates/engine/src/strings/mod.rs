@@ -280,12 +280,12 @@ async fn update_awaited(
 /// [`update`] without awaiting anything, when the key's lock is free and the table
 /// writes it at once ([`dmc_dht::Dht::update_now`]); `None`: run the awaited path (a
 /// chunked string or another type among what it leaves to it).
-fn update_now(
+fn update_now<V: AsRef<[u8]>>(
     engine: &Engine,
     db: u8,
     key: &Bytes,
     event: &'static str,
-    f: &mut impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+    f: &mut impl FnMut(Option<&[u8]>) -> Result<V, &'static str>,
 ) -> Option<Result<(), Reply>> {
     let _g = engine.try_lock_key(key)?;
     match engine.dht.update_now(db, key, f)? {
@@ -469,7 +469,10 @@ fn counter_step(cmd: Cmd, args: &[Bytes]) -> Result<i64, Reply> {
 
 /// The new value of a counter at `cur` (absent: 0) after adding `by`, recorded in
 /// `next`, or the error text.
-fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Vec<u8>, &'static str> {
+/// A counter's new value in decimal, on the stack (an `i64` has at most 20 characters).
+type Digits = smallvec::SmallVec<[u8; 24]>;
+
+fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Digits, &'static str> {
     let n = match cur {
         Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,
         None => 0,
@@ -477,7 +480,9 @@ fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Vec<u8>, &'sta
     *next = n
         .checked_add(by)
         .ok_or("ERR increment or decrement would overflow")?;
-    Ok(next.to_string().into_bytes())
+    Ok(Digits::from_slice(
+        itoa::Buffer::new().format(*next).as_bytes(),
+    ))
 }
 
 /// INCR, DECR, INCRBY and DECRBY (`cmd`): the key's integer plus the step, as a new
@@ -497,7 +502,7 @@ pub(crate) async fn counter_declined(engine: &Engine, db: u8, cmd: Cmd, args: &[
     };
     let mut next = 0i64;
     let updated = update_awaited(engine, db, &args[1], "incrby", |cur| {
-        counted(cur, by, &mut next)
+        counted(cur, by, &mut next).map(|digits| digits.to_vec())
     })
     .await;
     updated.map_or_else(|r| r, |()| Reply::Int(next))
