@@ -18,6 +18,17 @@ use crate::{Engine, Session, error_reply, strings};
 /// Commands of one pipeline whose keys [`Engine::prefetch_keys`] loads ahead, at most.
 const PREFETCH_AHEAD: usize = 128;
 
+/// Whether two keys are equal, comparing their lengths and last eight bytes first:
+/// a run's keys are compared pairwise, and keys that differ mostly differ at the end
+/// (`key:000000012345`), where the first test tells them apart without a `memcmp`.
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && match (a.last_chunk::<8>(), b.last_chunk::<8>()) {
+            (Some(x), Some(y)) => x == y && a == b,
+            _ => a == b,
+        }
+}
+
 /// The fast path the table gives a command's name.
 fn fast_path(args: &[Bytes]) -> FastPath {
     args.first()
@@ -137,7 +148,7 @@ impl Engine {
                         && spec.arity_ok(a.len())
                 });
             match a.get(1) {
-                Some(key) if batched && !keys.contains(&&key[..]) => keys.push(key),
+                Some(key) if batched && !keys.iter().any(|k| same_key(k, key)) => keys.push(key),
                 _ => break,
             }
         }
@@ -209,5 +220,28 @@ impl Engine {
             .error_replies
             .fetch_add(errors as u64, Ordering::Relaxed);
         replies
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_key;
+
+    #[test]
+    fn same_key_is_equality() {
+        let keys: [&[u8]; 7] = [
+            b"",
+            b"a",
+            b"key:000000012345",
+            b"key:000000012346",
+            b"kez:000000012345",
+            b"key:00000012345",
+            b"a much longer key:000000012345",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(same_key(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
     }
 }
