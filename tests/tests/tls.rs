@@ -29,15 +29,34 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Starts an agent whose flags (`args`, given its TLS port) include a TLS port found
+/// free, and returns it with that port. A port is free when it is picked, not
+/// reserved: another test running alongside may bind it before the agent does (CI
+/// saw "binding tls-port …: Address already in use"), so a start that fails is tried
+/// again on a new port.
+fn start_on_free_tls_port(args: impl Fn(&str) -> Vec<String>) -> (Agent, String) {
+    let mut last = None;
+    for _ in 0..5 {
+        let port = free_port().to_string();
+        let args = args(&port);
+        match Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+            Ok(agent) => return (agent, port),
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("no agent started on a free TLS port: {last:?}");
+}
+
 #[test]
 fn redis_cli_and_redis_py_speak_tls() {
     let dir = tempfile::tempdir().unwrap();
     certificates(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let tls_port = free_port().to_string();
-    let mut args = vec!["--tls-port".to_string(), tls_port.clone()];
-    args.extend(tls_files(dir.path()));
-    let agent = Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    let (agent, tls_port) = start_on_free_tls_port(|port| {
+        let mut args = vec!["--tls-port".to_string(), port.to_string()];
+        args.extend(tls_files(dir.path()));
+        args
+    });
     let tls_cli = |cert: bool, args: &[&str]| {
         let mut c = Command::new("redis-cli");
         c.args(["-p", &tls_port, "--tls", "--cacert", &p("ca.pem")]);
@@ -220,20 +239,20 @@ fn agents_forward_to_each_other_over_tls() {
         "256mb",
     )
     .unwrap();
-    let tls_ports: Vec<String> = (0..2).map(|_| free_port().to_string()).collect();
-    let agents: Vec<Agent> = tls_ports
-        .iter()
-        .map(|tp| {
-            let mut args = vec![
-                "--manager".to_string(),
-                c.manager.url.clone(),
-                "--tls-port".to_string(),
-                tp.clone(),
-            ];
-            args.extend(tls_files(dir.path()));
-            Agent::start(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap()
+    let (agents, tls_ports): (Vec<Agent>, Vec<String>) = (0..2)
+        .map(|_| {
+            start_on_free_tls_port(|port| {
+                let mut args = vec![
+                    "--manager".to_string(),
+                    c.manager.url.clone(),
+                    "--tls-port".to_string(),
+                    port.to_string(),
+                ];
+                args.extend(tls_files(dir.path()));
+                args
+            })
         })
-        .collect();
+        .unzip();
     c.manager
         .wait_for("both agents to own slots", |s| {
             s["agents"].as_array().is_some_and(|a| {

@@ -213,7 +213,7 @@ impl Session {
 /// A key's write lock, held until dropped (or held already by the EXEC this command
 /// runs in).
 pub enum KeyGuard<'a> {
-    Locked(futures::lock::MutexGuard<'a, ()>),
+    Locked(tokio::sync::MutexGuard<'a, ()>),
     Held,
 }
 
@@ -242,10 +242,12 @@ pub struct Engine {
     next_client: AtomicU64,
     /// Read-modify-write commands of one key run one at a time on this agent (the agent
     /// is the only writer of its hash slots, so this makes INCR and friends atomic).
-    /// `futures`' mutex: taking and releasing a free stripe is one atomic each (tokio's
-    /// release takes its waiters' mutex), the cost of every write. It is not FIFO: a
-    /// woken waiter may lose its turn to a newcomer, which only reorders a key's writers.
-    key_locks: Vec<futures::lock::Mutex<()>>,
+    /// tokio's mutex: first come, first served, so a writer waiting for a hot key's
+    /// stripe is not starved by the inline writers that `try_lock` it. (`futures`'
+    /// mutex releases with one atomic instead of a mutex of waiters, a little cheaper
+    /// per write, but lets a newcomer take the stripe ahead of a woken waiter, without
+    /// bound.)
+    key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
     pub blocking: blocking::Blocking,
     /// The ACL users this agent checks commands against, and its ACL log.
@@ -336,7 +338,7 @@ impl Engine {
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)
-                .map(|_| futures::lock::Mutex::new(()))
+                .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             cache_feed: std::sync::OnceLock::new(),
             blocking: blocking::Blocking::default(),
@@ -412,7 +414,7 @@ impl Engine {
         if multi::held(stripe) {
             return Some(KeyGuard::Held);
         }
-        self.key_locks[stripe].try_lock().map(KeyGuard::Locked)
+        self.key_locks[stripe].try_lock().ok().map(KeyGuard::Locked)
     }
 
     /// Starts loading `key`'s lock stripe into the cache (a hint).

@@ -179,7 +179,8 @@ impl Engine {
         // together; a placeholder holds each awaited one's place.
         let mut replies = Vec::with_capacity(commands.len());
         let mut waiting = Vec::new();
-        // The inline writes read the clock once between them.
+        // The inline writes read the table's clock (expiry checks, access times) once
+        // between them; a SET's EX or PX is still counted from the engine's clock.
         self.dht.at_one_time(|| {
             for (i, a) in commands.iter().enumerate() {
                 let now = match cmd_of(a) {

@@ -404,6 +404,9 @@ impl Dht {
     /// awaited writer inside), then its gate closed (no inline writer inside).
     async fn lock_for_rebuild(&self, slot: u16) -> RebuildGuard<'_> {
         let locked = self.locks[slot as usize].write().await;
+        // If this future is dropped while `close` waits, `close`'s own guard (a
+        // temporary of this expression) reopens the gate before `locked` (declared
+        // earlier) releases the lock: no other rebuild holds the lock meanwhile.
         RebuildGuard {
             _closed: self.gates.close(slot).await,
             _locked: locked,

@@ -5,8 +5,9 @@
 //! An inline write never awaits, so it needs no queue: it enters with one atomic add
 //! and leaves with one atomic subtract, and when the gate is closed it backs out and
 //! hands its write to the awaited path (which waits on the slot's rebuild lock). A
-//! rebuild closes the gate after it holds the rebuild lock and waits for the writes
-//! inside to leave, which takes microseconds since none of them awaits. The tokio
+//! rebuild closes the gate after it holds the rebuild lock, waits for the writes
+//! inside to leave (microseconds: none of them awaits), and keeps it closed until it
+//! is done. The tokio
 //! lock it replaces on this path released through its waiters' mutex: two more
 //! locked instructions and a shared line per write.
 
@@ -15,13 +16,17 @@ use std::time::Duration;
 
 /// The closed bit; the bits below count the inline writes inside.
 const CLOSED: u32 = 1 << 31;
+/// Times a closing rebuild yields to other tasks, waiting for the writes inside to
+/// leave, before it sleeps between looks.
+const YIELDS_BEFORE_SLEEPING: u32 = 64;
 
 /// One gate per hash slot.
 pub(super) struct RebuildGates {
     words: Box<[AtomicU32]>,
 }
 
-/// An inline write inside a slot's gate: the gate cannot close until it is dropped.
+/// An inline write inside a slot's gate: a rebuild closing the gate waits until it is
+/// dropped.
 #[must_use]
 pub(super) struct Inside<'a>(&'a AtomicU32);
 
@@ -56,16 +61,28 @@ impl RebuildGates {
     }
 
     /// Closes `slot`'s gate and waits until no inline write is inside. Only the holder
-    /// of the slot's rebuild lock calls this, so the gate is open on entry.
+    /// of the slot's rebuild lock calls this, and every closed gate is opened again
+    /// before that lock is released (by [`Closed`]'s drop, or by this future's if it
+    /// is dropped while it waits), so the gate is open on entry.
     pub(super) async fn close(&self, slot: u16) -> Option<Closed<'_>> {
         let word = self.words.get(slot as usize)?;
         let before = word.fetch_or(CLOSED, Ordering::AcqRel);
         debug_assert_eq!(before & CLOSED, 0, "a gate closed twice");
-        // Acquire: every write that left is seen.
+        // The guard first: a rebuild cancelled while it waits reopens the gate.
+        let closed = Closed(word);
+        // Acquire: every write that left is seen. The writes inside leave within
+        // microseconds: yield to other tasks a while before sleeping (tokio's timers
+        // round up to the next millisecond).
+        let mut turns = 0u32;
         while word.load(Ordering::Acquire) & !CLOSED != 0 {
-            tokio::time::sleep(Duration::from_micros(20)).await;
+            if turns < YIELDS_BEFORE_SLEEPING {
+                turns += 1;
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
-        Some(Closed(word))
+        Some(closed)
     }
 }
 
@@ -118,6 +135,25 @@ mod tests {
         drop(inside);
         closer.await.expect("closer");
         assert!(gates.enter(0).is_some(), "open again after the rebuild");
+    }
+
+    #[tokio::test]
+    async fn a_close_given_up_while_waiting_opens_the_gate() {
+        let gates = RebuildGates::new(1);
+        let inside = gates.enter(0).expect("open");
+        {
+            let closing = gates.close(0);
+            tokio::pin!(closing);
+            // Polled until it waits on the write inside, then dropped (a cancelled
+            // rebuild).
+            assert!(futures::poll!(closing.as_mut()).is_pending());
+            assert!(gates.enter(0).is_none(), "closed while waiting");
+        }
+        drop(inside);
+        assert!(
+            gates.enter(0).is_some(),
+            "the dropped close opened the gate"
+        );
     }
 
     #[test]

@@ -467,11 +467,11 @@ fn counter_step(cmd: Cmd, args: &[Bytes]) -> Result<i64, Reply> {
     }
 }
 
-/// The new value of a counter at `cur` (absent: 0) after adding `by`, recorded in
-/// `next`, or the error text.
 /// A counter's new value in decimal, on the stack (an `i64` has at most 20 characters).
 type Digits = smallvec::SmallVec<[u8; 24]>;
 
+/// The new value of a counter at `cur` (absent: 0) after adding `by`, recorded in
+/// `next`, or the error text.
 fn counted(cur: Option<&[u8]>, by: i64, next: &mut i64) -> Result<Digits, &'static str> {
     let n = match cur {
         Some(v) => parse_i64(v).ok_or(NOT_INTEGER)?,

@@ -816,9 +816,19 @@ mod tests {
                 assert_eq!(lookup_index(name.as_bytes()), expected, "{name}");
             }
         }
-        // A name longer than what is remembered is looked up each time.
-        let long = "a".repeat(20);
-        assert_eq!(lookup_index(long.as_bytes()), None);
+        // A name longer than what is remembered is looked up each time, and found.
+        let long = TABLE
+            .iter()
+            .position(|s| s.name.len() > 16)
+            .expect("a command name over 16 bytes");
+        for _ in 0..2 {
+            assert_eq!(lookup_index(TABLE[long].name.as_bytes()), Some(long));
+            assert_eq!(
+                lookup_index(b"get"),
+                TABLE.iter().position(|s| s.name == "get")
+            );
+        }
+        assert_eq!(lookup_index("a".repeat(20).as_bytes()), None);
         assert_eq!(
             lookup_index(b"zrangebyscore"),
             TABLE.iter().position(|s| s.name == "zrangebyscore")
