@@ -7,9 +7,8 @@
 //! hands its write to the awaited path (which waits on the slot's rebuild lock). A
 //! rebuild closes the gate after it holds the rebuild lock, waits for the writes
 //! inside to leave (microseconds: none of them awaits), and keeps it closed until it
-//! is done. The tokio
-//! lock it replaces on this path released through its waiters' mutex: two more
-//! locked instructions and a shared line per write.
+//! is done. The tokio lock it replaces on this path released through its waiters'
+//! mutex: two more locked instructions and a shared line per write.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
