@@ -23,6 +23,9 @@ use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
 /// Hash slots recovered at once when a shard is taken over.
 const RECOVERY_PARALLEL: usize = 64;
 
+/// Attempts at one metadata word that hits keep changing.
+const META_REPAIR_TRIES: usize = 4;
+
 impl Dht {
     /// Makes the copies of every slot of hash slots `range` agree again where a commit
     /// stopped half-way: primaries left locked by a single-key commit, and primaries
@@ -76,12 +79,19 @@ impl Dht {
             }
             // A metadata word a writer added to at the primary but did not copy to a
             // backup (it stopped in between) takes the primary's value there.
-            for (at, copy, word) in Self::diverged_meta(&tables) {
-                let addr = subtable.offset_by(at as u64);
-                self.pool
-                    .write_copy(addr, copy, &word.to_le_bytes())
-                    .await?;
-                self.counters.meta_repaired.fetch_add(1, Ordering::Relaxed);
+            let diverged = Self::diverged_meta(&tables);
+            #[cfg(feature = "failpoints")]
+            if !diverged.is_empty() {
+                // A hit landing between the reads above and the repair, for the test.
+                fail::fail_point!("dht-meta-repair-gap");
+            }
+            for (at, copy) in diverged {
+                if self
+                    .repair_meta(subtable.offset_by(at as u64), copy)
+                    .await?
+                {
+                    self.counters.meta_repaired.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         Ok(resolved)
@@ -109,9 +119,39 @@ impl Dht {
             .collect()
     }
 
-    /// Slot metadata words (offset, copy, the primary's value) a backup holds
-    /// differently from the primary (`tables`: the primary's copy first).
-    fn diverged_meta(tables: &[Vec<u8>]) -> Vec<(usize, usize, u64)> {
+    /// Sets backup `copy`'s metadata word at `addr` to the primary's; whether it
+    /// changed it. Readers of the key (any agent's hits) write these words meanwhile,
+    /// the primary first, so the repair never writes what it read earlier: it reads
+    /// the backup, then the primary, and swaps the backup from the one to the other,
+    /// reading again if a hit changed the backup in between. A blind write of the
+    /// primary's value as read with the backup's (in parallel) undid a hit that landed
+    /// between the two reads, on the backup only, and for good (CI:
+    /// `manager_restart.rs` waited 30 s for identical copies).
+    async fn repair_meta(&self, addr: GlobalAddr, copy: usize) -> Result<bool, DhtError> {
+        for _ in 0..META_REPAIR_TRIES {
+            let backup = self.read_copy_word(addr, copy).await?;
+            let primary = self.read_copy_word(addr, 0).await?;
+            if backup == primary {
+                return Ok(false);
+            }
+            if self.pool.cas_copy(addr, copy, backup, primary).await? == backup {
+                return Ok(true);
+            }
+        }
+        // Hits keep changing it: the next one writes every copy anyway.
+        Ok(false)
+    }
+
+    /// One 8-byte word of copy `copy` (0 = the primary).
+    async fn read_copy_word(&self, addr: GlobalAddr, copy: usize) -> Result<u64, DhtError> {
+        let mut buf = [0u8; 8];
+        self.pool.read_copy(addr, copy, &mut buf).await?;
+        Ok(u64::from_le_bytes(buf))
+    }
+
+    /// Slot metadata words (offset, copy) a backup holds differently from the
+    /// primary (`tables`: the primary's copy first).
+    fn diverged_meta(tables: &[Vec<u8>]) -> Vec<(usize, usize)> {
         let Some((primary, backups)) = tables.split_first() else {
             return Vec::new();
         };
@@ -126,7 +166,7 @@ impl Dht {
                 let want = le64(primary, at);
                 for (copy, t) in backups.iter().enumerate() {
                     if t.len() >= at + 8 && le64(t, at) != want {
-                        out.push((at, copy + 1, want));
+                        out.push((at, copy + 1));
                     }
                 }
             }
