@@ -116,6 +116,13 @@ pub struct Config {
     /// memory is on this host (`embedded`, `shm`: a second copy in the same DRAM buys
     /// no read and costs every write), 64 MiB over `tcp`.
     pub local_cache_size: Option<ByteSize>,
+    /// Runtime threads serving clients (and the pool's verbs, inline). Unset: one per
+    /// core. With one, each client's replies are written once that thread has read
+    /// every client ready, as Redis's event loop does. On 2 cores shared with
+    /// `redis-benchmark`, one thread served GET `-P 16` 19 % faster and depth-1
+    /// commands 4–7 % faster with less CPU per request, and pipelined SET and INCR
+    /// 6–13 % slower (one core's worth): docs/benchmarks.md, "Issue 14, session 26".
+    pub threads: Option<usize>,
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.
     pub metrics_listen: Option<String>,
@@ -168,6 +175,7 @@ impl Default for Config {
             proto_max_bulk_len: ByteSize(512 << 20),
             client_output_buffer_limit: OutputLimits::default().render(),
             local_cache_size: None,
+            threads: None,
             log: "info".into(),
             metrics_listen: None,
             manager: None,
@@ -266,6 +274,10 @@ pub struct Args {
     /// Seconds client connections may take to finish on shutdown.
     #[arg(long)]
     pub drain_timeout: Option<u64>,
+    /// Runtime threads serving clients (default: one per core; 1 writes replies as
+    /// Redis's event loop does).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// File holding the cluster secret (else DMC_CLUSTER_SECRET).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
@@ -391,6 +403,9 @@ impl Args {
         if let Some(v) = self.drain_timeout {
             cfg.drain_timeout = v;
         }
+        if let Some(v) = self.threads {
+            cfg.threads = Some(v);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -421,6 +436,10 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.threads.is_none_or(|t| (1..=1024).contains(&t)),
+            "threads must be 1..=1024"
+        );
         anyhow::ensure!(
             RedisPolicy::parse(&self.maxmemory_policy).is_some(),
             "maxmemory-policy {:?} is not one of Redis's policies nor adaptive",

@@ -332,7 +332,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             metrics::collect(&engine)
         }));
     }
-    tracing::info!(listen = %addr, tls = ?tls_addr, metrics = ?metrics_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, "compute agent serving");
+    tracing::info!(listen = %addr, tls = ?tls_addr, metrics = ?metrics_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, threads = tokio::runtime::Handle::current().metrics().num_workers(), "compute agent serving");
     {
         let mut line = format!("compute-agent ready listen={addr}");
         if let Some(t) = tls_addr {
@@ -348,6 +348,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let shared = Arc::new(ConnShared {
         router: router.clone(),
         timers: metrics::CommandTimers::new(),
+        batch_replies: tokio::runtime::Handle::current().metrics().num_workers() == 1,
     });
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);

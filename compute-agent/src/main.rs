@@ -17,9 +17,12 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let cfg = args.resolve()?;
     let log = cfg.log.clone();
+    // Unset: tokio's default, one per core (or TOKIO_WORKER_THREADS).
+    let threads = cfg.threads.unwrap_or(0);
     dmc_process::run_main(
         cfg,
         &log,
+        threads,
         args.print_config,
         args.check_config,
         compute_agent::run,

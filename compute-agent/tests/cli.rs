@@ -47,6 +47,12 @@ fn bad_config_fails_with_a_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("maxmemory-policy"));
     let out = agent()
+        .args(["--threads", "0", "--check-config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "no runtime thread to serve on");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("threads"));
+    let out = agent()
         .arg("--config")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -14,6 +14,7 @@ fn main() -> Result<()> {
     dmc_process::run_main(
         cfg,
         &log,
+        0,
         args.print_config,
         args.check_config,
         memory_node::run,

@@ -77,6 +77,15 @@ fn redis_py_transactions_on_a_standalone_agent() {
     py_check("transactions_check.py", &[agent.port()]);
 }
 
+/// One runtime thread (`--threads 1`, replies written after every ready client was
+/// read): a script past its budget still hands the thread over, so SCRIPT KILL from
+/// another client is served while it loops.
+#[test]
+fn redis_py_transactions_on_a_one_thread_agent() {
+    let agent = Agent::start(&["--threads", "1"]).unwrap();
+    py_check("transactions_check.py", &[agent.port()]);
+}
+
 #[test]
 fn redis_py_transactions_across_a_two_agent_proxy_cluster() {
     let (_c, ports) = two_agent_proxy_cluster();

@@ -58,10 +58,12 @@ pub async fn shutdown_signal() {
 
 /// What every binary's `main` does after parsing flags: print the effective config
 /// (`--print-config`) or validate it (`--check-config`) and exit, or set up logging and
-/// run `serve(cfg, shutdown)` on a multi-threaded runtime until SIGTERM/SIGINT.
+/// run `serve(cfg, shutdown)` on a multi-threaded runtime of `threads` workers (0:
+/// one per core) until SIGTERM/SIGINT.
 pub fn run_main<C, F>(
     cfg: C,
     log: &str,
+    threads: usize,
     print_config: bool,
     check_config: bool,
     serve: impl FnOnce(C, std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> F,
@@ -79,9 +81,12 @@ where
         return Ok(());
     }
     init_logging(log);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if threads > 0 {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.build()?;
     let result = runtime.block_on(serve(cfg, Box::pin(shutdown_signal())));
     // Blocking calls still in flight (a long poll of the cluster manager) must not
     // hold the exit: whatever `serve` left running ends with the process.
