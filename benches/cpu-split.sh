@@ -12,7 +12,11 @@ set -euo pipefail
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time: apt-get install time" >&2; exit 1; }
 test=$1 depth=$2 n=$3 server=$4
 shift 4
-port=7791
+port=${CPU_SPLIT_PORT:-7791}
+if redis-cli -p "$port" ping >/dev/null 2>&1; then
+  echo "port $port is taken (set CPU_SPLIT_PORT)" >&2
+  exit 1
+fi
 if [ "$server" = redis ]; then
   redis-server --port $port --save "" --appendonly no >/dev/null 2>&1 &
 else
@@ -20,9 +24,19 @@ else
 fi
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.05; done
+ready=0
+for _ in $(seq 200); do
+  if redis-cli -p "$port" ping >/dev/null 2>&1; then ready=1; break; fi
+  sleep 0.05
+done
+if [ $ready = 0 ] || ! kill -0 $pid 2>/dev/null; then
+  echo "$server did not start on port $port" >&2
+  exit 1
+fi
 bench=(redis-benchmark -p $port -c 50 -r 100000 -d 32 -t "$test" -P "$depth" -q)
-"${bench[@]}" -n 200000 >/dev/null # warm: keys exist, pages touched
+# Warm: the key space filled (GET then hits, as in benches/ab-agents.py), pages touched.
+redis-benchmark -p $port -c 50 -r 100000 -d 32 -t set -P 16 -q -n 400000 >/dev/null
+"${bench[@]}" -n 200000 >/dev/null
 hz=$(getconf CLK_TCK)
 read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
 c0=$(awk '/^ctxt/ {print $2}' /proc/stat)

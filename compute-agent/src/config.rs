@@ -117,11 +117,12 @@ pub struct Config {
     /// no read and costs every write), 64 MiB over `tcp`.
     pub local_cache_size: Option<ByteSize>,
     /// Runtime threads serving clients (and the pool's verbs, inline). Unset: one per
-    /// core. With one, each client's replies are written once that thread has read
-    /// every client ready, as Redis's event loop does. On 2 cores shared with
+    /// core (or `TOKIO_WORKER_THREADS`). Whenever the runtime has one worker (this set
+    /// to 1, or a one-core host), each client's replies are written once that worker
+    /// has read every client ready, as Redis's event loop does. On 2 cores shared with
     /// `redis-benchmark`, one thread served GET `-P 16` 19 % faster and depth-1
-    /// commands 4–7 % faster with less CPU per request, and pipelined SET and INCR
-    /// 6–13 % slower (one core's worth): docs/benchmarks.md, "Issue 14, session 26".
+    /// commands 4–7 % faster, and pipelined SET and INCR up to 13 % slower (they need
+    /// more than one core): docs/benchmarks.md, "Issue 14, session 26".
     pub threads: Option<usize>,
     pub log: String,
     /// Where to serve Prometheus metrics (`host:port`); none if unset.

@@ -39,6 +39,8 @@
 //! | `staged` | transactions that stage their writes and commit them at once |
 //! | `db_map` | logical to stored database numbers, `SWAPDB` |
 //! | `maintenance` | the background upkeep task |
+//! | `recover` | half-done single-key commits resolved when a shard is gained |
+//! | `meta_repair` | slot metadata words levelled across copies when a shard is gained |
 
 mod access;
 pub(crate) use access::inline_access;
@@ -52,6 +54,7 @@ mod evict;
 mod expire;
 mod hits;
 mod maintenance;
+mod meta_repair;
 mod open;
 mod partition;
 mod pool_view;

@@ -23,9 +23,6 @@ use crate::layout::{self, SLOTS_PER_BUCKET, SlotWord, le64};
 /// Hash slots recovered at once when a shard is taken over.
 const RECOVERY_PARALLEL: usize = 64;
 
-/// Attempts at one metadata word that hits keep changing.
-const META_REPAIR_TRIES: usize = 4;
-
 impl Dht {
     /// Makes the copies of every slot of hash slots `range` agree again where a commit
     /// stopped half-way: primaries left locked by a single-key commit, and primaries
@@ -78,7 +75,7 @@ impl Dht {
                 }
             }
             // A metadata word a writer added to at the primary but did not copy to a
-            // backup (it stopped in between) takes the primary's value there.
+            // backup (it stopped in between) is set level (`meta_repair`).
             let diverged = Self::diverged_meta(&tables);
             #[cfg(feature = "failpoints")]
             if !diverged.is_empty() {
@@ -117,61 +114,6 @@ impl Dht {
                 SlotWord(word).is_locked() || backups.iter().any(|t| le64(t, at) != word)
             })
             .collect()
-    }
-
-    /// Sets backup `copy`'s metadata word at `addr` to the primary's; whether it
-    /// changed it. Readers of the key (any agent's hits) write these words meanwhile,
-    /// the primary first, so the repair never writes what it read earlier: it reads
-    /// the backup, then the primary, and swaps the backup from the one to the other,
-    /// reading again if a hit changed the backup in between. A blind write of the
-    /// primary's value as read with the backup's (in parallel) undid a hit that landed
-    /// between the two reads, on the backup only, and for good (CI:
-    /// `manager_restart.rs` waited 30 s for identical copies).
-    async fn repair_meta(&self, addr: GlobalAddr, copy: usize) -> Result<bool, DhtError> {
-        for _ in 0..META_REPAIR_TRIES {
-            let backup = self.read_copy_word(addr, copy).await?;
-            let primary = self.read_copy_word(addr, 0).await?;
-            if backup == primary {
-                return Ok(false);
-            }
-            if self.pool.cas_copy(addr, copy, backup, primary).await? == backup {
-                return Ok(true);
-            }
-        }
-        // Hits keep changing it: the next one writes every copy anyway.
-        Ok(false)
-    }
-
-    /// One 8-byte word of copy `copy` (0 = the primary).
-    async fn read_copy_word(&self, addr: GlobalAddr, copy: usize) -> Result<u64, DhtError> {
-        let mut buf = [0u8; 8];
-        self.pool.read_copy(addr, copy, &mut buf).await?;
-        Ok(u64::from_le_bytes(buf))
-    }
-
-    /// Slot metadata words (offset, copy) a backup holds differently from the
-    /// primary (`tables`: the primary's copy first).
-    fn diverged_meta(tables: &[Vec<u8>]) -> Vec<(usize, usize)> {
-        let Some((primary, backups)) = tables.split_first() else {
-            return Vec::new();
-        };
-        let buckets = primary.len() / layout::BUCKET as usize;
-        let mut out = Vec::new();
-        for b in 0..buckets {
-            for i in 0..SLOTS_PER_BUCKET {
-                let at = b * layout::BUCKET as usize
-                    + layout::BUCKET_HEADER as usize
-                    + i * layout::SLOT as usize
-                    + 8;
-                let want = le64(primary, at);
-                for (copy, t) in backups.iter().enumerate() {
-                    if t.len() >= at + 8 && le64(t, at) != want {
-                        out.push((at, copy + 1));
-                    }
-                }
-            }
-        }
-        out
     }
 
     /// Repairs one slot (see [`dmc_umo::Pool::roll_forward_slot`]); whether it changed
