@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 
 use common::{client, two_nodes};
 use dmc_dht::owner::Lease;
@@ -20,7 +20,7 @@ use dmc_dht::{Dht, SetOptions};
 use dmc_umo::GlobalAddr;
 
 /// The fail point is process-wide: one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Two agents on two nodes (`r = 2`): `a` wrote key `k` and owns every slot; `b` will
 /// take them over. Returns them and the address of `k`'s slot.
@@ -83,7 +83,7 @@ async fn take_over(a: &Dht, b: &Arc<Dht>, during: impl AsyncFnOnce()) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hit_between_the_repairs_reads_and_its_write_is_kept() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERIAL.lock().await;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let (a, b, meta, _nodes) = key_and_heir(&dirs).await;
     // A writer's add reached the primary only: the repair has something to do.
@@ -106,7 +106,7 @@ async fn a_hit_between_the_repairs_reads_and_its_write_is_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hit_that_reached_the_backup_first_is_kept() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERIAL.lock().await;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let (a, b, meta, _nodes) = key_and_heir(&dirs).await;
     // A hit's clock write (posted to both copies at once) reached the backup first.
@@ -127,7 +127,7 @@ async fn a_hit_that_reached_the_backup_first_is_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_landing_during_the_repair_is_left_to_finish() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERIAL.lock().await;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let (a, b, meta, _nodes) = key_and_heir(&dirs).await;
     let slot = GlobalAddr::new(meta.region(), meta.offset() - 8);
