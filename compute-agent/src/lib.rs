@@ -332,7 +332,9 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
             metrics::collect(&engine)
         }));
     }
-    tracing::info!(listen = %addr, tls = ?tls_addr, metrics = ?metrics_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, threads = tokio::runtime::Handle::current().metrics().num_workers(), "compute agent serving");
+    // The runtime's workers (`threads`, else one per core).
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(listen = %addr, tls = ?tls_addr, metrics = ?metrics_addr, backend = ?pool_cfg.backend, routing = ?cfg.routing, threads = workers, "compute agent serving");
     {
         let mut line = format!("compute-agent ready listen={addr}");
         if let Some(t) = tls_addr {
@@ -348,7 +350,7 @@ pub async fn run(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -
     let shared = Arc::new(ConnShared {
         router: router.clone(),
         timers: metrics::CommandTimers::new(),
-        batch_replies: tokio::runtime::Handle::current().metrics().num_workers() == 1,
+        batch_replies: workers == 1,
     });
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);

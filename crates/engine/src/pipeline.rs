@@ -47,11 +47,11 @@ impl Engine {
 
     /// Starts loading what a pipeline's commands that name one key first (SET, INCR,
     /// HSET, ...; not GET, whose batches stage their own reads) will touch in the pool:
-    /// the key's lock stripe, buckets and object. Over in-process memory the commands then
-    /// run one after another without waiting, and their cache misses overlap only if
-    /// they are all started first. Nothing for a lone command or a session already in MULTI
-    /// (the commands of a pipeline that opens with MULTI are loaded, and then queued:
-    /// wasted, never wrong, as for keys another agent owns); at most the first
+    /// the key's lock stripe, buckets and object. Over in-process memory the commands
+    /// then run one after another without waiting, and their cache misses overlap only
+    /// if they are all started first. Nothing for a lone command or a session already in
+    /// MULTI (the commands of a pipeline that opens with MULTI are loaded, and then
+    /// queued: wasted, never wrong, as for keys another agent owns); at most the first
     /// [`PREFETCH_AHEAD`] commands (what is loaded must still be in the cache when its
     /// command runs).
     pub fn prefetch_keys(&self, session: &Session, commands: &[Vec<Bytes>]) {

@@ -2,8 +2,9 @@
 //! records, candidate buckets and old object of every key a pipeline's commands will
 //! write, started before the first command runs. Over in-process memory (`local`,
 //! `shm`) the commands then run one after another without waiting, and their cache
-//! misses overlap only if they were all started first. Everything here is a hint: nothing is locked, checked
-//! or returned, and a key whose directory is not cached is skipped.
+//! misses overlap only if they were all started first. Everything here is a hint:
+//! nothing is locked, checked or returned, and a key whose directory is not cached is
+//! skipped.
 
 use dmc_umo::GlobalAddr;
 use dmc_verbs::memory::prefetch_line;
@@ -24,8 +25,8 @@ impl Dht {
     /// Starts loading, for every key of `keys` in `db`, what a write of it touches
     /// first, when the pool's memory is in this address space. In rounds of
     /// [`ROUND`] keys: every key's directory words, rebuild gate and ownership records;
-    /// then both candidate buckets (on every copy: a write CASes each); then the head of each
-    /// object a matching fingerprint points at. Each step is one batch per node.
+    /// then both candidate buckets (on every copy: a write CASes each); then the head
+    /// of each object a matching fingerprint points at. Each step is one batch per node.
     pub fn prefetch_buckets<'k>(&self, db: u8, keys: impl IntoIterator<Item = &'k [u8]>) {
         if !self.inline_reads {
             return;
