@@ -45,9 +45,8 @@ impl Transport for Counting {
     }
 }
 
-#[tokio::test]
-async fn a_batch_of_counters_costs_two_posts_per_node() {
-    let posts = Arc::new(AtomicU64::new(0));
+/// A pool of two in-process nodes (`r = 2`) whose posts are counted in `posts`.
+async fn counted_pool(posts: &Arc<AtomicU64>) -> Arc<Pool> {
     let nodes: Vec<Arc<dyn Transport>> = (1..=2)
         .map(|id| {
             let core = NodeCore::open(NodeConfig {
@@ -69,7 +68,48 @@ async fn a_batch_of_counters_costs_two_posts_per_node() {
         segment_size: 1 << 20,
         ..PoolConfig::default()
     };
-    let pool = Pool::open(config, nodes).await.expect("a pool");
+    Pool::open(config, nodes).await.expect("a pool")
+}
+
+async fn word_of(pool: &Pool, addr: GlobalAddr, copy: usize) -> u64 {
+    let mut b = [0u8; 8];
+    pool.read_copy(addr, copy, &mut b).await.expect("read");
+    u64::from_le_bytes(b)
+}
+
+/// A single-key commit writes a slot's metadata word to the backups before the
+/// primary. A hit's LFU addition on the primary in between wrote the primary's whole
+/// old word to the backup, undoing the commit's other fields there (its expiry) for
+/// good once the commit reached the primary.
+#[tokio::test]
+async fn a_counter_addition_writes_a_backup_only_the_bytes_it_changes() {
+    let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
+    let obj = pool
+        .write_object(0, b"k", ValueKind::String, &[0u8; 64])
+        .await
+        .expect("written");
+    let word = obj.block.addr.offset_by(32);
+    let top = |w: u64| w >> 56;
+    let low = |w: u64| w & ((1 << 56) - 1);
+    // The commit's new word reaches the backup; its primary still holds the old one.
+    let committed = 0x0011_2233_4455_6677u64;
+    pool.write_copy(word, 1, &committed.to_le_bytes())
+        .await
+        .expect("written");
+    pool.faa_mirrored(word, 1 << 56).await.expect("added");
+    pool.faa_mirrored_many(&[(word, 1 << 56)])
+        .await
+        .expect("added");
+    let (primary, backup) = (word_of(&pool, word, 0).await, word_of(&pool, word, 1).await);
+    assert_eq!(low(backup), low(committed), "the backup's other fields");
+    assert_eq!(top(backup), top(primary), "the counter byte");
+    assert_eq!(top(primary), 2);
+}
+
+#[tokio::test]
+async fn a_batch_of_counters_costs_two_posts_per_node() {
+    let posts = Arc::new(AtomicU64::new(0));
+    let pool = counted_pool(&posts).await;
     // Words inside 40 objects, spread over regions as the allocator places them.
     let mut words: Vec<GlobalAddr> = Vec::new();
     for i in 0..40u32 {
@@ -81,9 +121,7 @@ async fn a_batch_of_counters_costs_two_posts_per_node() {
     }
     let mut before = Vec::new();
     for w in &words {
-        let mut b = [0u8; 8];
-        pool.read_copy(*w, 0, &mut b).await.expect("read");
-        before.push(u64::from_le_bytes(b));
+        before.push(word_of(&pool, *w, 0).await);
     }
     let adds: Vec<(GlobalAddr, u64)> = words
         .iter()
@@ -97,10 +135,8 @@ async fn a_batch_of_counters_costs_two_posts_per_node() {
     assert!(used <= 8, "two batches of 40 counters took {used} posts");
     for (i, w) in words.iter().enumerate() {
         for copy in 0..2 {
-            let mut b = [0u8; 8];
-            pool.read_copy(*w, copy, &mut b).await.expect("read");
             assert_eq!(
-                u64::from_le_bytes(b),
+                word_of(&pool, *w, copy).await,
                 before[i].wrapping_add(2 * (i as u64 + 1)),
                 "counter {i} on copy {copy}"
             );

@@ -6,6 +6,9 @@
 //! wrong whenever the clock changed after that read (another client's hit, an
 //! overwrite), leaving it ahead of time, where it wraps to look the oldest of all.
 //!
+//! One batch is sent at a time per client (`sending_turn`), so each copy takes a key's
+//! updates in the order they were sent.
+//!
 //! Called by the read paths, and by the engine for hits served from its own cache
 //! (`record_hit`). Metadata is advisory: a failed update is dropped, and a slot
 //! reference older than half the reuse grace period is never written through.
@@ -69,7 +72,7 @@ impl Dht {
                     self.single_copy(),
                 ));
             }
-            (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+            self.take_full(&mut hits)
         };
         if let Some(batch) = full {
             self.send_hits_now(batch);
@@ -81,6 +84,9 @@ impl Dht {
 
     /// Sends combined metadata updates with inline verbs.
     fn send_hits_now(&self, batch: Vec<PendingHit>) {
+        let Some(_turn) = self.sending_turn() else {
+            return self.requeue_hits(batch);
+        };
         for u in combine_hits(batch, self.ref_lifetime()) {
             // Metadata is advisory: a failed update only ages the key a little.
             if u.lfu_add != 0 {
@@ -146,7 +152,23 @@ impl Dht {
         let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now, self.single_copy())?;
         let mut hits = self.hits.lock();
         hits.push(hit);
-        (hits.len() >= self.hit_batch).then(|| std::mem::take(&mut *hits))
+        self.take_full(&mut hits)
+    }
+
+    /// The pending hits, if a batch is full and none is being sent. While one is, they
+    /// wait, up to [`HIT_BACKLOG`] batches (a stalled node would grow them without end;
+    /// the metadata is advisory, the memory is not).
+    fn take_full(&self, hits: &mut Vec<PendingHit>) -> Option<Vec<PendingHit>> {
+        if hits.len() < self.hit_batch {
+            return None;
+        }
+        if self.hits_sending.load(Ordering::Relaxed) {
+            if hits.len() >= HIT_BACKLOG * self.hit_batch.max(1) {
+                hits.clear();
+            }
+            return None;
+        }
+        Some(std::mem::take(hits))
     }
 
     /// Whether the pool keeps one copy of everything (`r = 1`).
@@ -194,6 +216,9 @@ impl Dht {
     /// batch. In that order: the sums carry the word's old clock to the backups, and
     /// the clock writes then land on every copy.
     async fn send_hits(&self, batch: Vec<PendingHit>) {
+        let Some(_turn) = self.sending_turn() else {
+            return self.requeue_hits(batch);
+        };
         let updates = combine_hits(batch, self.ref_lifetime());
         if updates.is_empty() {
             return;
@@ -216,6 +241,46 @@ impl Dht {
         if let Err(e) = self.pool.write_advisory(&clocks).await {
             tracing::debug!(error = %e, "hit clocks were lost");
         }
+    }
+}
+
+impl Dht {
+    /// This client's turn to send a batch of hit metadata, if no other batch is being
+    /// sent. Two batches in flight at once reach a backup in either order: the older
+    /// batch's LFU sum or clock, landing last, leaves the backup behind the primary
+    /// until the key's next hit, possibly for good (a CI run of `node_failover.rs`
+    /// waited 30 s for a filled copy's LFU byte). A batch that finds the turn taken is
+    /// put back ([`requeue_hits`](Self::requeue_hits)) for the next send.
+    fn sending_turn(&self) -> Option<SendingTurn<'_>> {
+        self.hits_sending
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(SendingTurn(&self.hits_sending))
+    }
+
+    /// Puts a batch that found another being sent back in front of the hits recorded
+    /// since (the last access of a key is the clock it keeps). Dropped if the backlog
+    /// has grown past [`HIT_BACKLOG`] batches (see [`take_full`](Self::take_full)).
+    fn requeue_hits(&self, batch: Vec<PendingHit>) {
+        let mut hits = self.hits.lock();
+        if hits.len() + batch.len() > HIT_BACKLOG * self.hit_batch.max(1) {
+            return;
+        }
+        let newer = std::mem::replace(&mut *hits, batch);
+        hits.extend(newer);
+    }
+}
+
+/// Batches of hits a client keeps waiting while another batch is being sent.
+const HIT_BACKLOG: usize = 16;
+
+/// A client's turn to send hit metadata, given back when dropped (a cancelled send
+/// included).
+struct SendingTurn<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SendingTurn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

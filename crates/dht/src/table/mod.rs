@@ -178,6 +178,8 @@ pub struct Dht {
     /// Batches the group committer has in flight.
     commit_batches: Arc<AtomicU64>,
     hits: Mutex<Vec<PendingHit>>,
+    /// Set while a batch of `hits` is being sent: one at a time (`hits.rs`).
+    hits_sending: std::sync::atomic::AtomicBool,
     /// Accesses waiting to be applied to access-metadata entries (`access.rs`).
     accesses: Mutex<Vec<access::PendingAccess>>,
     /// This client's inflation value `L` (f64 bits) for GDS, GDSF and LFUDA.

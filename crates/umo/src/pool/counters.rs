@@ -1,7 +1,7 @@
 //! Many advisory counter additions at once: the hash table's batched hit metadata.
 //!
 //! Each addition is made as [`Pool::faa_mirrored`] makes one (added at the region's
-//! primary, the sum written to its backups), but the additions whose primary is one
+//! primary, the bytes of the sum it can change written to its backups), but the additions whose primary is one
 //! node go in one post, and the backups' writes in one post per node, every node's at
 //! once: a batch of hits costs two round trips, not two per key, which is what keeps LRU and LFU
 //! metadata cheap over `tcp` and RDMA (one doorbell per node instead of one per key).
@@ -89,6 +89,10 @@ impl Pool {
                 }
             }
         }
+        // Between the primaries' additions and the backups' sums, for the test of two
+        // batches racing (`dht/tests/hit_order.rs`).
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("umo-counter-sums-gap");
         let mut by_backup: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, nodes) in backups.iter().enumerate() {
             for &n in nodes {
@@ -101,10 +105,13 @@ impl Pool {
             let mut verbs: Vec<Verb> = items
                 .iter()
                 .filter_map(|&i| Some((adds.get(i)?, sums.get(i)?)))
-                .map(|((addr, _), sum)| Verb::Write {
-                    region: addr.region(),
-                    offset: addr.offset(),
-                    data: sum,
+                .map(|((addr, add), sum)| {
+                    let skip = unchanged_low_bytes(*add);
+                    Verb::Write {
+                        region: addr.region(),
+                        offset: addr.offset() + skip as u64,
+                        data: sum.get(skip..).unwrap_or_default(),
+                    }
                 })
                 .collect();
             if let Err(e) = self.post_on(*node, &mut verbs).await {
@@ -113,5 +120,37 @@ impl Pool {
         }))
         .await;
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// How many low bytes of a counter an addition of `add` cannot change (all 8 for 0):
+/// a sum's bytes below `add`'s lowest set bit are the old value's. A backup is written
+/// the rest only. The whole sum would also write the primary's other fields of the word
+/// over the backup's, undoing newer ones that reached the backup first: a single-key
+/// commit writes a slot's metadata (its expiry included) to the backups before the
+/// primary, so a hit's LFU sum landing in between left the backup with the old expiry
+/// for good.
+pub(super) fn unchanged_low_bytes(add: u64) -> usize {
+    (add.trailing_zeros() / 8) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unchanged_low_bytes;
+
+    #[test]
+    fn an_addition_changes_the_bytes_from_its_lowest_set_bit_up() {
+        assert_eq!(unchanged_low_bytes(0), 8);
+        assert_eq!(unchanged_low_bytes(1), 0);
+        assert_eq!(unchanged_low_bytes(1 << 8), 1);
+        assert_eq!(unchanged_low_bytes(1 << 56), 7);
+        assert_eq!(unchanged_low_bytes(255 << 56), 7);
+        for add in [1u64 << 40, 3 << 41, 1 << 63] {
+            let skip = unchanged_low_bytes(add);
+            for old in [0u64, u64::MAX, 0x0123_4567_89ab_cdef] {
+                let (o, s) = (old.to_le_bytes(), old.wrapping_add(add).to_le_bytes());
+                assert_eq!(o[..skip], s[..skip], "{old:#x} + {add:#x}");
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ use futures::future::join_all;
 
 use dmc_verbs::RegionId;
 
+use super::counters::unchanged_low_bytes;
 use super::failover::FAILOVER_RETRIES;
 use super::{Pool, RegionEntry};
 use crate::addr::GlobalAddr;
@@ -60,11 +61,12 @@ impl Pool {
             };
             if add != 0 {
                 let now = old.wrapping_add(add).to_le_bytes();
+                let skip = unchanged_low_bytes(add);
                 for n in entry.copies().filter(|&n| n != primary) {
                     let mut write = [Verb::Write {
                         region,
-                        offset: addr.offset(),
-                        data: &now,
+                        offset: addr.offset() + skip as u64,
+                        data: now.get(skip..).unwrap_or_default(),
                     }];
                     let _ = self.nodes[n].post_now(&mut write)?;
                 }
@@ -522,7 +524,7 @@ impl Pool {
     }
 
     /// A counter whose primary copy is authoritative: `add` is added at the primary
-    /// alone and the sum written to every backup. An FAA on every copy, as
+    /// alone and the sum (the bytes the addition can change) written to every backup. An FAA on every copy, as
     /// [`faa`](Self::faa) does, leaves the copies different for good when its client
     /// dies between them; here a backup is at worst behind until the next change by
     /// any client. Adding 0 reads the primary alone (an idle client keeps no backup's
@@ -552,11 +554,12 @@ impl Pool {
             return Err(UmoError::UnknownRegion(region));
         };
         let now = old.wrapping_add(add).to_le_bytes();
+        let skip = unchanged_low_bytes(add);
         for n in copies.into_iter().filter(|&n| n != primary && add != 0) {
             let mut write = [Verb::Write {
                 region,
-                offset: addr.offset(),
-                data: &now,
+                offset: addr.offset() + skip as u64,
+                data: now.get(skip..).unwrap_or_default(),
             }];
             if let Err(e) = self.post_on(n, &mut write).await {
                 tracing::debug!(region, error = %e, "a backup missed a counter's value");
