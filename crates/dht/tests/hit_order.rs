@@ -15,8 +15,8 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use common::{client, two_nodes};
-use dmc_dht::{Dht, SetOptions};
+use common::{instance_client_with, two_nodes};
+use dmc_dht::{Clock, Dht, DhtConfig, SetOptions, SystemClock};
 use dmc_umo::GlobalAddr;
 
 async fn word(d: &Dht, addr: GlobalAddr, copy: usize) -> u64 {
@@ -29,10 +29,16 @@ async fn word(d: &Dht, addr: GlobalAddr, copy: usize) -> u64 {
 async fn a_hit_batch_sent_while_another_is_in_flight_lands_after_it() {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = two_nodes(&dirs).await;
-    let a = client(&nodes, 1, 0..16384, 0).await;
+    // Every hit is a full batch, sent by the request that made it.
+    let config = DhtConfig {
+        hit_batch: 1,
+        ..DhtConfig::default()
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let a = instance_client_with(&nodes, 1, 0..16384, 0, (1, 1), config, clock).await;
     a.set(0, b"k", b"v", SetOptions::default()).await.unwrap();
-    // This read is a pending hit on a new key (its LFU count always grows), and its
-    // reference reports a second such hit later, as the agent's local cache does.
+    // A reference to report hits with, as the agent's local cache does: each adds to
+    // the LFU count of the new key it saw (a new key's count always grows).
     let slot = a.get(0, b"k").await.unwrap().expect("k").slot;
     let meta = slot.meta_addr();
     let (reached, go) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
@@ -49,21 +55,21 @@ async fn a_hit_batch_sent_while_another_is_in_flight_lands_after_it() {
     // The first batch adds at the primary and is held before its backup's sum.
     let first = tokio::spawn({
         let a = a.clone();
-        async move { a.flush_hits().await }
+        async move { assert!(a.record_hit(slot).await) }
     });
     tokio::task::block_in_place(|| reached.wait());
     // A second batch, sent while the first is held.
     assert!(a.record_hit(slot).await);
-    a.flush_hits().await;
     tokio::task::block_in_place(|| go.wait());
     first.await.unwrap();
     fail::remove("umo-counter-sums-gap");
     // Whatever was held back goes with the next flush.
     a.flush_hits().await;
     let (primary, backup) = (word(&a, meta, 0).await, word(&a, meta, 1).await);
+    // The read's hit, then the two reported.
     assert_eq!(
         primary >> 56,
-        dmc_dht::policy::LFU_INIT as u64 + 2,
+        dmc_dht::policy::LFU_INIT as u64 + 3,
         "{primary:#x}"
     );
     assert_eq!(

@@ -158,7 +158,7 @@ impl Dht {
             }
         }
         if due {
-            self.flush_access().await;
+            self.flush_access_if_free().await;
         }
     }
 
@@ -193,6 +193,21 @@ impl Dht {
     /// entry of another key (its fingerprint differs: the slot was reused) is left
     /// alone, and so are accesses that aged past half the grace period meanwhile.
     pub async fn flush_access(&self) {
+        let turn = self.accesses_flushing.take().await;
+        self.flush_access_in_turn().await;
+        drop(turn);
+    }
+
+    /// [`flush_access`](Self::flush_access) unless another flush is under way (then the
+    /// accesses wait for the next): for the request paths. Two flushes at once would
+    /// read and write the same entries, and reach a backup in either order.
+    pub(super) async fn flush_access_if_free(&self) {
+        if let Some(_turn) = self.accesses_flushing.try_take() {
+            self.flush_access_in_turn().await;
+        }
+    }
+
+    async fn flush_access_in_turn(&self) {
         let mut batch = std::mem::take(&mut *self.accesses.lock());
         let lifetime = self.pool.config().grace / 2;
         batch.retain(|a| a.seen.elapsed() < lifetime);

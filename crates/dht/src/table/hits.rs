@@ -6,8 +6,8 @@
 //! wrong whenever the clock changed after that read (another client's hit, an
 //! overwrite), leaving it ahead of time, where it wraps to look the oldest of all.
 //!
-//! One batch is sent at a time per client (`sending_turn`), so each copy takes a key's
-//! updates in the order they were sent.
+//! One batch is sent at a time per client (`send_turn.rs`), so each copy takes a
+//! key's updates in the order they were sent.
 //!
 //! Called by the read paths, and by the engine for hits served from its own cache
 //! (`record_hit`). Metadata is advisory: a failed update is dropped, and a slot
@@ -84,7 +84,7 @@ impl Dht {
 
     /// Sends combined metadata updates with inline verbs.
     fn send_hits_now(&self, batch: Vec<PendingHit>) {
-        let Some(_turn) = self.sending_turn() else {
+        let Some(_turn) = self.hits_sending.try_take() else {
             return self.requeue_hits(batch);
         };
         for u in combine_hits(batch, self.ref_lifetime()) {
@@ -103,7 +103,7 @@ impl Dht {
         self.touch_meta(f.addr.offset_by(8), f.meta, now).await;
         let at = std::time::Instant::now();
         if self.note_access(f.ext, f.word.fp(), at) {
-            self.flush_access().await;
+            self.flush_access_if_free().await;
         }
         self.entry(f, now, at)
     }
@@ -122,7 +122,7 @@ impl Dht {
             self.send_hits(batch).await;
         }
         if self.note_access(slot.ext, slot.fp, slot.seen) {
-            self.flush_access().await;
+            self.flush_access_if_free().await;
         }
         true
     }
@@ -162,7 +162,7 @@ impl Dht {
         if hits.len() < self.hit_batch {
             return None;
         }
-        if self.hits_sending.load(Ordering::Relaxed) {
+        if self.hits_sending.taken() {
             if hits.len() >= HIT_BACKLOG * self.hit_batch.max(1) {
                 hits.clear();
             }
@@ -204,10 +204,14 @@ impl Dht {
         })
     }
 
-    /// Sends the combined metadata updates now.
+    /// Sends the combined metadata updates now (after a batch being sent, if any).
     pub async fn flush_hits(&self) {
-        let batch = std::mem::take(&mut *self.hits.lock());
-        self.send_hits(batch).await;
+        {
+            let turn = self.hits_sending.take().await;
+            let batch = std::mem::take(&mut *self.hits.lock());
+            self.send_hits_in_turn(batch).await;
+            drop(turn);
+        }
         self.flush_access().await;
     }
 
@@ -216,9 +220,14 @@ impl Dht {
     /// batch. In that order: the sums carry the word's old clock to the backups, and
     /// the clock writes then land on every copy.
     async fn send_hits(&self, batch: Vec<PendingHit>) {
-        let Some(_turn) = self.sending_turn() else {
+        let Some(_turn) = self.hits_sending.try_take() else {
             return self.requeue_hits(batch);
         };
+        self.send_hits_in_turn(batch).await;
+    }
+
+    /// [`send_hits`](Self::send_hits) by the holder of the sending turn.
+    async fn send_hits_in_turn(&self, batch: Vec<PendingHit>) {
         let updates = combine_hits(batch, self.ref_lifetime());
         if updates.is_empty() {
             return;
@@ -245,19 +254,6 @@ impl Dht {
 }
 
 impl Dht {
-    /// This client's turn to send a batch of hit metadata, if no other batch is being
-    /// sent. Two batches in flight at once reach a backup in either order: the older
-    /// batch's LFU sum or clock, landing last, leaves the backup behind the primary
-    /// until the key's next hit, possibly for good (a CI run of `node_failover.rs`
-    /// waited 30 s for a filled copy's LFU byte). A batch that finds the turn taken is
-    /// put back ([`requeue_hits`](Self::requeue_hits)) for the next send.
-    fn sending_turn(&self) -> Option<SendingTurn<'_>> {
-        self.hits_sending
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-            .then_some(SendingTurn(&self.hits_sending))
-    }
-
     /// Puts a batch that found another being sent back in front of the hits recorded
     /// since (the last access of a key is the clock it keeps). Dropped if the backlog
     /// has grown past [`HIT_BACKLOG`] batches (see [`take_full`](Self::take_full)).
@@ -273,16 +269,6 @@ impl Dht {
 
 /// Batches of hits a client keeps waiting while another batch is being sent.
 const HIT_BACKLOG: usize = 16;
-
-/// A client's turn to send hit metadata, given back when dropped (a cancelled send
-/// included).
-struct SendingTurn<'a>(&'a std::sync::atomic::AtomicBool);
-
-impl Drop for SendingTurn<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
 
 /// The byte of a slot's metadata word where its access clock starts (little-endian).
 const ACCESS_BYTE: u64 = (layout::ACCESS_SHIFT / 8) as u64;

@@ -64,6 +64,7 @@ mod read;
 mod rebuild_gate;
 mod recover;
 mod scan;
+mod send_turn;
 mod staged;
 mod update;
 mod vacate;
@@ -178,10 +179,12 @@ pub struct Dht {
     /// Batches the group committer has in flight.
     commit_batches: Arc<AtomicU64>,
     hits: Mutex<Vec<PendingHit>>,
-    /// Set while a batch of `hits` is being sent: one at a time (`hits.rs`).
-    hits_sending: std::sync::atomic::AtomicBool,
+    /// Held while a batch of `hits` is being sent: one at a time.
+    hits_sending: send_turn::SendTurn,
     /// Accesses waiting to be applied to access-metadata entries (`access.rs`).
     accesses: Mutex<Vec<access::PendingAccess>>,
+    /// Held while `accesses` are being applied: one flush at a time.
+    accesses_flushing: send_turn::SendTurn,
     /// This client's inflation value `L` (f64 bits) for GDS, GDSF and LFUDA.
     inflation: AtomicU64,
     /// Keys per database in the slots this client owns.

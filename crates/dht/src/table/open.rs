@@ -71,6 +71,7 @@ impl Dht {
             commit_batches,
             hits: Mutex::new(Vec::new()),
             hits_sending: Default::default(),
+            accesses_flushing: Default::default(),
             accesses: Mutex::new(Vec::new()),
             inflation: AtomicU64::new(0),
             keys: (0..256).map(|_| AtomicI64::new(0)).collect(),
