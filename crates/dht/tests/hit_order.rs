@@ -1,6 +1,6 @@
 //! Hit metadata reaches every copy of a key's metadata word in the order it was sent.
 //! A batch of hits adds its LFU counts at the primary and writes the sums to the
-//! backups (`faa_mirrored_many`). Two batches of one client in flight at once wrote a
+//! backups (`faa_fields_many`). Two batches of one client in flight at once wrote a
 //! backup in either order: the older sum landing last left the backup's LFU byte
 //! behind the primary's until the key's next counted hit, which may never come (a CI
 //! run of `node_failover.rs` waited 30 s for identical copies). Fail point

@@ -36,6 +36,15 @@ impl Transport for Counting {
         self.inner.post(verbs)
     }
 
+    fn completes_inline(&self) -> bool {
+        self.inner.completes_inline()
+    }
+
+    fn post_now(&self, verbs: &mut [Verb<'_>]) -> Option<Result<(), VerbsError>> {
+        self.posts.fetch_add(1, Ordering::Relaxed);
+        self.inner.post_now(verbs)
+    }
+
     fn call(&self, req: Request) -> BoxFuture<'_, Result<Response, VerbsError>> {
         self.inner.call(req)
     }
@@ -82,7 +91,7 @@ async fn word_of(pool: &Pool, addr: GlobalAddr, copy: usize) -> u64 {
 /// old word to the backup, undoing the commit's other fields there (its expiry) for
 /// good once the commit reached the primary.
 #[tokio::test]
-async fn a_counter_addition_writes_a_backup_only_the_bytes_it_changes() {
+async fn an_addition_to_a_field_writes_a_backup_only_the_bytes_it_changes() {
     let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
     let obj = pool
         .write_object(0, b"k", ValueKind::String, &[0u8; 64])
@@ -96,14 +105,46 @@ async fn a_counter_addition_writes_a_backup_only_the_bytes_it_changes() {
     pool.write_copy(word, 1, &committed.to_le_bytes())
         .await
         .expect("written");
-    pool.faa_mirrored(word, 1 << 56).await.expect("added");
-    pool.faa_mirrored_many(&[(word, 1 << 56)])
+    pool.faa_field_now(word, 1 << 56)
+        .expect("inline")
+        .expect("added");
+    pool.faa_fields_many(&[(word, 1 << 56)])
         .await
         .expect("added");
     let (primary, backup) = (word_of(&pool, word, 0).await, word_of(&pool, word, 1).await);
     assert_eq!(low(backup), low(committed), "the backup's other fields");
     assert_eq!(top(backup), top(primary), "the counter byte");
     assert_eq!(top(primary), 2);
+}
+
+/// A whole-word counter (the pool's usage) is written whole to its backups: a backup
+/// that missed a sum is brought level by the next addition, whatever its low bits.
+#[tokio::test]
+async fn a_whole_word_counter_brings_a_backup_that_missed_a_sum_level() {
+    let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
+    let obj = pool
+        .write_object(0, b"k", ValueKind::String, &[0u8; 64])
+        .await
+        .expect("written");
+    let word = obj.block.addr.offset_by(32);
+    for (missed, add) in [(100u64, 1u64 << 8), (7, 1 << 16)] {
+        for inline in [false, true] {
+            let behind = word_of(&pool, word, 0).await.wrapping_sub(missed);
+            pool.write_copy(word, 1, &behind.to_le_bytes())
+                .await
+                .expect("written");
+            if inline {
+                pool.faa_now(word, add).expect("inline").expect("added");
+            } else {
+                pool.faa_mirrored(word, add).await.expect("added");
+            }
+            assert_eq!(
+                word_of(&pool, word, 1).await,
+                word_of(&pool, word, 0).await,
+                "an addition of {add:#x}, inline {inline}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -129,8 +170,8 @@ async fn a_batch_of_counters_costs_two_posts_per_node() {
         .map(|(i, w)| (*w, i as u64 + 1))
         .collect();
     let start = posts.load(Ordering::Relaxed);
-    pool.faa_mirrored_many(&adds).await.expect("added");
-    pool.faa_mirrored_many(&adds).await.expect("added");
+    pool.faa_fields_many(&adds).await.expect("added");
+    pool.faa_fields_many(&adds).await.expect("added");
     let used = posts.load(Ordering::Relaxed) - start;
     assert!(used <= 8, "two batches of 40 counters took {used} posts");
     for (i, w) in words.iter().enumerate() {

@@ -230,8 +230,9 @@ impl Dht {
         {
             tracing::warn!(error = %e, "merging the adaptive policy's regrets failed");
         }
-        // Rank by this client's accesses too, not only those already applied.
-        self.flush_access().await;
+        // Rank by this client's accesses too, not only those already applied (unless
+        // another flush is applying them: evictions do not queue behind each other).
+        self.flush_access_if_free().await;
         for _ in 0..MAX_RETRIES {
             let mut candidates: Vec<Candidate> = Vec::new();
             if k > 0 {

@@ -35,12 +35,13 @@ pub(super) struct PendingHit {
 
 impl Dht {
     /// [`hit`](Self::hit) without futures: the access is recorded, and a full batch
-    /// of combined metadata updates is sent with inline FAAs.
+    /// of combined metadata updates is sent with inline FAAs (unless another batch is
+    /// being sent: then it waits for the next).
     pub(super) fn hit_now(&self, f: Found, now: &Now) -> Entry {
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         let at = std::time::Instant::now();
-        if let Some(batch) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
-            self.send_hits_now(batch);
+        if let Some(full) = self.record_touch(f.addr.offset_by(8), f.meta, at, now) {
+            self.send_hits_now(full);
         }
         // Applied by the next flush that may wait (this path must not).
         self.note_access(f.ext, f.word.fp(), at);
@@ -74,28 +75,34 @@ impl Dht {
             }
             self.take_full(&mut hits)
         };
-        if let Some(batch) = full {
-            self.send_hits_now(batch);
+        if let Some(full) = full {
+            self.send_hits_now(full);
         }
         found
             .into_iter()
             .map(move |(i, f)| (i, self.entry(f, now, at)))
     }
 
-    /// Sends combined metadata updates with inline verbs.
-    fn send_hits_now(&self, batch: Vec<PendingHit>) {
-        let Some(_turn) = self.hits_sending.try_take() else {
-            return self.requeue_hits(batch);
-        };
-        for u in combine_hits(batch, self.ref_lifetime()) {
-            // Metadata is advisory: a failed update only ages the key a little.
-            if u.lfu_add != 0 {
-                let _ = self.pool.faa_now(u.meta, u.lfu_add);
+    /// Sends combined metadata updates with inline verbs, then (in the same turn) the
+    /// batches that filled meanwhile.
+    fn send_hits_now(&self, full: FullBatch<'_>) {
+        let FullBatch { turn, mut batch } = full;
+        for _ in 0..DRAIN_ROUNDS {
+            for u in combine_hits(batch, self.ref_lifetime()) {
+                // Metadata is advisory: a failed update only ages the key a little.
+                if u.lfu_add != 0 {
+                    let _ = self.pool.faa_field_now(u.meta, u.lfu_add);
+                }
+                let _ = self
+                    .pool
+                    .write_now(u.meta.offset_by(ACCESS_BYTE), &u.access);
             }
-            let _ = self
-                .pool
-                .write_now(u.meta.offset_by(ACCESS_BYTE), &u.access);
+            match self.next_full() {
+                Some(next) => batch = next,
+                None => break,
+            }
         }
+        drop(turn);
     }
 
     pub(super) async fn hit(&self, f: Found, now: &Now) -> Entry {
@@ -118,8 +125,8 @@ impl Dht {
             return false;
         }
         let (_, now) = self.now();
-        if let Some(batch) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
-            self.send_hits(batch).await;
+        if let Some(full) = self.record_touch(slot.meta_addr, slot.meta, slot.seen, &now) {
+            self.send_hits(full).await;
         }
         if self.note_access(slot.ext, slot.fp, slot.seen) {
             self.flush_access_if_free().await;
@@ -136,8 +143,8 @@ impl Dht {
     /// Records an access to a key's metadata: combined locally, sent as one FAA per key
     /// per batch. The engine calls this for hits served from its own cache too.
     async fn touch_meta(&self, meta_addr: GlobalAddr, meta: SlotMeta, now: &Now) {
-        if let Some(batch) = self.record_touch(meta_addr, meta, std::time::Instant::now(), now) {
-            self.send_hits(batch).await;
+        if let Some(full) = self.record_touch(meta_addr, meta, std::time::Instant::now(), now) {
+            self.send_hits(full).await;
         }
     }
 
@@ -148,27 +155,39 @@ impl Dht {
         meta: SlotMeta,
         at: std::time::Instant,
         now: &Now,
-    ) -> Option<Vec<PendingHit>> {
+    ) -> Option<FullBatch<'_>> {
         let hit = Self::pending_hit(self.policy(), meta_addr, meta, at, now, self.single_copy())?;
         let mut hits = self.hits.lock();
         hits.push(hit);
         self.take_full(&mut hits)
     }
 
-    /// The pending hits, if a batch is full and none is being sent. While one is, they
-    /// wait, up to [`HIT_BACKLOG`] batches (a stalled node would grow them without end;
-    /// the metadata is advisory, the memory is not).
-    fn take_full(&self, hits: &mut Vec<PendingHit>) -> Option<Vec<PendingHit>> {
-        if hits.len() < self.hit_batch {
+    /// The pending hits with the turn to send them, if a batch is full and none is
+    /// being sent. Both are taken under the `hits` lock, so batches are sent in the
+    /// order they were recorded. While one is being sent the hits wait, up to
+    /// [`HIT_BACKLOG`] batches; past that the oldest batch's worth is dropped (a stalled
+    /// node would grow them without end; the metadata is advisory, the memory is not).
+    fn take_full(&self, hits: &mut Vec<PendingHit>) -> Option<FullBatch<'_>> {
+        let batch = self.hit_batch.max(1);
+        if hits.len() < batch {
             return None;
         }
-        if self.hits_sending.taken() {
-            if hits.len() >= HIT_BACKLOG * self.hit_batch.max(1) {
-                hits.clear();
+        let Some(turn) = self.hits_sending.try_take() else {
+            if hits.len() >= HIT_BACKLOG * batch {
+                hits.drain(..batch);
             }
             return None;
-        }
-        Some(std::mem::take(hits))
+        };
+        Some(FullBatch {
+            turn,
+            batch: std::mem::take(hits),
+        })
+    }
+
+    /// The pending hits, if a full batch waits: for the holder of the sending turn.
+    fn next_full(&self) -> Option<Vec<PendingHit>> {
+        let mut hits = self.hits.lock();
+        (hits.len() >= self.hit_batch.max(1)).then(|| std::mem::take(&mut *hits))
     }
 
     /// Whether the pool keeps one copy of everything (`r = 1`).
@@ -215,18 +234,22 @@ impl Dht {
         self.flush_access().await;
     }
 
-    /// Sends combined metadata updates: one post of FAAs per primary node (and one of
-    /// their sums per backup node), then one of clock writes per node, for the whole
-    /// batch. In that order: the sums carry the word's old clock to the backups, and
-    /// the clock writes then land on every copy.
-    async fn send_hits(&self, batch: Vec<PendingHit>) {
-        let Some(_turn) = self.hits_sending.try_take() else {
-            return self.requeue_hits(batch);
-        };
-        self.send_hits_in_turn(batch).await;
+    /// Sends a full batch, then (in the same turn) the batches that filled meanwhile.
+    async fn send_hits(&self, full: FullBatch<'_>) {
+        let FullBatch { turn, mut batch } = full;
+        for _ in 0..DRAIN_ROUNDS {
+            self.send_hits_in_turn(batch).await;
+            match self.next_full() {
+                Some(next) => batch = next,
+                None => break,
+            }
+        }
+        drop(turn);
     }
 
-    /// [`send_hits`](Self::send_hits) by the holder of the sending turn.
+    /// Sends combined metadata updates, by the holder of the sending turn: one post of
+    /// FAAs per primary node (and one of their LFU bytes per backup node), then one of
+    /// clock writes per node, for the whole batch.
     async fn send_hits_in_turn(&self, batch: Vec<PendingHit>) {
         let updates = combine_hits(batch, self.ref_lifetime());
         if updates.is_empty() {
@@ -243,7 +266,7 @@ impl Dht {
             .collect();
         // Metadata is advisory: a failed update only ages the keys a little.
         if !adds.is_empty()
-            && let Err(e) = self.pool.faa_mirrored_many(&adds).await
+            && let Err(e) = self.pool.faa_fields_many(&adds).await
         {
             tracing::debug!(error = %e, "hit counts were lost");
         }
@@ -253,22 +276,18 @@ impl Dht {
     }
 }
 
-impl Dht {
-    /// Puts a batch that found another being sent back in front of the hits recorded
-    /// since (the last access of a key is the clock it keeps). Dropped if the backlog
-    /// has grown past [`HIT_BACKLOG`] batches (see [`take_full`](Self::take_full)).
-    fn requeue_hits(&self, batch: Vec<PendingHit>) {
-        let mut hits = self.hits.lock();
-        if hits.len() + batch.len() > HIT_BACKLOG * self.hit_batch.max(1) {
-            return;
-        }
-        let newer = std::mem::replace(&mut *hits, batch);
-        hits.extend(newer);
-    }
+/// A full batch of hits and the turn to send it.
+struct FullBatch<'a> {
+    turn: tokio::sync::SemaphorePermit<'a>,
+    batch: Vec<PendingHit>,
 }
 
 /// Batches of hits a client keeps waiting while another batch is being sent.
 const HIT_BACKLOG: usize = 16;
+
+/// Batches a sender sends in one turn at most: the one it filled, then those that
+/// filled meanwhile (the next hit takes the turn for the rest).
+const DRAIN_ROUNDS: usize = 4;
 
 /// The byte of a slot's metadata word where its access clock starts (little-endian).
 const ACCESS_BYTE: u64 = (layout::ACCESS_SHIFT / 8) as u64;

@@ -3,8 +3,9 @@
 //! backup in either order: the older one landing last leaves the backup behind the
 //! primary until the key's next update, possibly for good (a CI run of
 //! `node_failover.rs` waited 30 s for a filled copy's LFU byte;
-//! `dht/tests/hit_order.rs`). The request paths only try for the turn and leave their
-//! batch queued when it is taken; an explicit flush waits for it.
+//! `dht/tests/hit_order.rs`). The request paths only try for the turn (under the lock
+//! of the queue they take a batch from, so batches go in the order they were recorded)
+//! and leave their batch queued when it is taken; an explicit flush waits for it.
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -27,10 +28,5 @@ impl SendTurn {
     pub(super) async fn take(&self) -> Option<SemaphorePermit<'_>> {
         // The semaphore is never closed.
         self.0.acquire().await.ok()
-    }
-
-    /// Whether a sender holds the turn now.
-    pub(super) fn taken(&self) -> bool {
-        self.0.available_permits() == 0
     }
 }

@@ -1,10 +1,12 @@
 //! Many advisory counter additions at once: the hash table's batched hit metadata.
 //!
-//! Each addition is made as [`Pool::faa_mirrored`] makes one (added at the region's
-//! primary, the bytes of the sum it can change written to its backups), but the additions whose primary is one
-//! node go in one post, and the backups' writes in one post per node, every node's at
-//! once: a batch of hits costs two round trips, not two per key, which is what keeps LRU and LFU
-//! metadata cheap over `tcp` and RDMA (one doorbell per node instead of one per key).
+//! Each addition is made as [`Pool::faa_field_now`] makes one: added at the region's
+//! primary, and the bytes of the sum it can change written to its backups (the
+//! additions are to a field in the word's high bytes, a slot's LFU count). But the
+//! additions whose primary is one node go in one post, and the backups' writes in one
+//! post per node, every node's at once: a batch of hits costs two round trips, not two
+//! per key, which is what keeps LRU and LFU metadata cheap over `tcp` and RDMA (one
+//! doorbell per node instead of one per key).
 
 use std::collections::BTreeMap;
 
@@ -16,10 +18,11 @@ use crate::addr::GlobalAddr;
 use crate::error::UmoError;
 
 impl Pool {
-    /// Adds every `(addr, add)`; additions to frozen regions (their copies being moved)
+    /// Adds every `(addr, add)` to a field in its word's high bytes (see the module
+    /// doc); additions to frozen regions (their copies being moved)
     /// are dropped, as advisory metadata may be. The first node error is returned after
     /// every node was tried.
-    pub async fn faa_mirrored_many(&self, adds: &[(GlobalAddr, u64)]) -> Result<(), UmoError> {
+    pub async fn faa_fields_many(&self, adds: &[(GlobalAddr, u64)]) -> Result<(), UmoError> {
         if self.lease_lapsed() {
             return Err(UmoError::LeaseLapsed);
         }
@@ -123,13 +126,15 @@ impl Pool {
     }
 }
 
-/// How many low bytes of a counter an addition of `add` cannot change (all 8 for 0):
-/// a sum's bytes below `add`'s lowest set bit are the old value's. A backup is written
-/// the rest only. The whole sum would also write the primary's other fields of the word
-/// over the backup's, undoing newer ones that reached the backup first: a single-key
-/// commit writes a slot's metadata (its expiry included) to the backups before the
-/// primary, so a hit's LFU sum landing in between left the backup with the old expiry
-/// for good.
+/// How many low bytes of a word an addition of `add` cannot change (all 8 for 0): a
+/// sum's bytes below `add`'s lowest set bit are the old value's. An addition to a field
+/// in the word's high bytes (a slot's LFU count) writes a backup the rest only. The
+/// whole sum would also write the primary's other fields of the word over the
+/// backup's, undoing newer ones that reached the backup first: a single-key commit
+/// writes a slot's metadata (its expiry included) to the backups before the primary,
+/// so a hit's LFU sum landing in between left the backup with the old expiry for good.
+/// Not for whole-word counters: a backup that missed a sum would keep its stale low
+/// bytes under every later addition that skips them.
 pub(super) fn unchanged_low_bytes(add: u64) -> usize {
     (add.trailing_zeros() / 8) as usize
 }
@@ -145,7 +150,10 @@ mod tests {
         assert_eq!(unchanged_low_bytes(1 << 8), 1);
         assert_eq!(unchanged_low_bytes(1 << 56), 7);
         assert_eq!(unchanged_low_bytes(255 << 56), 7);
-        for add in [1u64 << 40, 3 << 41, 1 << 63] {
+        // Subtractions (wrapping additions) too.
+        assert_eq!(unchanged_low_bytes(0u64.wrapping_sub(1 << 8)), 1);
+        assert_eq!(unchanged_low_bytes(u64::MAX), 0);
+        for add in [1u64 << 40, 3 << 41, 1 << 63, 0u64.wrapping_sub(1 << 16)] {
             let skip = unchanged_low_bytes(add);
             for old in [0u64, u64::MAX, 0x0123_4567_89ab_cdef] {
                 let (o, s) = (old.to_le_bytes(), old.wrapping_add(add).to_le_bytes());

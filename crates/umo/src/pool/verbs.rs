@@ -38,6 +38,25 @@ impl Pool {
     /// [`faa`](Self::faa) right now, if every copy's backend completes verbs inline;
     /// returns the primary's old value.
     pub fn faa_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
+        self.faa_now_from(addr, add, 0)
+    }
+
+    /// [`faa_now`](Self::faa_now) on a field of the word (a slot's LFU count): the
+    /// backups are written only the sum's bytes the addition can change
+    /// (`counters::unchanged_low_bytes`), not the word's other fields. A backup that
+    /// missed an earlier sum keeps its stale low bytes, so this is for a field that
+    /// fills the word's high bytes, not for a whole-word counter.
+    pub fn faa_field_now(&self, addr: GlobalAddr, add: u64) -> Option<Result<u64, UmoError>> {
+        self.faa_now_from(addr, add, unchanged_low_bytes(add))
+    }
+
+    /// [`faa_now`](Self::faa_now), the backups written the sum from byte `skip` on.
+    fn faa_now_from(
+        &self,
+        addr: GlobalAddr,
+        add: u64,
+        skip: usize,
+    ) -> Option<Result<u64, UmoError>> {
         let region = addr.region();
         self.inline_on_copies(addr, 8, |primary, entry| {
             // The primary takes the addition; the backups get its result (see
@@ -61,7 +80,6 @@ impl Pool {
             };
             if add != 0 {
                 let now = old.wrapping_add(add).to_le_bytes();
-                let skip = unchanged_low_bytes(add);
                 for n in entry.copies().filter(|&n| n != primary) {
                     let mut write = [Verb::Write {
                         region,
@@ -524,7 +542,7 @@ impl Pool {
     }
 
     /// A counter whose primary copy is authoritative: `add` is added at the primary
-    /// alone and the sum (the bytes the addition can change) written to every backup. An FAA on every copy, as
+    /// alone and the sum written to every backup. An FAA on every copy, as
     /// [`faa`](Self::faa) does, leaves the copies different for good when its client
     /// dies between them; here a backup is at worst behind until the next change by
     /// any client. Adding 0 reads the primary alone (an idle client keeps no backup's
@@ -554,12 +572,11 @@ impl Pool {
             return Err(UmoError::UnknownRegion(region));
         };
         let now = old.wrapping_add(add).to_le_bytes();
-        let skip = unchanged_low_bytes(add);
         for n in copies.into_iter().filter(|&n| n != primary && add != 0) {
             let mut write = [Verb::Write {
                 region,
-                offset: addr.offset() + skip as u64,
-                data: now.get(skip..).unwrap_or_default(),
+                offset: addr.offset(),
+                data: &now,
             }];
             if let Err(e) = self.post_on(n, &mut write).await {
                 tracing::debug!(region, error = %e, "a backup missed a counter's value");
