@@ -80,6 +80,17 @@ async fn counted_pool(posts: &Arc<AtomicU64>) -> Arc<Pool> {
     Pool::open(config, nodes).await.expect("a pool")
 }
 
+/// A counted pool and a word inside an object written to it.
+async fn pool_and_word() -> (Arc<Pool>, GlobalAddr) {
+    let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
+    let obj = pool
+        .write_object(0, b"k", ValueKind::String, &[0u8; 64])
+        .await
+        .expect("written");
+    let word = obj.block.addr.offset_by(32);
+    (pool, word)
+}
+
 async fn word_of(pool: &Pool, addr: GlobalAddr, copy: usize) -> u64 {
     let mut b = [0u8; 8];
     pool.read_copy(addr, copy, &mut b).await.expect("read");
@@ -92,12 +103,7 @@ async fn word_of(pool: &Pool, addr: GlobalAddr, copy: usize) -> u64 {
 /// good once the commit reached the primary.
 #[tokio::test]
 async fn an_addition_to_a_field_writes_a_backup_only_the_bytes_it_changes() {
-    let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
-    let obj = pool
-        .write_object(0, b"k", ValueKind::String, &[0u8; 64])
-        .await
-        .expect("written");
-    let word = obj.block.addr.offset_by(32);
+    let (pool, word) = pool_and_word().await;
     let top = |w: u64| w >> 56;
     let low = |w: u64| w & ((1 << 56) - 1);
     // The commit's new word reaches the backup; its primary still holds the old one.
@@ -121,12 +127,7 @@ async fn an_addition_to_a_field_writes_a_backup_only_the_bytes_it_changes() {
 /// that missed a sum is brought level by the next addition, whatever its low bits.
 #[tokio::test]
 async fn a_whole_word_counter_brings_a_backup_that_missed_a_sum_level() {
-    let pool = counted_pool(&Arc::new(AtomicU64::new(0))).await;
-    let obj = pool
-        .write_object(0, b"k", ValueKind::String, &[0u8; 64])
-        .await
-        .expect("written");
-    let word = obj.block.addr.offset_by(32);
+    let (pool, word) = pool_and_word().await;
     for (missed, add) in [(100u64, 1u64 << 8), (7, 1 << 16)] {
         for inline in [false, true] {
             let behind = word_of(&pool, word, 0).await.wrapping_sub(missed);

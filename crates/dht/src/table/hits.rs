@@ -225,12 +225,10 @@ impl Dht {
 
     /// Sends the combined metadata updates now (after a batch being sent, if any).
     pub async fn flush_hits(&self) {
-        {
-            let turn = self.hits_sending.take().await;
-            let batch = std::mem::take(&mut *self.hits.lock());
-            self.send_hits_in_turn(batch).await;
-            drop(turn);
-        }
+        let turn = self.hits_sending.take().await;
+        let batch = std::mem::take(&mut *self.hits.lock());
+        self.send_hits_in_turn(batch).await;
+        drop(turn);
         self.flush_access().await;
     }
 

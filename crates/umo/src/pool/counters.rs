@@ -19,9 +19,9 @@ use crate::error::UmoError;
 
 impl Pool {
     /// Adds every `(addr, add)` to a field in its word's high bytes (see the module
-    /// doc); additions to frozen regions (their copies being moved)
-    /// are dropped, as advisory metadata may be. The first node error is returned after
-    /// every node was tried.
+    /// doc); additions to frozen regions (their copies being moved) are dropped, as
+    /// advisory metadata may be. The first node error is returned after every node was
+    /// tried.
     pub async fn faa_fields_many(&self, adds: &[(GlobalAddr, u64)]) -> Result<(), UmoError> {
         if self.lease_lapsed() {
             return Err(UmoError::LeaseLapsed);
