@@ -72,14 +72,19 @@ pub const FENCED_TX_GRACE: std::time::Duration = std::time::Duration::from_secs(
 /// The lock bit of a word locked in place ([`WordWrite::in_word_lock`]): its lowest.
 pub const WORD_LOCK: u64 = 1;
 
-struct PendingWrite {
-    mem: Arc<RegionMemory>,
+/// One word a prepared transaction changes. `M` reaches the word's region: an owned
+/// reference while the transaction waits for its commit, a borrow of the node's region
+/// snapshot when it is applied under the same hold of the lock table.
+struct WordChange<M> {
+    mem: M,
     offset: u64,
     new: u64,
     /// The unlocked value, when the word itself carries this transaction's lock (its
     /// [`WORD_LOCK`] bit was set by the prepare): restored on abort.
     in_word: Option<u64>,
 }
+
+type PendingWrite = WordChange<Arc<RegionMemory>>;
 
 struct PendingTx {
     /// The coordinator's client id (0: anonymous).
@@ -410,7 +415,7 @@ impl NodeCore {
 
     /// Clears the in-word locks `writes` set (a word another writer changed since is
     /// left alone: the lock was not ours any more).
-    fn unlock_words(writes: &[PendingWrite]) {
+    fn unlock_words<M: std::ops::Deref<Target = RegionMemory>>(writes: &[WordChange<M>]) {
         for w in writes {
             if let Some(old) = w.in_word {
                 // Bounds and alignment were checked by the prepare.
@@ -421,7 +426,7 @@ impl NodeCore {
 
     /// Applies a released transaction: the plain words first, then the words that
     /// carry its lock, so storing those (which unlocks them) publishes the rest.
-    fn apply(writes: &[PendingWrite]) {
+    fn apply<M: std::ops::Deref<Target = RegionMemory>>(writes: &[WordChange<M>]) {
         for last in [false, true] {
             for w in writes.iter().filter(|w| w.in_word.is_some() == last) {
                 // Bounds and alignment were checked by the prepare.
@@ -430,105 +435,20 @@ impl NodeCore {
         }
     }
 
+    /// Prepares `p` and registers it (its words in the lock table) until its commit or
+    /// abort.
     fn prepare_one(&self, tx: &mut TxState, session: u64, p: &TxPrepare) -> TxVote {
-        let current = tx.epochs.get(&p.shard).copied().unwrap_or(0);
-        if p.epoch < current {
-            self.counters.stale.fetch_add(1, Ordering::Relaxed);
-            return TxVote::StaleEpoch { current };
-        }
-        if p.epoch > current {
-            // A newer owner is here: older epochs' transactions left hanging go.
-            tx.epochs.insert(p.shard, p.epoch);
-            self.drop_hanging(tx, p.shard);
-        }
+        let mems = self.mems.load();
+        let writes = match self.lock_words(tx, session, p, |region| {
+            mems.get(region as usize)
+                .and_then(Option::as_ref)
+                .cloned()
+                .ok_or(VerbsError::NoSuchRegion(region))
+        }) {
+            Ok(writes) => writes,
+            Err(vote) => return vote,
+        };
         let key = (session, p.txid);
-        if tx.pending.contains_key(&key) {
-            return TxVote::Failed(VerbsError::Malformed(format!(
-                "transaction {} is already prepared",
-                p.txid
-            )));
-        }
-        let mut writes = Vec::with_capacity(p.writes.len());
-        for (i, w) in p.writes.iter().enumerate() {
-            let mem = match self.region(w.region) {
-                Ok(m) => m,
-                Err(e) => return TxVote::Failed(e),
-            };
-            if let Some(holder) = tx.locks.get(&(w.region, w.offset)).copied() {
-                // A lock of a fenced epoch's transaction left hanging is released.
-                let hanging = tx
-                    .pending
-                    .get(&holder)
-                    .is_some_and(|h| self.hanging(&tx.epochs, h));
-                if !hanging {
-                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                    return TxVote::Locked { index: i as u32 };
-                }
-                Self::drop_tx(tx, holder);
-                self.counters.aborted.fetch_add(1, Ordering::Relaxed);
-            }
-            // Loaded after any hanging holder was dropped (which may have unlocked it).
-            let actual = match mem.load(w.offset) {
-                Ok(v) => v,
-                Err(e) => return TxVote::Failed(e),
-            };
-            if w.in_word_lock && actual & WORD_LOCK != 0 {
-                // Held in place by a one-sided writer (or retired by a split): wait,
-                // do not re-read as if the value had changed.
-                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                return TxVote::Locked { index: i as u32 };
-            }
-            if let Some(expect) = w.expect
-                && expect != actual
-            {
-                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                return TxVote::Conflict {
-                    index: i as u32,
-                    actual,
-                };
-            }
-            let in_word = match (w.in_word_lock, w.expect) {
-                (false, _) => None,
-                // A word locked in place by a writer outside this table (a one-sided
-                // single-key write) or retired for good.
-                (true, Some(e)) if e & WORD_LOCK != 0 => {
-                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                    return TxVote::Locked { index: i as u32 };
-                }
-                (true, Some(e)) => Some(e),
-                (true, None) => {
-                    return TxVote::Failed(VerbsError::Malformed(
-                        "a word locked in place needs an expected value".into(),
-                    ));
-                }
-            };
-            writes.push(PendingWrite {
-                mem,
-                offset: w.offset,
-                new: w.new,
-                in_word,
-            });
-        }
-        // Set the in-word locks: a one-sided writer may change a word between the
-        // check above and here, so each is a compare-and-swap, undone on failure.
-        for (i, w) in writes.iter().enumerate() {
-            let Some(old) = w.in_word else { continue };
-            match w.mem.cas(w.offset, old, old | WORD_LOCK) {
-                Ok(seen) if seen == old => {}
-                seen => {
-                    Self::unlock_words(&writes[..i]);
-                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                    return match seen {
-                        Ok(actual) if actual & WORD_LOCK != 0 => TxVote::Locked { index: i as u32 },
-                        Ok(actual) => TxVote::Conflict {
-                            index: i as u32,
-                            actual,
-                        },
-                        Err(e) => TxVote::Failed(e),
-                    };
-                }
-            }
-        }
         for w in &p.writes {
             tx.locks.insert((w.region, w.offset), key);
         }
@@ -547,6 +467,112 @@ impl NodeCore {
         TxVote::Yes
     }
 
+    /// The prepare's checks of `p`: its epoch, that no other transaction holds its
+    /// words, that each word holds what `p` expects; then its in-word locks, set. `Err`:
+    /// the vote refusing it, with nothing left locked. `region` reaches a region's
+    /// memory.
+    fn lock_words<M: std::ops::Deref<Target = RegionMemory>>(
+        &self,
+        tx: &mut TxState,
+        session: u64,
+        p: &TxPrepare,
+        region: impl Fn(RegionId) -> Result<M, VerbsError>,
+    ) -> Result<Vec<WordChange<M>>, TxVote> {
+        let current = tx.epochs.get(&p.shard).copied().unwrap_or(0);
+        if p.epoch < current {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return Err(TxVote::StaleEpoch { current });
+        }
+        if p.epoch > current {
+            // A newer owner is here: older epochs' transactions left hanging go.
+            tx.epochs.insert(p.shard, p.epoch);
+            self.drop_hanging(tx, p.shard);
+        }
+        let key = (session, p.txid);
+        if tx.pending.contains_key(&key) {
+            return Err(TxVote::Failed(VerbsError::Malformed(format!(
+                "transaction {} is already prepared",
+                p.txid
+            ))));
+        }
+        let mut writes = Vec::with_capacity(p.writes.len());
+        for (i, w) in p.writes.iter().enumerate() {
+            let mem = region(w.region).map_err(TxVote::Failed)?;
+            if let Some(holder) = tx.locks.get(&(w.region, w.offset)).copied() {
+                // A lock of a fenced epoch's transaction left hanging is released.
+                let hanging = tx
+                    .pending
+                    .get(&holder)
+                    .is_some_and(|h| self.hanging(&tx.epochs, h));
+                if !hanging {
+                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    return Err(TxVote::Locked { index: i as u32 });
+                }
+                Self::drop_tx(tx, holder);
+                self.counters.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+            // Loaded after any hanging holder was dropped (which may have unlocked it).
+            let actual = mem.load(w.offset).map_err(TxVote::Failed)?;
+            if w.in_word_lock && actual & WORD_LOCK != 0 {
+                // Held in place by a one-sided writer (or retired by a split): wait,
+                // do not re-read as if the value had changed.
+                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                return Err(TxVote::Locked { index: i as u32 });
+            }
+            if let Some(expect) = w.expect
+                && expect != actual
+            {
+                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                return Err(TxVote::Conflict {
+                    index: i as u32,
+                    actual,
+                });
+            }
+            let in_word = match (w.in_word_lock, w.expect) {
+                (false, _) => None,
+                // A word locked in place by a writer outside this table (a one-sided
+                // single-key write) or retired for good.
+                (true, Some(e)) if e & WORD_LOCK != 0 => {
+                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    return Err(TxVote::Locked { index: i as u32 });
+                }
+                (true, Some(e)) => Some(e),
+                (true, None) => {
+                    return Err(TxVote::Failed(VerbsError::Malformed(
+                        "a word locked in place needs an expected value".into(),
+                    )));
+                }
+            };
+            writes.push(WordChange {
+                mem,
+                offset: w.offset,
+                new: w.new,
+                in_word,
+            });
+        }
+        // Set the in-word locks: a one-sided writer may change a word between the
+        // check above and here, so each is a compare-and-swap, undone on failure.
+        for (i, w) in writes.iter().enumerate() {
+            let Some(old) = w.in_word else { continue };
+            match w.mem.cas(w.offset, old, old | WORD_LOCK) {
+                Ok(seen) if seen == old => {}
+                seen => {
+                    Self::unlock_words(&writes[..i]);
+                    self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    return Err(match seen {
+                        Ok(actual) if actual & WORD_LOCK != 0 => TxVote::Locked { index: i as u32 },
+                        Ok(actual) => TxVote::Conflict {
+                            index: i as u32,
+                            actual,
+                        },
+                        Err(e) => TxVote::Failed(e),
+                    });
+                }
+            }
+        }
+        Ok(writes)
+    }
+
     /// Prepare phase for a batch of transactions; one vote each.
     pub fn prepare(&self, session: u64, txs: &[TxPrepare]) -> Vec<TxVote> {
         let mut tx = self.tx.lock();
@@ -558,18 +584,28 @@ impl NodeCore {
     /// Prepares each transaction and applies the ones that vote `Yes` at once, under
     /// one hold of the lock table: two-phase commit collapsed into one round for
     /// transactions that touch only this node. One vote each (`Yes`: applied).
+    /// A transaction prepared and applied under one hold is never entered in the lock
+    /// table (no other transaction could see it there), and its words are reached
+    /// through one snapshot of the regions.
     pub fn prepare_commit(&self, session: u64, txs: &[TxPrepare]) -> Vec<TxVote> {
         let mut tx = self.tx.lock();
+        let mems = self.mems.load();
         txs.iter()
             .map(|p| {
-                let vote = self.prepare_one(&mut tx, session, p);
-                if vote == TxVote::Yes
-                    && let Some(prepared) = Self::release(&mut tx, (session, p.txid))
-                {
-                    Self::apply(&prepared.writes);
-                    self.counters.committed.fetch_add(1, Ordering::Relaxed);
+                let region = |region: RegionId| {
+                    mems.get(region as usize)
+                        .and_then(Option::as_deref)
+                        .ok_or(VerbsError::NoSuchRegion(region))
+                };
+                match self.lock_words(&mut tx, session, p, region) {
+                    Ok(writes) => {
+                        Self::apply(&writes);
+                        self.counters.prepared.fetch_add(1, Ordering::Relaxed);
+                        self.counters.committed.fetch_add(1, Ordering::Relaxed);
+                        TxVote::Yes
+                    }
+                    Err(vote) => vote,
                 }
-                vote
             })
             .collect()
     }

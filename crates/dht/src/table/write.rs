@@ -81,8 +81,8 @@ impl Dht {
     /// Sets many keys of `db` in one transaction (Redis's MSET and MSETNX): readers see
     /// all of the new values or none. A repeated key keeps its last value. With
     /// `only_if_all_absent` nothing is written if any key exists (returns false). Keys
-    /// must all be in hash slots of one shard lease (always so for a standalone agent);
-    /// otherwise the error is [`DhtError::Unsupported`].
+    /// in hash slots of several shard leases are written one by one, not atomically
+    /// (a standalone agent holds one lease; Redis Cluster would refuse CROSSSLOT).
     pub async fn set_many(
         &self,
         db: u8,
@@ -123,10 +123,20 @@ impl Dht {
             .iter()
             .map(|(k, v)| (dmc_umo::object::HEADER + k.len() + v.len()) as u64)
             .sum();
+        // Every key's buckets and old object started loading together: over in-process
+        // memory their cache misses then overlap instead of coming one key at a time.
+        self.prefetch_buckets(db, unique.iter().map(|(k, _)| *k));
         self.make_room(need).await?;
         let mut objects = Vec::with_capacity(unique.len());
         for (k, v) in &unique {
-            match self.write_with_room(db, k, ValueKind::String, v).await {
+            // Without awaiting where the pool's memory is in this address space; any
+            // reason it cannot (a segment to claim, no room, a copy not reached) is the
+            // awaited path's to handle.
+            let written = match self.pool.write_object_now(db, k, v) {
+                Some(Ok(o)) => Ok(o),
+                _ => self.write_with_room(db, k, ValueKind::String, v).await,
+            };
+            match written {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     for o in objects {
@@ -200,7 +210,11 @@ impl Dht {
             let mut done: Vec<(Option<Found>, SlotMeta, Option<GlobalAddr>)> =
                 Vec::with_capacity(pairs.len());
             for ((loc, (key, _)), obj) in locs.iter().zip(pairs).zip(objects) {
-                let (probe, found) = self.lookup(loc, key, false).await.map_err(early)?;
+                let (probe, found) = match self.lookup_now(loc, key, false) {
+                    Some(Ok((probe, found))) => (Some(probe), found),
+                    // A stale directory, a node that failed: the awaited lookup.
+                    _ => self.lookup(loc, key, false).await.map_err(early)?,
+                };
                 let Some(probe) = probe else {
                     self.create_partition(loc.slot, lease)
                         .await
