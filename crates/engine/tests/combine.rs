@@ -257,3 +257,53 @@ async fn concurrent_appends_of_one_string_are_combined_and_each_answered() {
     let batches = engine.stats.combined_batches.load(Ordering::Relaxed);
     assert!(batches < changes, "{changes} changes in {batches} batches");
 }
+
+/// An edit that finds its key free and its string small and plain is written at once,
+/// without a batch (as INCR is); one that grows the string past the chunked size, and
+/// every later edit of the chunked string, goes through the key's batch.
+#[tokio::test]
+async fn a_small_string_edit_is_written_without_a_batch() {
+    for backend in [Backend::Local, Backend::Shm] {
+        let (_h, engine) = engine(backend).await;
+        let mut s = engine.new_session("t:0".into(), "t:0".into(), -1);
+        let batched = || engine.stats.combined_changes.load(Ordering::Relaxed);
+        // Plain SETs first, of every size the edits write: they create the key's
+        // partition and claim a segment for each block size, which the inline path
+        // never waits for.
+        for (key, value) in [("t", "abcd"), ("t", "abcdefgh"), ("s", "abc")] {
+            let (ok, _) = engine.execute(&mut s, cmd(&["SET", key, value])).await;
+            assert_eq!(ok, Reply::ok());
+        }
+        let edits = [
+            (cmd(&["APPEND", "s", "d"]), Reply::Int(4)),
+            (cmd(&["SETRANGE", "s", "6", "xy"]), Reply::Int(8)),
+            (cmd(&["SETBIT", "s", "7", "0"]), Reply::Int(1)),
+            (
+                cmd(&["BITFIELD", "s", "SET", "u8", "#1", "66"]),
+                Reply::Array(vec![Reply::Int(98)]),
+            ),
+        ];
+        for (edit, answer) in edits {
+            assert_eq!(engine.execute(&mut s, edit).await.0, answer);
+        }
+        assert_eq!(
+            batched(),
+            0,
+            "{backend:?}: small edits went through a batch"
+        );
+        let (got, _) = engine.execute(&mut s, cmd(&["GET", "s"])).await;
+        assert_eq!(got, Reply::bulk(b"`Bcd\0\0xy".to_vec()), "{backend:?}");
+        // A far offset: the chunked form, written by the batch path.
+        let (len, _) = engine
+            .execute(&mut s, cmd(&["SETRANGE", "s", "20000", "z"]))
+            .await;
+        assert_eq!(len, Reply::Int(20001), "{backend:?}");
+        let (len, _) = engine.execute(&mut s, cmd(&["APPEND", "s", "!"])).await;
+        assert_eq!(len, Reply::Int(20002), "{backend:?}");
+        assert_eq!(batched(), 2, "{backend:?}");
+        let (got, _) = engine
+            .execute(&mut s, cmd(&["GETRANGE", "s", "0", "8"]))
+            .await;
+        assert_eq!(got, Reply::bulk(b"`Bcd\0\0xy\0".to_vec()), "{backend:?}");
+    }
+}

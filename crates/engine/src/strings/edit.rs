@@ -2,6 +2,8 @@
 //! BITFIELD's writing form that arrive together for one key are applied in arrival
 //! order to one read of it and committed once ([`crate::combine`]): on a chunked
 //! string one new tree version for the whole batch, on a plain one a single rewrite.
+//! An edit that finds its key free and its string small and plain is written at once
+//! instead, without a batch or an await (as INCR is).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 use futures::future::BoxFuture;
 
-use super::splice::{Splice, Window, splice_locked};
+use super::splice::{Splice, Window, splice_locked, splice_now};
 use super::{Append, SetRange};
 use crate::Engine;
 use crate::bitmaps::{FieldWrite, SetBitOp};
@@ -85,13 +87,18 @@ impl Batch for StringEdit {
     }
 }
 
-/// Submits `edit` of `key` to the key's batch and waits for its answer.
+/// Applies `edit` of `key` at once when nothing holds the key and the string stays
+/// small and plain ([`splice_now`]); otherwise submits it to the key's batch and waits
+/// for its answer.
 pub(crate) async fn submit(
     engine: &Engine,
     db: u8,
     key: &[u8],
     edit: StringEdit,
 ) -> Answer<StringEdit> {
+    if let Some(answer) = splice_now(engine, db, key, &edit) {
+        return answer;
+    }
     engine.string_edits.submit(engine, db, key, edit).await
 }
 

@@ -175,6 +175,62 @@ pub(crate) async fn splice_locked<S: Splice>(
     ))
 }
 
+/// Why an inline edit's change wrote nothing.
+enum Unwritten<O> {
+    /// The edit's answer: an error, or a change that changed nothing.
+    Answer(Result<O, Reply>),
+    /// The string would reach the chunked form: the batch path stores it.
+    Declined,
+}
+
+/// [`splice_locked`] of one change without awaiting, as [`super::update`]'s inline
+/// path does for INCR: when the key's lock is free, the string is plain (or absent)
+/// and stays under [`CHUNKED_AT`] bytes, and the table writes it at once
+/// ([`dmc_dht::Dht::update_now`]). `None`: nothing was done, and the batch path runs
+/// the change (a chunked string, another type, a write the table left to its awaited
+/// path, a key another edit holds).
+pub(crate) fn splice_now<S: Splice>(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    op: &S,
+) -> Option<Result<S::Out, Reply>> {
+    let _g = engine.try_lock_key(key)?;
+    let mut answer = None;
+    let updated = engine.dht.update_now(db, key, |cur| {
+        let len = cur.map_or(0, |v| v.len() as u64);
+        // Checked before the window is built: a far offset would allocate up to it.
+        if op.span(len).end >= CHUNKED_AT as u64 {
+            return Err(Unwritten::Declined);
+        }
+        let mut w = Window {
+            base: 0,
+            bytes: cur.map(<[u8]>::to_vec).unwrap_or_default(),
+            len,
+            exists: cur.is_some(),
+            dirty: None,
+        };
+        match op.apply(&mut w) {
+            Ok((true, _)) if w.bytes.len() >= CHUNKED_AT => Err(Unwritten::Declined),
+            Ok((true, out)) => {
+                answer = Some(out);
+                Ok(w.bytes)
+            }
+            Ok((false, out)) => Err(Unwritten::Answer(Ok(out))),
+            Err(reply) => Err(Unwritten::Answer(Err(reply))),
+        }
+    })?;
+    match updated {
+        Ok(Ok(())) => {
+            engine.wrote(db, key, None);
+            answer.map(Ok)
+        }
+        Ok(Err(Unwritten::Answer(answer))) => Some(answer),
+        Ok(Err(Unwritten::Declined)) | Err(DhtError::WrongType) => None,
+        Err(e) => Some(Err(error_reply(e))),
+    }
+}
+
 /// [`splice_locked`] on a chunked string: `None` when the key changed meanwhile.
 async fn edit_chunked<S: Splice>(
     engine: &Engine,

@@ -90,6 +90,49 @@ fn one_round_commits_apply_yes_votes_and_hold_no_locks() {
 }
 
 #[test]
+fn a_one_round_commit_publishes_its_plain_words_with_its_locked_word_or_nothing() {
+    let n = heap_node();
+    n.create_region(1, 4096).unwrap();
+    let words = |txid: u64, expect: u64, new: u64| TxPrepare {
+        txid,
+        shard: 7,
+        epoch: 1,
+        writes: vec![
+            WordWrite {
+                region: 1,
+                offset: 16,
+                expect: None,
+                new: new + 1,
+                in_word_lock: false,
+            },
+            WordWrite {
+                region: 1,
+                offset: 8,
+                expect: Some(expect),
+                new,
+                in_word_lock: true,
+            },
+        ],
+    };
+    let mem = n.region(1).unwrap();
+    assert_eq!(n.prepare_commit(1, &[words(1, 0, 4)]), vec![TxVote::Yes]);
+    // Applied and unlocked: the slot word holds the new value, its lock bit clear.
+    assert_eq!((mem.load(8).unwrap(), mem.load(16).unwrap()), (4, 5));
+    // A one-sided writer holds the word in place: refused, and the plain word untouched.
+    mem.store(8, 4 | WORD_LOCK).unwrap();
+    assert_eq!(
+        n.prepare_commit(1, &[words(2, 4, 10)]),
+        vec![TxVote::Locked { index: 1 }]
+    );
+    assert_eq!(
+        (mem.load(8).unwrap(), mem.load(16).unwrap()),
+        (4 | WORD_LOCK, 5)
+    );
+    let stats = n.stats();
+    assert_eq!((stats.prepared, stats.committed), (1, 1));
+}
+
+#[test]
 fn stale_epoch_changes_nothing() {
     let n = heap_node();
     n.create_region(1, 4096).unwrap();
