@@ -275,6 +275,8 @@ pub struct Engine {
     /// In-place string edits (SETBIT, APPEND, SETRANGE, BITFIELD) waiting to be
     /// combined, per key.
     pub(crate) string_edits: combine::Combiner<strings::edit::StringEdit>,
+    /// SETs and counter changes that found their key taken, waiting to be combined.
+    pub(crate) string_writes: combine::Combiner<strings::combined::StringWrite>,
     /// PFADDs waiting to be combined, per key.
     pub(crate) pfadd_batches: combine::Combiner<hyperloglog::PfAddOp>,
     /// This agent's subscribers.
@@ -323,6 +325,7 @@ impl Engine {
             xadd_batches: combine::Combiner::default(),
             pfadd_batches: combine::Combiner::default(),
             string_edits: combine::Combiner::default(),
+            string_writes: combine::Combiner::default(),
             pubsub: pubsub::PubSub::default(),
             slowlog: slowlog::SlowLog::default(),
             pause: pause::Pause::default(),

@@ -307,3 +307,81 @@ async fn a_small_string_edit_is_written_without_a_batch() {
         assert_eq!(got, Reply::bulk(b"`Bcd\0\0xy\0".to_vec()), "{backend:?}");
     }
 }
+
+/// Many clients SET and INCR one key at once: every INCR answers its own value (each
+/// of 1..=n once, whatever batch it was combined into), the counter ends at n, and a
+/// SET's value is the key's until the next write. Rounds repeat until a change found
+/// the key taken and was combined (two runtime threads make that happen within a
+/// round or two), then the combined path is checked the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sets_and_incrs_of_one_key_are_combined_and_each_answered() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut round = 0;
+    loop {
+        round += 1;
+        let key = format!("n{round}");
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let (engine, key) = (engine.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut s = engine.new_session(format!("t:{c}"), "t:0".into(), -1);
+                let mut got = Vec::new();
+                for _ in 0..EACH {
+                    let (n, _) = engine.execute(&mut s, cmd(&["INCR", &key])).await;
+                    let Reply::Int(n) = n else { panic!("{n:?}") };
+                    got.push(n);
+                }
+                let mine = format!("{key}:{c}");
+                let (ok, _) = engine.execute(&mut s, cmd(&["SET", &mine, "v"])).await;
+                assert_eq!(ok, Reply::ok());
+                got
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            let got = t.await.expect("a client");
+            assert!(
+                got.windows(2).all(|w| w[0] < w[1]),
+                "a client's INCRs in order"
+            );
+            all.extend(got);
+        }
+        all.sort_unstable();
+        let n = (CLIENTS * EACH) as i64;
+        assert_eq!(all, (1..=n).collect::<Vec<_>>(), "round {round}");
+        let mut s = engine.new_session("t:check".into(), "t:0".into(), -1);
+        let (v, _) = engine.execute(&mut s, cmd(&["GET", &key])).await;
+        assert_eq!(v, Reply::bulk(n.to_string()), "round {round}");
+        // SETs of one key from every client: each answered OK, one of them last.
+        let mut sets = Vec::new();
+        for c in 0..CLIENTS {
+            let (engine, key) = (engine.clone(), key.clone());
+            sets.push(tokio::spawn(async move {
+                let mut s = engine.new_session(format!("t:{c}"), "t:0".into(), -1);
+                for i in 0..EACH {
+                    let value = format!("c{c}-{i}");
+                    let (ok, _) = engine.execute(&mut s, cmd(&["SET", &key, &value])).await;
+                    assert_eq!(ok, Reply::ok());
+                }
+            }));
+        }
+        for t in sets {
+            t.await.expect("a client");
+        }
+        let (v, _) = engine.execute(&mut s, cmd(&["GET", &key])).await;
+        let Reply::Bulk(v) = v else { panic!("{v:?}") };
+        let last = |c: usize| format!("c{c}-{}", EACH - 1).into_bytes();
+        assert!(
+            (0..CLIENTS).any(|c| v[..] == last(c)[..]),
+            "a client's last SET wins: {v:?}"
+        );
+        if engine.stats.combined_changes.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no change was ever combined"
+        );
+    }
+}

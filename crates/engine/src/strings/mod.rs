@@ -3,6 +3,7 @@
 //! chunked ([`chunked`]); in-place edits and range reads work on either ([`splice`]).
 
 pub(crate) mod chunked;
+pub(crate) mod combined;
 pub(crate) mod edit;
 pub(crate) mod splice;
 
@@ -15,6 +16,7 @@ use dmc_resp::Reply;
 use crate::table::Cmd;
 use crate::upper;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, error_reply, notify, parse_i64};
+use combined::StringWrite;
 use edit::{Edited, StringEdit};
 
 /// Redis's `proto-max-bulk-len`: the longest string a command may build.
@@ -265,9 +267,20 @@ async fn update_awaited(
     db: u8,
     key: &Bytes,
     event: &'static str,
-    mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+    f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
 ) -> Result<(), Reply> {
     let _g = engine.lock_key(key).await;
+    update_locked(engine, db, key, event, f).await
+}
+
+/// [`update_awaited`] with the key's lock held by the caller.
+async fn update_locked(
+    engine: &Engine,
+    db: u8,
+    key: &[u8],
+    event: &'static str,
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, &'static str>,
+) -> Result<(), Reply> {
     match rewrite_locked(engine, db, key, |cur| f(cur).map(Some)).await? {
         Ok(_) => {
             engine.notify(notify::STRING, event, db, key);
@@ -500,8 +513,12 @@ pub(crate) async fn counter_declined(engine: &Engine, db: u8, cmd: Cmd, args: &[
         Ok(by) => by,
         Err(r) => return r,
     };
+    // A counter whose key is taken joins the key's combined batch.
+    let Some(_g) = engine.try_lock_key(&args[1]) else {
+        return combined::submit(engine, db, &args[1], StringWrite::Add(by)).await;
+    };
     let mut next = 0i64;
-    let updated = update_awaited(engine, db, &args[1], "incrby", |cur| {
+    let updated = update_locked(engine, db, &args[1], "incrby", |cur| {
         counted(cur, by, &mut next).map(|digits| digits.to_vec())
     })
     .await;
@@ -574,10 +591,18 @@ pub(crate) async fn set_declined(engine: &Engine, db: u8, args: &[Bytes]) -> Rep
 }
 
 async fn set_awaited(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) -> Reply {
-    // Writes of one key queue here instead of racing each other's commits.
-    let _g = engine.lock_key(&args[1]).await;
+    // Writes of one key queue here instead of racing each other's commits; a SET that
+    // replaces all of the key's state joins the key's combined batch instead.
+    let _g = match engine.try_lock_key(&args[1]) {
+        Some(g) => g,
+        None if StringWrite::combinable(&opts) => {
+            let op = StringWrite::Set(args[2].clone(), opts);
+            return combined::submit(engine, db, &args[1], op).await;
+        }
+        None => engine.lock_key(&args[1]).await,
+    };
     let out = tri!(set_getting_old(engine, db, &args[1], &args[2], opts).await);
-    set_done(engine, db, args, opts, out)
+    set_done(engine, db, &args[1], &args[2], opts, out)
 }
 
 /// `SET` without awaiting anything, when the key's lock is free and the table writes it
@@ -592,7 +617,7 @@ pub(crate) fn set_now(engine: &Engine, db: u8, args: &[Bytes]) -> Option<Reply> 
 fn set_with_now(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) -> Option<Reply> {
     let _g = engine.try_lock_key(&args[1])?;
     Some(match engine.dht.set_now(db, &args[1], &args[2], opts)? {
-        Ok(out) => set_done(engine, db, args, opts, out),
+        Ok(out) => set_done(engine, db, &args[1], &args[2], opts, out),
         Err(e) => error_reply(e),
     })
 }
@@ -602,20 +627,21 @@ fn set_with_now(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) -> Op
 fn set_done(
     engine: &Engine,
     db: u8,
-    args: &[Bytes],
+    key: &[u8],
+    value: &[u8],
     opts: SetOptions,
     out: dmc_dht::SetOutcome,
 ) -> Reply {
     if out.written {
         let cached = match opts.expiry {
-            SetExpiry::Clear => Some((&args[2][..], None)),
-            SetExpiry::At(at) => Some((&args[2][..], Some(at))),
+            SetExpiry::Clear => Some((value, None)),
+            SetExpiry::At(at) => Some((value, Some(at))),
             SetExpiry::Keep => None, // the kept expiry is not known here: drop the copy
         };
-        engine.wrote(db, &args[1], cached);
-        engine.notify(notify::STRING, "set", db, &args[1]);
+        engine.wrote(db, key, cached);
+        engine.notify(notify::STRING, "set", db, key);
         if let SetExpiry::At(_) = opts.expiry {
-            engine.notify(notify::GENERIC, "expire", db, &args[1]);
+            engine.notify(notify::GENERIC, "expire", db, key);
         }
     }
     if opts.get {
