@@ -68,7 +68,10 @@ impl<T: Batch> Combiner<T> {
     /// runs.
     pub(crate) async fn submit(&self, engine: &Engine, db: u8, key: &[u8], op: T) -> Answer<T> {
         if crate::multi::in_exec() {
-            // An EXEC holds the key's lock: its change runs here, alone.
+            // An EXEC holds the key's lock: its change runs here, alone. A script may
+            // change a key it did not declare: it waits for that key's lock here (a
+            // stripe the transaction holds is not taken again).
+            let _lock = engine.lock_key(key).await;
             let Some(me) = engine.me.upgrade() else {
                 return Err(Reply::err("ERR the server is shutting down"));
             };

@@ -134,7 +134,11 @@ impl Dht {
             // awaited path's to handle.
             let written = match self.pool.write_object_now(db, k, v) {
                 Some(Ok(o)) => Ok(o),
-                _ => self.write_with_room(db, k, ValueKind::String, v).await,
+                _ => {
+                    // What the inline write left on some copies only, first.
+                    self.pool.finish_object_writes().await;
+                    self.write_with_room(db, k, ValueKind::String, v).await
+                }
             };
             match written {
                 Ok(o) => objects.push(o),

@@ -20,7 +20,7 @@ use dmc_dht::{SetCond, SetExpiry, SetOptions, ValueKind};
 use dmc_resp::Reply;
 use futures::future::BoxFuture;
 
-use super::{counted, rewrite_locked, set_done};
+use super::{counted, rewrite_locked};
 use crate::combine::{Answer, Batch, Combiner};
 use crate::{Engine, error_reply, notify};
 
@@ -40,6 +40,15 @@ impl StringWrite {
             && opts.cond == SetCond::Always
             && opts.kind == ValueKind::String
             && !matches!(opts.expiry, SetExpiry::Keep)
+    }
+
+    /// Whether a change that found its key taken may join the key's batch: not inside
+    /// an EXEC or a script (a key it has not locked waits for the lock there; the
+    /// combiner would run the change on its task, unlocked), and not for a NOLOOP
+    /// tracker's or a peer agent's command (the worker's task does not know who
+    /// changed the key, so the tracker would be told of its own write).
+    pub(crate) fn may_combine() -> bool {
+        !crate::multi::in_exec() && crate::tracking::modifier().is_none()
     }
 
     fn is_set(&self) -> bool {
@@ -87,7 +96,8 @@ pub(crate) async fn submit(engine: &Engine, db: u8, key: &[u8], op: StringWrite)
         .unwrap_or_else(|reply| reply)
 }
 
-/// A run of SETs: the last one written, every one answered and announced in order.
+/// A run of SETs: the last one written (and put in the local cache), every one
+/// answered and announced in order.
 async fn write_sets(
     engine: &Engine,
     db: u8,
@@ -100,13 +110,28 @@ async fn write_sets(
     };
     match engine.dht.set(db, key, value, *opts).await {
         Ok(out) => {
+            if out.written {
+                // Only the value that landed: a superseded one cached after it would be
+                // read back after the pool had moved on.
+                let expiry = match opts.expiry {
+                    SetExpiry::At(at) => Some(at),
+                    SetExpiry::Clear | SetExpiry::Keep => None,
+                };
+                engine.wrote(db, key, Some((value, expiry)));
+            }
             for op in sets {
-                if let StringWrite::Set(value, opts) = op {
-                    let out = dmc_dht::SetOutcome {
-                        written: out.written,
-                        old: None,
-                    };
-                    answers.push(Ok(set_done(engine, db, key, value, *opts, out)));
+                if let StringWrite::Set(_, opts) = op {
+                    if out.written {
+                        engine.notify(notify::STRING, "set", db, key);
+                        if let SetExpiry::At(_) = opts.expiry {
+                            engine.notify(notify::GENERIC, "expire", db, key);
+                        }
+                    }
+                    answers.push(Ok(if out.written {
+                        Reply::ok()
+                    } else {
+                        Reply::Null
+                    }));
                 }
             }
         }
@@ -153,6 +178,10 @@ async fn add_all(
     })
     .await;
     match rewritten {
+        Ok(Ok(_)) if each.len() != adds.len() => {
+            let reply = Reply::err("ERR internal: a combined counter change lost its answer");
+            answers.extend(adds.iter().map(|_| Err(reply.clone())));
+        }
         Ok(Ok(_)) => {
             for reply in each {
                 if matches!(reply, Reply::Int(_)) {

@@ -514,8 +514,12 @@ pub(crate) async fn counter_declined(engine: &Engine, db: u8, cmd: Cmd, args: &[
         Err(r) => return r,
     };
     // A counter whose key is taken joins the key's combined batch.
-    let Some(_g) = engine.try_lock_key(&args[1]) else {
-        return combined::submit(engine, db, &args[1], StringWrite::Add(by)).await;
+    let _g = match engine.try_lock_key(&args[1]) {
+        Some(g) => g,
+        None if StringWrite::may_combine() => {
+            return combined::submit(engine, db, &args[1], StringWrite::Add(by)).await;
+        }
+        None => engine.lock_key(&args[1]).await,
     };
     let mut next = 0i64;
     let updated = update_locked(engine, db, &args[1], "incrby", |cur| {
@@ -595,7 +599,7 @@ async fn set_awaited(engine: &Engine, db: u8, args: &[Bytes], opts: SetOptions) 
     // replaces all of the key's state joins the key's combined batch instead.
     let _g = match engine.try_lock_key(&args[1]) {
         Some(g) => g,
-        None if StringWrite::combinable(&opts) => {
+        None if StringWrite::combinable(&opts) && StringWrite::may_combine() => {
             let op = StringWrite::Set(args[2].clone(), opts);
             return combined::submit(engine, db, &args[1], op).await;
         }
