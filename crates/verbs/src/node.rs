@@ -438,13 +438,7 @@ impl NodeCore {
     /// Prepares `p` and registers it (its words in the lock table) until its commit or
     /// abort.
     fn prepare_one(&self, tx: &mut TxState, session: u64, p: &TxPrepare) -> TxVote {
-        let mems = self.mems.load();
-        let writes = match self.lock_words(tx, session, p, |region| {
-            mems.get(region as usize)
-                .and_then(Option::as_ref)
-                .cloned()
-                .ok_or(VerbsError::NoSuchRegion(region))
-        }) {
+        let writes = match self.lock_words(tx, session, p, |region| self.region(region)) {
             Ok(writes) => writes,
             Err(vote) => return vote,
         };

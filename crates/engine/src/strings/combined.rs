@@ -20,7 +20,7 @@ use dmc_dht::{SetCond, SetExpiry, SetOptions, ValueKind};
 use dmc_resp::Reply;
 use futures::future::BoxFuture;
 
-use super::{counted, rewrite_locked};
+use super::{counted, rewrite_locked, set_announced, set_cached};
 use crate::combine::{Answer, Batch, Combiner};
 use crate::{Engine, error_reply, notify};
 
@@ -113,19 +113,12 @@ async fn write_sets(
             if out.written {
                 // Only the value that landed: a superseded one cached after it would be
                 // read back after the pool had moved on.
-                let expiry = match opts.expiry {
-                    SetExpiry::At(at) => Some(at),
-                    SetExpiry::Clear | SetExpiry::Keep => None,
-                };
-                engine.wrote(db, key, Some((value, expiry)));
+                set_cached(engine, db, key, value, *opts);
             }
             for op in sets {
                 if let StringWrite::Set(_, opts) = op {
                     if out.written {
-                        engine.notify(notify::STRING, "set", db, key);
-                        if let SetExpiry::At(_) = opts.expiry {
-                            engine.notify(notify::GENERIC, "expire", db, key);
-                        }
+                        set_announced(engine, db, key, *opts);
                     }
                     answers.push(Ok(if out.written {
                         Reply::ok()

@@ -637,16 +637,8 @@ fn set_done(
     out: dmc_dht::SetOutcome,
 ) -> Reply {
     if out.written {
-        let cached = match opts.expiry {
-            SetExpiry::Clear => Some((value, None)),
-            SetExpiry::At(at) => Some((value, Some(at))),
-            SetExpiry::Keep => None, // the kept expiry is not known here: drop the copy
-        };
-        engine.wrote(db, key, cached);
-        engine.notify(notify::STRING, "set", db, key);
-        if let SetExpiry::At(_) = opts.expiry {
-            engine.notify(notify::GENERIC, "expire", db, key);
-        }
+        set_cached(engine, db, key, value, opts);
+        set_announced(engine, db, key, opts);
     }
     if opts.get {
         return out.old.map(Reply::Bulk).unwrap_or(Reply::Null);
@@ -655,6 +647,24 @@ fn set_done(
         Reply::ok()
     } else {
         Reply::Null
+    }
+}
+
+/// A written SET's value into the local cache (write-through).
+fn set_cached(engine: &Engine, db: u8, key: &[u8], value: &[u8], opts: SetOptions) {
+    let cached = match opts.expiry {
+        SetExpiry::Clear => Some((value, None)),
+        SetExpiry::At(at) => Some((value, Some(at))),
+        SetExpiry::Keep => None, // the kept expiry is not known here: drop the copy
+    };
+    engine.wrote(db, key, cached);
+}
+
+/// A written SET's keyspace notifications.
+fn set_announced(engine: &Engine, db: u8, key: &[u8], opts: SetOptions) {
+    engine.notify(notify::STRING, "set", db, key);
+    if let SetExpiry::At(_) = opts.expiry {
+        engine.notify(notify::GENERIC, "expire", db, key);
     }
 }
 
