@@ -247,7 +247,9 @@ pub struct Engine {
     /// mutex releases with one atomic instead of a mutex of waiters, a little cheaper
     /// per write, but lets a newcomer take the stripe ahead of a woken waiter, without
     /// bound.)
-    key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Each in an `Arc`, so a script can hold a stripe it took mid-run until its commit
+    /// ([`multi::claim_for_script`]).
+    key_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     /// Clients blocked on keys (BLPOP and kin) and the pushes that wake them.
     pub blocking: blocking::Blocking,
     /// The ACL users this agent checks commands against, and its ACL log.
@@ -341,7 +343,7 @@ impl Engine {
             started: Instant::now(),
             next_client: AtomicU64::new(1),
             key_locks: (0..KEY_LOCKS)
-                .map(|_| tokio::sync::Mutex::new(()))
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
                 .collect(),
             cache_feed: std::sync::OnceLock::new(),
             blocking: blocking::Blocking::default(),
@@ -395,8 +397,13 @@ impl Engine {
         self.started.elapsed().as_secs()
     }
 
+    /// Key-lock stripe `stripe` (a script takes it as its own, [`multi::claim_for_script`]).
+    pub(crate) fn key_lock(&self, stripe: usize) -> Option<&Arc<tokio::sync::Mutex<()>>> {
+        self.key_locks.get(stripe)
+    }
+
     /// The stripe of the key locks `key` belongs to.
-    fn key_stripe(key: &[u8]) -> usize {
+    pub(crate) fn key_stripe(key: &[u8]) -> usize {
         (dmc_dht::hash::key_hash(0, key) % KEY_LOCKS as u64) as usize
     }
 
@@ -423,7 +430,7 @@ impl Engine {
     /// Starts loading `key`'s lock stripe into the cache (a hint).
     pub(crate) fn prefetch_key_lock(&self, key: &[u8]) {
         if let Some(lock) = self.key_locks.get(Self::key_stripe(key)) {
-            dmc_verbs::memory::prefetch_line(std::ptr::from_ref(lock).cast());
+            dmc_verbs::memory::prefetch_line(Arc::as_ptr(lock).cast());
         }
     }
 

@@ -51,8 +51,99 @@ impl TxState {
 struct Held {
     /// The key-lock stripes it holds, sorted.
     stripes: Vec<usize>,
+    /// Stripes a script took mid-run for keys it did not declare.
+    claimed: Arc<Claimed>,
     /// What its writes do once committed.
     effects: Arc<Effects>,
+}
+
+/// The stripes a script took for keys it writes without having declared them, held
+/// until its commit.
+#[derive(Default)]
+struct Claimed {
+    /// Whether there are any (so that `held` reads the lock only then).
+    any: std::sync::atomic::AtomicBool,
+    guards: Mutex<Vec<(usize, tokio::sync::OwnedMutexGuard<()>)>>,
+}
+
+impl Claimed {
+    fn holds(&self, stripe: usize) -> bool {
+        self.any.load(std::sync::atomic::Ordering::Acquire)
+            && self.guards.lock().iter().any(|(s, _)| *s == stripe)
+    }
+
+    fn add(&self, stripe: usize, guard: tokio::sync::OwnedMutexGuard<()>) {
+        self.guards.lock().push((stripe, guard));
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn highest(&self) -> Option<usize> {
+        self.guards.lock().iter().map(|(s, _)| *s).max()
+    }
+}
+
+/// Why a script may not go on writing a key it did not declare.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClaimRefused {
+    /// Another writer holds the key and the script has had no effect yet: run it again
+    /// from the start with this key locked beside its declared ones.
+    Restart,
+    /// Another writer held the key past the wait a script that has had effects may
+    /// take (waiting longer could close a cycle of waits).
+    Busy,
+    /// The script was stopped while it waited.
+    Stopped,
+}
+
+/// How long a script that has had effects waits for a key below the ones it holds.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Makes the script running on this task hold the locks of `keys`, which it writes
+/// without having declared them. A stripe above every stripe it holds is waited for
+/// (in stripe order, as [`Engine::lock_keys`] takes them, so no cycle of waits can
+/// form); one below is taken only if free — else the script restarts with it declared
+/// (`may_restart`: it has had no effect yet), or waits at most [`CLAIM_WAIT`]. Every
+/// wait ends early when `stopped()` turns true. Outside a transaction, nothing to do.
+pub(crate) async fn claim_for_script(
+    engine: &Engine,
+    keys: &[&[u8]],
+    may_restart: bool,
+    stopped: &(dyn Fn() -> bool + Sync),
+) -> Result<(), ClaimRefused> {
+    let Ok((declared, claimed)) = HELD.try_with(|h| (h.stripes.clone(), h.claimed.clone())) else {
+        return Ok(());
+    };
+    let mut wanted = Engine::stripes_of(keys.iter().copied());
+    wanted.retain(|s| declared.binary_search(s).is_err() && !claimed.holds(*s));
+    for stripe in wanted {
+        let Some(lock) = engine.key_lock(stripe) else {
+            continue;
+        };
+        let highest = declared.last().copied().max(claimed.highest());
+        let ordered = highest.is_none_or(|h| stripe > h);
+        let guard = match lock.clone().try_lock_owned() {
+            Ok(g) => g,
+            Err(_) if !ordered && may_restart => return Err(ClaimRefused::Restart),
+            Err(_) => {
+                let wait = lock.clone().lock_owned();
+                tokio::pin!(wait);
+                let started = std::time::Instant::now();
+                loop {
+                    let tick = std::time::Duration::from_millis(10);
+                    match tokio::time::timeout(tick, &mut wait).await {
+                        Ok(g) => break g,
+                        Err(_) if stopped() => return Err(ClaimRefused::Stopped),
+                        Err(_) if !ordered && started.elapsed() >= CLAIM_WAIT => {
+                            return Err(ClaimRefused::Busy);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        };
+        claimed.add(stripe, guard);
+    }
+    Ok(())
 }
 
 /// The effects of a transaction's writes outside the pool, held until its one commit
@@ -76,7 +167,7 @@ tokio::task_local! {
 /// Whether the EXEC running on this task holds key-lock stripe `stripe` (its commands
 /// take no lock of their own for it).
 pub(crate) fn held(stripe: usize) -> bool {
-    HELD.try_with(|h| h.stripes.binary_search(&stripe).is_ok())
+    HELD.try_with(|h| h.stripes.binary_search(&stripe).is_ok() || h.claimed.holds(stripe))
         .unwrap_or(false)
 }
 
@@ -280,15 +371,26 @@ pub(crate) async fn run_locked<T>(
 ) -> Result<T, DhtError> {
     let _locks = engine.lock_keys(keys.iter().map(|k| &k[..])).await;
     let mut stripes = Engine::stripes_of(keys.iter().map(|k| &k[..]));
-    if let Ok((outer, effects)) = HELD.try_with(|h| (h.stripes.clone(), h.effects.clone())) {
+    if let Ok((outer, claimed, effects)) =
+        HELD.try_with(|h| (h.stripes.clone(), h.claimed.clone(), h.effects.clone()))
+    {
         stripes.extend(outer);
         stripes.sort_unstable();
         stripes.dedup();
-        return Ok(HELD.scope(Held { stripes, effects }, work).await);
+        let held = Held {
+            stripes,
+            claimed,
+            effects,
+        };
+        return Ok(HELD.scope(held, work).await);
     }
     let effects = Arc::new(Effects::default());
+    // Kept here, not only in the scope's `Held`: what a script claims stays locked
+    // until its commit below.
+    let claimed = Arc::new(Claimed::default());
     let held = Held {
         stripes,
+        claimed: claimed.clone(),
         effects: effects.clone(),
     };
     let (out, staged) = engine.dht.stage(HELD.scope(held, work)).await;

@@ -61,6 +61,10 @@ fn config_values(engine: &Engine) -> Vec<(&'static str, String)> {
             "lua-time-limit",
             engine.scripts.busy_ms.load(Ordering::Relaxed).to_string(),
         ),
+        (
+            "lua-memory-limit",
+            engine.scripts.states.memory_limit().to_string(),
+        ),
     ]
     .into_iter()
     .chain(engine.limits.values())
@@ -277,6 +281,20 @@ fn config(engine: &Engine, args: &[Bytes]) -> Reply {
                         Ok(v) => engine.scripts.busy_ms.store(v, Ordering::Relaxed),
                         Err(_) => return bad(),
                     },
+                    "lua-memory-limit" => {
+                        let set = value
+                            .parse::<dmc_proto::ByteSize>()
+                            .map_err(|e| e.to_string())
+                            .and_then(|b| {
+                                let bytes = usize::try_from(b.0).map_err(|e| e.to_string())?;
+                                engine.scripts.states.set_memory_limit(bytes)
+                            });
+                        if let Err(e) = set {
+                            return Reply::Error(format!(
+                                "ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"
+                            ));
+                        }
+                    }
                     other => match engine
                         .limits
                         .set(other, &value)
@@ -483,6 +501,22 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
                 format!("{:.2}", rss as f64 / used.max(1) as f64),
             ),
             ("mem_allocator", "libc".into()),
+            (
+                "used_memory_lua",
+                engine.scripts.states.idle_memory().to_string(),
+            ),
+            (
+                "used_memory_lua_human",
+                stats::human(engine.scripts.states.idle_memory() as u64),
+            ),
+            (
+                "lua_memory_limit",
+                engine.scripts.states.memory_limit().to_string(),
+            ),
+            (
+                "number_of_cached_scripts",
+                engine.scripts.counts().0.to_string(),
+            ),
             ("pool_regions", pool.regions.to_string()),
             ("pool_region_size", pool.region_size.to_string()),
             // Hash slots sharing one partition of the index (small instances group
@@ -543,6 +577,7 @@ pub fn info(engine: &Engine, sections: &[String]) -> String {
                 ),
                 ("rejected_connections", n(&st.rejected_connections)),
                 ("expired_keys", dht.expired.to_string()),
+                ("evicted_scripts", engine.scripts.counts().1.to_string()),
                 ("evicted_keys", dht.evicted.to_string()),
                 ("keyspace_hits", dht.hits.to_string()),
                 ("keyspace_misses", dht.misses.to_string()),

@@ -8,6 +8,8 @@ use bytes::Bytes;
 use dmc_resp::Reply;
 use mlua::{Lua, Table, Value};
 
+use super::budget::{Budget, Exceeded};
+
 /// The deepest table a script may return (its nesting is the script's to choose).
 pub const MAX_DEPTH: usize = 64;
 
@@ -58,42 +60,71 @@ pub fn error_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
     Ok(Value::Table(t))
 }
 
-/// A script's result (or an argument of `redis.call`) as a reply.
-pub fn to_reply(value: &Value, depth: usize) -> Reply {
-    match value {
+/// A script's result as a reply. A table nested past [`MAX_DEPTH`] fails the whole
+/// conversion at once (`reached lua stack limit`), and so does one past the walk's
+/// [`Budget`]: a table that holds itself, or a large string named many times, would
+/// otherwise build a reply without bound.
+pub fn to_reply(value: &Value) -> Reply {
+    let mut budget = Budget::default();
+    match walk(value, 0, &mut budget) {
+        Ok(reply) => reply,
+        Err(TooBig::Depth) => Reply::err("ERR reached lua stack limit"),
+        Err(TooBig::Budget(e)) => Reply::Error(format!("ERR the script's reply is too large: {e}")),
+    }
+}
+
+/// Why a result did not convert.
+enum TooBig {
+    Depth,
+    Budget(Exceeded),
+}
+
+fn walk(value: &Value, depth: usize, budget: &mut Budget) -> Result<Reply, TooBig> {
+    let reply = match value {
         Value::Nil => Reply::Null,
         Value::Boolean(true) => Reply::Int(1),
         Value::Boolean(false) => Reply::Null,
         Value::Integer(n) => Reply::Int(*n),
         Value::Number(n) => Reply::Int(truncate(*n)),
-        Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
-        Value::Table(t) => table_reply(t, depth),
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            budget.spend(bytes.len()).map_err(TooBig::Budget)?;
+            return Ok(Reply::Bulk(Bytes::copy_from_slice(&bytes)));
+        }
+        Value::Table(t) => return table_reply(t, depth, budget),
         _ => Reply::Null,
-    }
+    };
+    budget.spend(0).map_err(TooBig::Budget)?;
+    Ok(reply)
 }
 
 fn truncate(n: f64) -> i64 {
     if n.is_nan() { 0 } else { n as i64 }
 }
 
-fn table_reply(t: &Table, depth: usize) -> Reply {
+fn table_reply(t: &Table, depth: usize, budget: &mut Budget) -> Result<Reply, TooBig> {
     if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-        return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+        return Ok(Reply::Error(
+            String::from_utf8_lossy(&e.as_bytes()).into_owned(),
+        ));
     }
     if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-        return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
+        return Ok(Reply::Status(
+            String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+        ));
     }
     if depth >= MAX_DEPTH {
-        return Reply::err("ERR reached lua stack limit");
+        return Err(TooBig::Depth);
     }
+    budget.spend(0).map_err(TooBig::Budget)?;
     let mut items = Vec::new();
     for i in 1.. {
         match t.raw_get::<Value>(i) {
             Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(to_reply(&v, depth + 1)),
+            Ok(v) => items.push(walk(&v, depth + 1, budget)?),
         }
     }
-    Reply::Array(items)
+    Ok(Reply::Array(items))
 }
 
 /// A Lua value as a command argument: strings as they are, numbers as Redis formats

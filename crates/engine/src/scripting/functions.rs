@@ -203,7 +203,7 @@ pub(super) async fn compile(
     let (name, rest) = parse_header(code)?;
     let body = wrapped(rest, LIST_TAIL);
     let sha = super::sha1_hex(&body);
-    let registered = match super::run_body(engine, session, &body, &sha, &[], &[], true).await {
+    let registered = match super::run_library_load(engine, session, &body, &sha).await {
         Reply::Array(items) => items,
         Reply::Error(e) => {
             // The library's own error, without the wrapper's script SHA, as Redis

@@ -76,10 +76,17 @@ enum Open {
 fn encode(root: &Value, out: &mut Vec<u8>) -> Result<(), String> {
     let mut stack: Vec<Open> = Vec::new();
     let mut pending = Some(root.clone());
+    let mut budget = super::budget::Budget::default();
     loop {
-        if let Some(v) = pending.take()
-            && let Some(open) = encode_value(&v, out)?
-        {
+        let before = out.len();
+        let opened = match pending.take() {
+            Some(v) => encode_value(&v, out)?,
+            None => None,
+        };
+        budget
+            .spend(out.len() - before)
+            .map_err(|e| format!("Cannot serialise: {e}"))?;
+        if let Some(open) = opened {
             if stack.len() >= MAX_DEPTH {
                 return Err(format!(
                     "Cannot serialise, excessive nesting ({})",

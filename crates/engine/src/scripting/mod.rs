@@ -16,11 +16,14 @@
 //! ([`busy`]). In a cluster the SCRIPT LOAD scripts are the instance's, kept by the manager
 //! ([`Scripts::install`], `compute-agent/src/routing/functions.rs`).
 
+mod budget;
 mod convert;
 mod function_dump;
 pub mod functions;
 mod libs;
 mod msgpack;
+pub mod pool;
+mod sandbox;
 mod state;
 mod structlib;
 
@@ -31,21 +34,22 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use dmc_resp::Reply;
 use mlua::Value;
-use state::{CallError, Ran, Running, State};
+use state::{CallError, Ran, Running, Stop};
 
 use crate::{Engine, Session, parse_i64};
 
-/// The scripts this agent has seen, by lowercase hex SHA-1; the ones running; idle
-/// prepared Lua states.
+/// The scripts this agent has seen, by lowercase hex SHA-1; the ones running; the Lua
+/// states.
 pub struct Scripts {
-    by_sha: parking_lot::Mutex<HashMap<String, Bytes>>,
+    by_sha: parking_lot::Mutex<Known>,
     /// Scripts running now, each with whether it has written yet.
     running: parking_lot::Mutex<Vec<Arc<Running>>>,
     /// How many: the busy check reads this before taking the lock.
     running_count: std::sync::atomic::AtomicUsize,
     /// `busy-reply-threshold` (alias `lua-time-limit`), in milliseconds.
     pub busy_ms: std::sync::atomic::AtomicU64,
-    idle: parking_lot::Mutex<Vec<State>>,
+    /// The Lua states (at most [`pool::STATES`], `lua-memory-limit` in all).
+    pub states: pool::StatePool,
     /// The scripts SCRIPT LOAD named (a cluster keeps them for agents that join later).
     loaded: parking_lot::Mutex<Vec<Bytes>>,
     /// The version of the instance's loaded scripts these are (0 standalone).
@@ -59,7 +63,7 @@ impl Default for Scripts {
             running: Default::default(),
             running_count: Default::default(),
             busy_ms: std::sync::atomic::AtomicU64::new(5000),
-            idle: Default::default(),
+            states: Default::default(),
             loaded: Default::default(),
             loaded_version: Default::default(),
         }
@@ -103,10 +107,17 @@ pub(crate) fn busy(
 impl Scripts {
     /// Forgets every script (SCRIPT FLUSH).
     fn flush(&self) {
-        self.by_sha.lock().clear();
+        {
+            let mut known = self.by_sha.lock();
+            let evicted = known.evicted;
+            *known = Known {
+                evicted,
+                ..Known::default()
+            };
+        }
         self.loaded.lock().clear();
         // The states keep each script compiled: start over with new ones.
-        self.idle.lock().clear();
+        self.states.clear();
     }
 
     /// The bodies SCRIPT LOAD named, in order (those that are UTF-8: the cluster map
@@ -141,7 +152,7 @@ impl Scripts {
         }
         for body in bodies {
             let body = Bytes::from(body.clone());
-            self.add(&body);
+            self.add(&body, true);
             let mut loaded = self.loaded.lock();
             if !loaded.contains(&body) {
                 loaded.push(body);
@@ -151,21 +162,88 @@ impl Scripts {
     }
 }
 
-/// Idle states kept for reuse at most.
-const IDLE_STATES: usize = 16;
+/// Scripts EVAL named (not SCRIPT LOAD) kept at most: past it the least recently run
+/// is forgotten (EVALSHA of it answers NOSCRIPT), as Redis 8 does.
+pub const EVAL_SCRIPTS_MAX: usize = 500;
+
+/// The known scripts: each body, whether SCRIPT LOAD named it (never evicted), and
+/// when it was last named (a count of uses).
+#[derive(Default)]
+struct Known {
+    scripts: HashMap<String, KnownScript>,
+    uses: u64,
+    /// How many are EVAL's (evictable).
+    evals: usize,
+    /// How many were evicted (INFO's `evicted_scripts`).
+    evicted: u64,
+}
+
+struct KnownScript {
+    body: Bytes,
+    loaded: bool,
+    last: u64,
+}
+
+impl Known {
+    /// Records `body` (SHA `sha`) as named now; `loaded` by SCRIPT LOAD.
+    fn add(&mut self, sha: &str, body: &Bytes, loaded: bool) {
+        self.uses += 1;
+        let now = self.uses;
+        if let Some(k) = self.scripts.get_mut(sha) {
+            k.last = now;
+            if loaded && !k.loaded {
+                k.loaded = true;
+                self.evals -= 1;
+            }
+            return;
+        }
+        if !loaded {
+            if self.evals >= EVAL_SCRIPTS_MAX
+                && let Some(oldest) = self
+                    .scripts
+                    .iter()
+                    .filter(|(_, k)| !k.loaded)
+                    .min_by_key(|(_, k)| k.last)
+                    .map(|(sha, _)| sha.clone())
+            {
+                self.scripts.remove(&oldest);
+                self.evals -= 1;
+                self.evicted += 1;
+            }
+            self.evals += 1;
+        }
+        let known = KnownScript {
+            body: body.clone(),
+            loaded,
+            last: now,
+        };
+        self.scripts.insert(sha.to_string(), known);
+    }
+}
 
 impl Scripts {
-    fn add(&self, body: &Bytes) -> String {
+    /// Records an EVAL's (or, `loaded`, SCRIPT LOAD's) script; its SHA.
+    fn add(&self, body: &Bytes, loaded: bool) -> String {
         let sha = sha1_hex(body);
-        self.by_sha.lock().insert(sha.clone(), body.clone());
+        self.by_sha.lock().add(&sha, body, loaded);
         sha
     }
 
     /// The script of SHA `sha` (any case), with its SHA as stored.
     fn get(&self, sha: &[u8]) -> Option<(String, Bytes)> {
         let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-        let body = self.by_sha.lock().get(&sha).cloned()?;
-        Some((sha, body))
+        let mut known = self.by_sha.lock();
+        known.uses += 1;
+        let now = known.uses;
+        let k = known.scripts.get_mut(&sha)?;
+        k.last = now;
+        Some((sha, k.body.clone()))
+    }
+
+    /// Scripts known now, and scripts evicted so far (INFO).
+    pub fn counts(&self) -> (usize, u64) {
+        let known = self.by_sha.lock();
+        (known.scripts.len(), known.evicted)
     }
 }
 
@@ -192,7 +270,7 @@ pub async fn eval(
             None => return Reply::err("NOSCRIPT No matching script. Please use EVAL."),
         }
     } else {
-        (engine.scripts.add(&args[1]), args[1].clone())
+        (engine.scripts.add(&args[1], false), args[1].clone())
     };
     run_body(
         engine,
@@ -235,46 +313,122 @@ pub(crate) async fn run_body(
     argv: &[Bytes],
     read_only: bool,
 ) -> Reply {
+    let script = Script {
+        body,
+        sha,
+        keys,
+        argv,
+        read_only,
+        deadline: None,
+    };
+    run_script(engine, session, &script).await
+}
+
+/// How long FUNCTION LOAD may run a library's code (Redis's `LOAD_TIMEOUT_MS`).
+pub const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Runs a library's code to learn its functions (FUNCTION LOAD): read-only, no keys,
+/// stopped with `FUNCTION LOAD timeout` past [`LOAD_TIMEOUT`].
+pub(crate) async fn run_library_load(
+    engine: &Engine,
+    session: &mut Session,
+    body: &Bytes,
+    sha: &str,
+) -> Reply {
+    let script = Script {
+        body,
+        sha,
+        keys: &[],
+        argv: &[],
+        read_only: true,
+        deadline: Some(LOAD_TIMEOUT),
+    };
+    run_script(engine, session, &script).await
+}
+
+/// Times a script may start again because a key it writes undeclared was held.
+const RESTARTS_MAX: usize = 8;
+
+/// Runs `script` holding its keys' locks, on a state of the pool. A run that stops
+/// for a key it writes without having declared it runs again with that key locked too
+/// (in order with the others: it never waits for a lock while holding one out of
+/// order, so two scripts cannot wedge each other).
+async fn run_script(engine: &Engine, session: &mut Session, script: &Script<'_>) -> Reply {
     let Some(me) = engine.me.upgrade() else {
         return Reply::err("ERR the server is shutting down");
     };
-    crate::multi::run_locked(engine, keys, async {
-        let running = Arc::new(Running::new(keys));
+    let mut keys: Vec<Bytes> = script.keys.to_vec();
+    for _ in 0..RESTARTS_MAX {
+        match attempt(&me, session, script, &keys).await {
+            Attempt::Reply(reply) => return reply,
+            Attempt::Restart(more) => {
+                for k in more {
+                    if !keys.contains(&k) {
+                        keys.push(k);
+                    }
+                }
+            }
+            Attempt::OverBudget => {
+                return Reply::err("ERR internal: a script ran over its budget twice");
+            }
+        }
+    }
+    Reply::err("ERR the script could not take the locks of the keys it writes")
+}
+
+/// How one attempt at a script ended.
+enum Attempt {
+    Reply(Reply),
+    /// Past the inline budget without an effect.
+    OverBudget,
+    /// It needs these keys locked too.
+    Restart(Vec<Bytes>),
+}
+
+/// One attempt at `script` with `locked` (its keys and those it found it writes)
+/// locked: inline within a budget, then (no effect yet) again from the start as a
+/// blocking section, so a long script does not hold this worker and its I/O. On a
+/// single-threaded runtime (tests) there is nothing to hand over.
+async fn attempt(
+    me: &Arc<Engine>,
+    session: &mut Session,
+    script: &Script<'_>,
+    locked: &[Bytes],
+) -> Attempt {
+    let engine = &**me;
+    crate::multi::run_locked(engine, locked, async {
+        let mut state = match engine.scripts.states.take().await {
+            Ok(s) => s,
+            Err(e) => return Attempt::Reply(Reply::Error(format!("ERR {e}"))),
+        };
+        let deadline = script.deadline.map(|d| std::time::Instant::now() + d);
+        let running = Arc::new(Running::new(locked, &state, deadline));
         engine.scripts.running.lock().push(running.clone());
         engine.scripts.running_count.fetch_add(1, Ordering::AcqRel);
+        // Declared after the state: dropped first, so no SCRIPT KILL reaches this
+        // run's entry once the state is back in the pool.
         let _leave = Leave {
             engine: me.clone(),
             me: running.clone(),
         };
-        let script = Script {
-            body,
-            sha,
-            keys,
-            argv,
-            read_only,
-        };
-        // Inline first, within a budget; past it (no write yet), again from the start
-        // as a blocking section, so a long script does not hold this worker and its
-        // I/O. On a single-threaded runtime (tests) there is nothing to hand over.
-        match run(&me, session, &running, &script, true).await {
-            Err(None) => {}
-            Ok(reply) | Err(Some(reply)) => return reply,
+        // A deadline is kept by a timer too: the hook sees it only between Lua
+        // instructions, the interrupt flag also inside a long C call.
+        let _watchdog = deadline.map(|at| Watchdog::start(running.clone(), at));
+        let first = run(me, &mut state, session, &running, script, true).await;
+        if !matches!(first, Attempt::OverBudget) {
+            return first;
         }
         let handle = tokio::runtime::Handle::current();
-        let again = run(&me, session, &running, &script, false);
-        let result = match handle.runtime_flavor() {
+        let again = run(me, &mut state, session, &running, script, false);
+        match handle.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(|| handle.block_on(again))
             }
             _ => again.await,
-        };
-        match result {
-            Ok(reply) | Err(Some(reply)) => reply,
-            Err(None) => Reply::err("ERR internal: a script ran over its budget twice"),
         }
     })
     .await
-    .unwrap_or_else(crate::error_reply)
+    .unwrap_or_else(|e| Attempt::Reply(crate::error_reply(e)))
 }
 
 /// A script call's arguments.
@@ -284,24 +438,20 @@ struct Script<'a> {
     keys: &'a [Bytes],
     argv: &'a [Bytes],
     read_only: bool,
+    /// Stop it past this long (FUNCTION LOAD).
+    deadline: Option<std::time::Duration>,
 }
 
-/// One run of a script on an idle state: its reply, or `Err(None)` when it stopped at
-/// the inline budget (`budgeted`) and may run again, or `Err(Some(error))`.
+/// One run of a script on `state`; `budgeted`: stop at the inline budget if it has
+/// had no effect.
 async fn run(
     engine: &Arc<Engine>,
+    state: &mut state::State,
     session: &Session,
     running: &Arc<Running>,
     script: &Script<'_>,
     budgeted: bool,
-) -> Result<Reply, Option<Reply>> {
-    let state = engine.scripts.idle.lock().pop();
-    let state = match state {
-        Some(s) => s,
-        None => {
-            State::new().map_err(|e| Some(Reply::err(format!("ERR could not start Lua: {e}"))))?
-        }
-    };
+) -> Attempt {
     let outcome = state
         .call(
             engine.clone(),
@@ -316,33 +466,69 @@ async fn run(
         )
         .await;
     let reply = match outcome {
-        Ok(Ran::Done(value)) => Ok(result_reply(&value)),
-        Ok(Ran::OverBudget) => Err(None),
+        Ok(Ran::Done(value)) => result_reply(&value),
+        Ok(Ran::Stopped) => match running.stopped() {
+            Stop::OverBudget => return Attempt::OverBudget,
+            Stop::Restart => {
+                return Attempt::Restart(std::mem::take(&mut *running.undeclared.lock()));
+            }
+            // Only FUNCTION LOAD has a deadline; it words the error as Redis does.
+            Stop::TimedOut => Reply::Error("FUNCTION LOAD timeout".into()),
+            Stop::Killed | Stop::None => script_error(
+                script.sha,
+                &mlua::Error::external(CommandError {
+                    text: "ERR Script killed by user with SCRIPT KILL...".into(),
+                    line: 1,
+                }),
+            ),
+        },
         Err(CallError::Compile(e)) => {
             let (text, _) = describe(&e);
             let text = text.trim_start_matches("syntax error: ").trim_end();
-            Err(Some(Reply::Error(format!(
-                "ERR Error compiling script (new function): {text}"
-            ))))
+            Reply::Error(format!("ERR Error compiling script (new function): {text}"))
         }
-        Err(CallError::Run(e)) => Err(Some(script_error(script.sha, &e))),
+        Err(CallError::Run(e)) => script_error(script.sha, &e),
     };
-    // A state a script stopped mid-way (an error, the budget) is as good as any: the
-    // next call sets its own context and globals.
-    let mut idle = engine.scripts.idle.lock();
-    if idle.len() < IDLE_STATES {
-        idle.push(state);
-    }
-    reply
+    Attempt::Reply(reply)
 }
 
 /// A script's result as its reply: an error text without a code gets `ERR`.
 fn result_reply(value: &Value) -> Reply {
-    match convert::to_reply(value, 0) {
+    match convert::to_reply(value) {
         Reply::Error(e) if !e.contains(' ') || e.starts_with(|c: char| c.is_ascii_lowercase()) => {
             Reply::Error(format!("ERR {e}"))
         }
         other => other,
+    }
+}
+
+/// Stops a run past its deadline, from a thread of its own: a runtime task would be
+/// queued on the very worker the run occupies (its LIFO slot, which no other worker
+/// steals) and wake only after it. Dropping it ends the thread.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Watchdog {
+    fn start(running: Arc<Running>, at: std::time::Instant) -> Watchdog {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("dmc-script-deadline".into())
+            .spawn(move || {
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(left) {
+                    running.stop(Stop::TimedOut);
+                }
+            });
+        if let Err(e) = spawned {
+            // The hook still keeps the deadline between Lua instructions.
+            tracing::warn!(error = %e, "no thread for a script's deadline");
+        }
+        Watchdog(Some(done))
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.take();
     }
 }
 
@@ -440,13 +626,13 @@ pub(crate) fn kill(engine: &Engine) -> Reply {
     if running.is_empty() {
         return Reply::err("NOTBUSY No scripts in execution right now.");
     }
-    if running.iter().any(|r| r.wrote.load(Ordering::Acquire)) {
+    if running.iter().any(|r| r.wrote.load(Ordering::SeqCst)) {
         return Reply::err(
             "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
         );
     }
     for r in running.iter() {
-        r.killed.store(true, Ordering::Release);
+        r.stop(Stop::Killed);
     }
     Reply::ok()
 }
@@ -456,7 +642,7 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_uppercase();
     match (sub.as_str(), args.len()) {
         ("LOAD", 3) => {
-            let sha = engine.scripts.add(&args[2]);
+            let sha = engine.scripts.add(&args[2], true);
             let mut loaded = engine.scripts.loaded.lock();
             if !loaded.contains(&args[2]) {
                 loaded.push(args[2].clone());
@@ -498,5 +684,29 @@ pub fn script(engine: &Engine, args: &[Bytes]) -> Reply {
             &args[1],
             &["LOAD", "EXISTS", "FLUSH", "KILL", "HELP"],
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// EVAL's scripts are kept up to [`EVAL_SCRIPTS_MAX`], the least recently named
+    /// going first; SCRIPT LOAD's are never evicted.
+    #[test]
+    fn eval_scripts_are_bounded_and_loaded_ones_kept() {
+        let scripts = Scripts::default();
+        let loaded = scripts.add(&Bytes::from_static(b"return 'loaded'"), true);
+        let first = scripts.add(&Bytes::from_static(b"return 0"), false);
+        let second = scripts.add(&Bytes::from_static(b"return 1"), false);
+        // Named again: now the most recent.
+        assert!(scripts.get(first.as_bytes()).is_some());
+        for i in 2..=EVAL_SCRIPTS_MAX {
+            scripts.add(&Bytes::from(format!("return {i}")), false);
+        }
+        assert!(scripts.get(second.as_bytes()).is_none(), "the oldest went");
+        assert!(scripts.get(first.as_bytes()).is_some());
+        assert!(scripts.get(loaded.as_bytes()).is_some());
+        assert_eq!(scripts.counts(), (EVAL_SCRIPTS_MAX + 1, 1));
     }
 }

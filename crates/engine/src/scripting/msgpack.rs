@@ -95,8 +95,10 @@ enum Open {
 fn pack(root: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
     let mut stack: Vec<Open> = Vec::new();
     let mut pending = Some(root.clone());
+    let mut budget = super::budget::Budget::default();
     loop {
         if let Some(v) = pending.take() {
+            let before = out.len();
             match v {
                 Value::Table(t) if stack.len() >= MAX_NESTING => {
                     let _ = t;
@@ -105,6 +107,9 @@ fn pack(root: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
                 Value::Table(t) => stack.push(open(&t, out)?),
                 other => scalar(&other, out),
             }
+            budget
+                .spend(out.len() - before)
+                .map_err(|e| mlua::Error::RuntimeError(format!("MessagePack pack: {e}")))?;
         }
         let Some(top) = stack.last_mut() else {
             return Ok(());

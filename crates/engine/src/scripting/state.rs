@@ -1,58 +1,136 @@
-//! Lua states prepared once and reused: the sandbox (base, table, string and math
-//! libraries; no `loadfile`/`dofile`; read-only globals), the `redis` table, and each
-//! script compiled once per state (kept in the state's registry by SHA). A call sets
-//! its context — the engine, the script's session, whether it may write, its kill
-//! flag — as the state's app data, which `redis.call` reads, and `KEYS`/`ARGV`.
+//! One Lua state and a script's run on it. A state is prepared once ([`State::new`]:
+//! the [`sandbox`](super::sandbox), the `redis` table, the libraries) and reused; it
+//! keeps each script it ran compiled, by SHA, up to [`COMPILED_MAX`] (the least
+//! recently run go first, and all of them when a compile runs out of memory). A call
+//! sets its context — the engine, the script's session, whether it may write, its
+//! [`Running`] entry — as the state's app data, which `redis.call` reads, and
+//! `KEYS`/`ARGV`.
 //!
 //! A call first runs where it is polled, with an instruction budget: most scripts end
-//! well within it. One that runs past it without having written stops and reports
-//! [`Ran::OverBudget`], so the caller can run it again from the start as a blocking
-//! section (a script cannot yield mid-loop, and an endless one must not hold a runtime
-//! worker and its I/O). One that has written goes on where it is.
+//! well within it. One that runs past it without having had an effect (a write, a
+//! publish) stops ([`Stop::OverBudget`]), so the caller
+//! can run it again from the start as a blocking section (a script cannot yield
+//! mid-loop, and an endless one must not hold a runtime worker and its I/O). One that
+//! has had an effect goes on where it is: running it again would repeat the effect.
+//!
+//! A run is stopped (SCRIPT KILL, FUNCTION KILL, FUNCTION LOAD's deadline) through the
+//! state's interrupt flag, which the instruction hook and the patched Lua's long C
+//! calls read, and while which `pcall` cannot catch the error: a script cannot outlive
+//! its termination.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use dmc_resp::Reply;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
 
-use super::{CommandError, convert, sha1_hex};
+use super::{CommandError, convert, sandbox, sha1_hex};
 use crate::table::TABLE;
 use crate::{Engine, Session};
 
-/// The most memory one state's scripts may hold: a script that allocates past it gets
-/// an error, not the agent's memory.
-const MEMORY_LIMIT: usize = 128 << 20;
-/// Lua instructions between two checks of the kill flag and the budget.
+/// Lua instructions between two checks of the interrupt flag and the budget.
 const CHECK_EVERY: u32 = 10_000;
 /// Checks (of [`CHECK_EVERY`] instructions) a script runs where it is polled before it
 /// must go on as a blocking section: 200 000 instructions, about a millisecond.
 const INLINE_CHECKS: u32 = 20;
+/// Compiled scripts a state keeps.
+pub const COMPILED_MAX: usize = 500;
+
+/// Why a run was stopped.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum Stop {
+    None = 0,
+    /// SCRIPT KILL or FUNCTION KILL.
+    Killed = 1,
+    /// FUNCTION LOAD ran past its deadline.
+    TimedOut = 2,
+    /// Past the inline budget without an effect (run it again as a blocking section).
+    OverBudget = 3,
+    /// It needs a key another writer holds, and has had no effect: run it again with
+    /// that key locked beside its declared ones ([`Running::undeclared`]).
+    Restart = 4,
+}
 
 /// A running script, as SCRIPT KILL and the busy check see it.
 pub struct Running {
+    /// It ran a write command (or is running one): SCRIPT KILL refuses then.
     pub wrote: AtomicBool,
-    pub killed: AtomicBool,
+    /// It ran a command that is not a read (a write, a publish): it must not run again.
+    pub effects: AtomicBool,
+    stop: AtomicU8,
     /// When it started, and the keys it declared (`busy-reply-threshold`).
-    pub started: std::time::Instant,
-    pub keys: Vec<bytes::Bytes>,
+    pub started: Instant,
+    pub keys: Vec<Bytes>,
+    /// Stop it (as [`Stop::TimedOut`]) past this instant (FUNCTION LOAD).
+    deadline: Option<Instant>,
     /// Instruction checks so far.
     checks: AtomicU32,
     /// Stop at the budget (the first, inline, run).
     budgeted: AtomicBool,
+    /// The interrupt flag of the state it runs on.
+    interrupt: Arc<AtomicI32>,
+    /// Keys it writes without having declared them, that another writer held.
+    pub undeclared: parking_lot::Mutex<Vec<Bytes>>,
 }
 
 impl Running {
-    pub fn new(keys: &[bytes::Bytes]) -> Running {
+    pub fn new(keys: &[Bytes], state: &State, deadline: Option<Instant>) -> Running {
         Running {
             wrote: AtomicBool::new(false),
-            killed: AtomicBool::new(false),
-            started: std::time::Instant::now(),
+            effects: AtomicBool::new(false),
+            stop: AtomicU8::new(Stop::None as u8),
+            started: Instant::now(),
             keys: keys.to_vec(),
+            deadline,
             checks: AtomicU32::new(0),
             budgeted: AtomicBool::new(false),
+            interrupt: state.interrupt.clone(),
+            undeclared: Default::default(),
         }
+    }
+
+    /// Stops the run for `why`: the next hook check or long C call raises, and no
+    /// `pcall` of the script catches it.
+    /// A kill or a timeout overrides the budget's stop (which the run would otherwise
+    /// clear when it starts again), never each other.
+    pub fn stop(&self, why: Stop) {
+        let _ = self
+            .stop
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                let final_stop = why == Stop::Killed || why == Stop::TimedOut;
+                let free = now == Stop::None as u8
+                    || (final_stop && now != Stop::Killed as u8 && now != Stop::TimedOut as u8);
+                free.then_some(why as u8)
+            });
+        self.interrupt.store(1, Ordering::Release);
+    }
+
+    /// Why it was stopped.
+    pub fn stopped(&self) -> Stop {
+        match self.stop.load(Ordering::SeqCst) {
+            1 => Stop::Killed,
+            2 => Stop::TimedOut,
+            3 => Stop::OverBudget,
+            4 => Stop::Restart,
+            _ => Stop::None,
+        }
+    }
+
+    /// Makes it runnable again from the start (after [`Stop::OverBudget`]).
+    fn restart(&self) {
+        let _ = self.stop.compare_exchange(
+            Stop::OverBudget as u8,
+            Stop::None as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.checks.store(0, Ordering::Relaxed);
+        let stopped = self.stopped() != Stop::None;
+        self.interrupt.store(i32::from(stopped), Ordering::Release);
     }
 }
 
@@ -68,25 +146,31 @@ struct Context {
 /// How a call ended.
 pub enum Ran {
     Done(Value),
-    /// Past the inline budget without a write: run it again as a blocking section.
-    OverBudget,
+    /// Stopped before it ended: the reason is the [`Running`] entry's.
+    Stopped,
 }
 
-/// The marker error of [`Ran::OverBudget`].
+/// The error a stopped run raises (its text is only seen if it escapes as is).
 #[derive(Debug)]
-struct OverBudget;
+struct Stopped;
 
-impl std::fmt::Display for OverBudget {
+impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("script over its inline budget")
+        f.write_str("Script killed by user with SCRIPT KILL...")
     }
 }
 
-impl std::error::Error for OverBudget {}
+impl std::error::Error for Stopped {}
 
 /// A prepared state.
 pub struct State {
     lua: Lua,
+    /// The flag the patched Lua reads (`lua_setinterruptflag`); it lives as long as
+    /// the state (and any [`Running`] entry of it).
+    interrupt: Arc<AtomicI32>,
+    /// Compiled scripts by SHA, each with the run count at its last run.
+    compiled: HashMap<String, (Function, u64)>,
+    runs: u64,
 }
 
 impl State {
@@ -95,8 +179,11 @@ impl State {
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::default(),
         )?;
+        sandbox::trim_globals(&lua)?;
         setup(&lua)?;
-        lua.set_memory_limit(MEMORY_LIMIT)?;
+        sandbox::lock(&lua)?;
+        let interrupt = Arc::new(AtomicI32::new(0));
+        sandbox::set_interrupt_flag(&lua, &interrupt)?;
         lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
             |lua, _| {
@@ -104,30 +191,83 @@ impl State {
                     return Ok(VmState::Continue);
                 };
                 let r = &ctx.running;
-                if r.killed.load(Ordering::Acquire) {
-                    return Err(mlua::Error::external(CommandError {
-                        text: "ERR Script killed by user with SCRIPT KILL...".into(),
-                        line: 1,
-                    }));
+                if r.deadline.is_some_and(|d| Instant::now() >= d) {
+                    r.stop(Stop::TimedOut);
                 }
                 let checks = r.checks.fetch_add(1, Ordering::Relaxed) + 1;
                 if checks >= INLINE_CHECKS
                     && r.budgeted.load(Ordering::Relaxed)
-                    && !r.wrote.load(Ordering::Acquire)
+                    && !r.effects.load(Ordering::Acquire)
                 {
-                    return Err(mlua::Error::external(OverBudget));
+                    r.stop(Stop::OverBudget);
+                }
+                if r.stopped() != Stop::None {
+                    return Err(mlua::Error::external(Stopped));
                 }
                 Ok(VmState::Continue)
             },
         )?;
-        Ok(State { lua })
+        Ok(State {
+            lua,
+            interrupt,
+            compiled: HashMap::new(),
+            runs: 0,
+        })
+    }
+
+    /// The memory this state holds.
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+
+    /// Limits what this state may hold.
+    pub fn set_memory_limit(&self, bytes: usize) -> mlua::Result<()> {
+        self.lua.set_memory_limit(bytes).map(|_| ())
+    }
+
+    /// Script `body` (SHA `sha`) compiled: from this state's cache, or compiled now
+    /// (the least recently run evicted past [`COMPILED_MAX`]; every other one, if the
+    /// compile ran out of memory, and the compile tried once more).
+    fn compiled(&mut self, body: &Bytes, sha: &str) -> Result<Function, CallError> {
+        self.runs += 1;
+        let runs = self.runs;
+        if let Some((f, last)) = self.compiled.get_mut(sha) {
+            *last = runs;
+            return Ok(f.clone());
+        }
+        let compile = |lua: &Lua| {
+            lua.load(&body[..])
+                .set_name("@user_script")
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .into_function()
+        };
+        let f = match compile(&self.lua) {
+            Ok(f) => f,
+            Err(mlua::Error::MemoryError(_)) if !self.compiled.is_empty() => {
+                self.compiled.clear();
+                let _ = self.lua.gc_collect();
+                compile(&self.lua).map_err(CallError::Compile)?
+            }
+            Err(e) => return Err(CallError::Compile(e)),
+        };
+        if self.compiled.len() >= COMPILED_MAX
+            && let Some(oldest) = self
+                .compiled
+                .iter()
+                .min_by_key(|(_, (_, last))| *last)
+                .map(|(sha, _)| sha.clone())
+        {
+            self.compiled.remove(&oldest);
+        }
+        self.compiled.insert(sha.to_string(), (f.clone(), runs));
+        Ok(f)
     }
 
     /// Runs the script `body` (SHA `sha`) with `keys` and `argv`. `budgeted`: stop at
-    /// the inline budget if it has not written.
+    /// the inline budget if it has had no effect.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
-        &self,
+        &mut self,
         engine: Arc<Engine>,
         session: &Session,
         running: Arc<Running>,
@@ -138,20 +278,8 @@ impl State {
         read_only: bool,
         budgeted: bool,
     ) -> Result<Ran, CallError> {
+        let func = self.compiled(body, sha)?;
         let lua = &self.lua;
-        let func = match lua.named_registry_value::<Option<Function>>(sha) {
-            Ok(Some(f)) => f,
-            _ => {
-                let f = lua
-                    .load(&body[..])
-                    .set_name("@user_script")
-                    .into_function()
-                    .map_err(CallError::Compile)?;
-                lua.set_named_registry_value(sha, &f)
-                    .map_err(CallError::Run)?;
-                f
-            }
-        };
         let mut inner = session.clone();
         inner.tx = crate::multi::TxState::default();
         inner.proto = 2;
@@ -160,30 +288,32 @@ impl State {
         inner.mailbox = None;
         inner.in_script = true;
         running.budgeted.store(budgeted, Ordering::Relaxed);
-        running.checks.store(0, Ordering::Relaxed);
+        running.restart();
         lua.set_app_data(Context {
             engine,
             session: Arc::new(tokio::sync::Mutex::new(inner)),
-            running,
+            running: running.clone(),
             read_only,
         });
-        let g = lua.globals();
         let list = |items: &[Bytes]| -> mlua::Result<mlua::Table> {
-            let t = lua.create_table()?;
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {
                 t.raw_set(i + 1, lua.create_string(&item[..])?)?;
             }
             Ok(t)
         };
-        g.raw_set("KEYS", list(keys).map_err(CallError::Run)?)
-            .map_err(CallError::Run)?;
-        g.raw_set("ARGV", list(argv).map_err(CallError::Run)?)
-            .map_err(CallError::Run)?;
-        let result = func.call_async::<Value>(()).await;
+        let result = match list(keys)
+            .and_then(|k| Ok((k, list(argv)?)))
+            .and_then(|(k, a)| sandbox::set_arguments(lua, k, a))
+        {
+            Ok(()) => func.call_async::<Value>(()).await,
+            Err(e) => Err(e),
+        };
         lua.remove_app_data::<Context>();
+        sandbox::after_run(lua, &func).map_err(CallError::Run)?;
         match result {
             Ok(v) => Ok(Ran::Done(v)),
-            Err(e) if is_over_budget(&e) => Ok(Ran::OverBudget),
+            Err(_) if running.stopped() != Stop::None => Ok(Ran::Stopped),
             Err(e) => Err(CallError::Run(e)),
         }
     }
@@ -194,21 +324,9 @@ pub enum CallError {
     Compile(mlua::Error),
     Run(mlua::Error),
 }
-
-fn is_over_budget(e: &mlua::Error) -> bool {
-    match e {
-        mlua::Error::CallbackError { cause, .. } => is_over_budget(cause),
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<OverBudget>().is_some(),
-        _ => false,
-    }
-}
-
-/// The `redis` table and the sandbox of a new state.
+/// The `redis` table and the libraries of a new state (before [`sandbox::lock`]).
 fn setup(lua: &Lua) -> mlua::Result<()> {
     let g = lua.globals();
-    for name in ["loadfile", "dofile"] {
-        g.raw_set(name, Value::Nil)?;
-    }
     let redis = lua.create_table()?;
     for (name, protected) in [("call", false), ("pcall", true)] {
         let f = lua.create_async_function(move |lua, args: MultiValue| async move {
@@ -217,11 +335,7 @@ fn setup(lua: &Lua) -> mlua::Result<()> {
                     "redis.call outside a script".into(),
                 ));
             };
-            let done = command(&lua, &ctx, args, protected).await;
-            if let Ok((_, true)) = &done {
-                ctx.running.wrote.store(true, Ordering::Release);
-            }
-            done.map(|(value, _)| value)
+            command(&lua, &ctx, args, protected).await
         })?;
         redis.raw_set(name, f)?;
     }
@@ -259,45 +373,22 @@ fn setup(lua: &Lua) -> mlua::Result<()> {
     }
     g.raw_set("redis", redis)?;
     super::libs::install(lua)?;
-    // Read-only globals: a new global is refused, an unknown one is an error.
-    let guard = lua.create_table()?;
-    guard.raw_set(
-        "__newindex",
-        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
-            Err(mlua::Error::RuntimeError(
-                "user_script:1: Attempt to modify a readonly table".into(),
-            ))
-        })?,
-    )?;
-    guard.raw_set(
-        "__index",
-        lua.create_function(
-            |_, (_, name): (Value, mlua::LuaString)| -> mlua::Result<()> {
-                Err(mlua::Error::RuntimeError(format!(
-                    "user_script:1: Script attempted to access nonexistent global variable '{}'",
-                    name.to_string_lossy()
-                )))
-            },
-        )?,
-    )?;
-    g.set_metatable(Some(guard))?;
     Ok(())
 }
 
-/// `redis.call` / `redis.pcall`: runs a command in the script's session; the value and
-/// whether the command writes.
+/// `redis.call` / `redis.pcall`: runs a command in the script's session.
 async fn command(
     lua: &Lua,
     ctx: &Context,
     args: MultiValue,
     protected: bool,
-) -> mlua::Result<(Value, bool)> {
+) -> mlua::Result<Value> {
     // The line `on @user_script:N` names: not known here (the call runs on the async
     // call's own Lua thread, whose stack this callback does not see), so 1.
     let line = 1;
-    let refuse = |text: &str| -> mlua::Result<(Value, bool)> {
+    let refuse = |text: &str| -> mlua::Result<Value> {
         if protected {
-            return Ok((convert::error_table(lua, text)?, false));
+            return convert::error_table(lua, text);
         }
         Err(mlua::Error::external(CommandError {
             text: text.to_string(),
@@ -305,9 +396,15 @@ async fn command(
         }))
     };
     let mut argv = Vec::with_capacity(args.len());
+    let mut budget = super::budget::Budget::default();
     for a in args.iter() {
         match convert::to_arg(a) {
-            Some(b) => argv.push(b),
+            Some(b) => {
+                if budget.spend(b.len()).is_err() {
+                    return refuse("ERR Lua redis lib command arguments are too large");
+                }
+                argv.push(b)
+            }
             None => {
                 return refuse("ERR Lua redis lib command arguments must be strings or integers");
             }
@@ -320,7 +417,11 @@ async fn command(
     let Some(spec) = index.and_then(|i| TABLE.get(i)) else {
         return refuse("ERR Unknown Redis command called from script");
     };
-    if spec.has_flag("noscript") {
+    // Every ACL subcommand but HELP is `noscript` in Redis (the container row has no
+    // flags of its own).
+    let acl_change = matches!(spec.cmd, crate::table::Cmd::Acl)
+        && !argv.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"help"));
+    if spec.has_flag("noscript") || acl_change {
         return refuse("ERR This Redis command is not allowed from script");
     }
     if !spec.arity_ok(argv.len()) {
@@ -329,11 +430,33 @@ async fn command(
     if ctx.read_only && spec.is_write() {
         return refuse("ERR Write commands are not allowed from read-only scripts.");
     }
-    let write = spec.is_write();
     let mut s = ctx.session.lock().await;
     if let Err(text) = crate::acl_cmd::check_script(&ctx.engine, &mut s, spec, &argv) {
         drop(s);
         return refuse(text);
+    }
+    if spec.is_write() {
+        match claim_keys(ctx, spec, &argv).await {
+            Ok(()) => {}
+            Err(None) => return Err(mlua::Error::external(Stopped)),
+            Err(Some(text)) => {
+                drop(s);
+                return refuse(text);
+            }
+        }
+    }
+    // Marked before it runs, as Redis does: a kill must not stop a write half-way, and
+    // a run that has had an effect must not be run again. (SeqCst: SCRIPT KILL reads
+    // `wrote` then stops; this writes `wrote` then reads the stop — one of the two sees
+    // the other.)
+    if spec.is_write() {
+        ctx.running.wrote.store(true, Ordering::SeqCst);
+    }
+    if spec.is_write() || spec.has_flag("pubsub") {
+        ctx.running.effects.store(true, Ordering::SeqCst);
+    }
+    if ctx.running.stopped() != Stop::None {
+        return Err(mlua::Error::external(Stopped));
     }
     let (reply, _) = Box::pin(crate::dispatch::dispatch_at(
         &ctx.engine,
@@ -345,6 +468,44 @@ async fn command(
     drop(s);
     match reply {
         Reply::Error(e) if !protected => Err(mlua::Error::external(CommandError { text: e, line })),
-        other => Ok((convert::to_lua(lua, other, 0)?, write)),
+        other => convert::to_lua(lua, other, 0),
+    }
+}
+
+/// Before a write: makes the script hold the locks of the keys it writes that it did
+/// not declare ([`crate::multi::claim_for_script`]). When another writer holds one and
+/// the script has had no effect, the script is stopped ([`Stop::Restart`]) to run again
+/// with it declared: `Err(None)`, as for a kill while it waited; `Err(Some(text))` is
+/// the command's error.
+async fn claim_keys(
+    ctx: &Context,
+    spec: &crate::table::Spec,
+    argv: &[Bytes],
+) -> Result<(), Option<&'static str>> {
+    let keys: Vec<&[u8]> = spec
+        .key_positions(argv)
+        .into_iter()
+        .filter_map(|i| argv.get(i).map(|k| &k[..]))
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let running = &ctx.running;
+    let may_restart = !running.effects.load(Ordering::SeqCst);
+    let stopped = || running.stopped() != Stop::None;
+    match crate::multi::claim_for_script(&ctx.engine, &keys, may_restart, &stopped).await {
+        Ok(()) => Ok(()),
+        Err(crate::multi::ClaimRefused::Restart) => {
+            running
+                .undeclared
+                .lock()
+                .extend(keys.iter().map(|k| Bytes::copy_from_slice(k)));
+            running.stop(Stop::Restart);
+            Err(None)
+        }
+        Err(crate::multi::ClaimRefused::Stopped) => Err(None),
+        Err(crate::multi::ClaimRefused::Busy) => Err(Some(
+            "ERR Script attempted to write a key it did not declare, which another client holds: declare every key a script writes",
+        )),
     }
 }

@@ -189,7 +189,14 @@ fn pack(fmt: &[u8], args: &[Value]) -> Result<Vec<u8>, Error> {
         used += 1;
         (args.get(used - 1), used + 1)
     };
+    let mut budget = super::budget::Budget::default();
+    let mut counted = 0;
     while let Some(item) = f.next()? {
+        // What the previous item wrote.
+        budget
+            .spend(out.len() - counted)
+            .map_err(|e| Error::Plain(format!("struct.pack: {e}")))?;
+        counted = out.len();
         out.resize(out.len() + f.pad(out.len(), item_size(item)), 0);
         match item {
             Item::Pad => out.push(0),
