@@ -237,8 +237,10 @@ async fn serve_session(
             continue;
         }
         // Limits are read at every read, so CONFIG SET applies to open connections.
+        let unauthenticated = !session.authenticated;
         let limits = Limits {
             max_bulk: usize::try_from(engine.limits.proto_max_bulk_len()).unwrap_or(usize::MAX),
+            unauthenticated,
             ..Limits::default()
         };
         // Parse every complete request first, so runs of pipelined GETs can be read
@@ -248,7 +250,15 @@ async fn serve_session(
         loop {
             match parser.parse(&mut buf, &limits) {
                 Ok(Some(args)) if args.is_empty() => continue,
-                Ok(Some(args)) => commands.push(args),
+                Ok(Some(args)) => {
+                    commands.push(args);
+                    // Before AUTH, one request at a time: what follows an AUTH is
+                    // parsed with the limits it lifts (Redis does the same).
+                    if unauthenticated {
+                        unparsed = !buf.is_empty();
+                        break;
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     bad = Some(e);

@@ -442,3 +442,45 @@ fn hostile_clients_alongside_a_well_behaved_one() {
     eprintln!("agent RSS grew by {} MiB", grown / 1024);
     assert!(grown < 600 * 1024, "agent RSS grew by {} MiB", grown / 1024);
 }
+
+/// Before AUTH a client could send a million arguments or 512 MB bulks (Redis limits an
+/// unauthenticated client to 10 arguments of 16 KiB, CVE-2021-32675): both are refused
+/// now and the connection closed, while AUTH and a large write sent together still work.
+#[test]
+fn an_unauthenticated_client_is_held_to_redis_limits() {
+    use dmc_e2e::{Frame, RespConn};
+    let agent = Agent::start(&[]).unwrap();
+    let port = agent.port();
+    let mut admin = RespConn::connect(&port).unwrap();
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "requirepass", "pw"]).unwrap(),
+        Frame::SimpleString(b"OK".to_vec())
+    );
+    let many: Vec<&[u8]> = vec![b"PING"; 11];
+    let mut c = RespConn::connect(&port).unwrap();
+    let reply = c.call(&many).unwrap();
+    assert_eq!(
+        dmc_e2e::error_text(&reply),
+        "ERR Protocol error: unauthenticated multibulk length"
+    );
+    assert!(c.cmd(&["PING"]).is_err(), "the connection is closed");
+    let mut c = RespConn::connect(&port).unwrap();
+    let big = vec![b'x'; 16 * 1024 + 1];
+    let reply = c.call(&[b"ECHO", &big]).unwrap();
+    assert_eq!(
+        dmc_e2e::error_text(&reply),
+        "ERR Protocol error: unauthenticated bulk length"
+    );
+    // AUTH and a 1 MB write in one packet: the write is parsed after AUTH lifted the
+    // limits.
+    let mut c = Raw::connect(&port);
+    let value = vec![b'v'; 1 << 20];
+    let mut both = command(&[b"AUTH", b"pw"]);
+    both.extend(command(&[b"SET", b"big", &value]));
+    c.send(&both);
+    let mut replies = c.reply();
+    if !replies.contains("+OK\r\n+OK\r\n") {
+        replies.push_str(&c.reply());
+    }
+    assert_eq!(replies, "+OK\r\n+OK\r\n");
+}

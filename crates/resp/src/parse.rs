@@ -19,7 +19,16 @@ pub struct Limits {
     pub max_args: usize,
     /// Longest inline request or length line (`PROTO_INLINE_MAX_SIZE`).
     pub max_inline: usize,
+    /// The client has not authenticated: Redis's tighter limits apply (at most
+    /// [`UNAUTHENTICATED_MAX_ARGS`] arguments of [`UNAUTHENTICATED_MAX_BULK`] bytes,
+    /// CVE-2021-32675).
+    pub unauthenticated: bool,
 }
+
+/// Most arguments in a request before AUTH (Redis's `authRequired` check).
+pub const UNAUTHENTICATED_MAX_ARGS: i64 = 10;
+/// Longest argument in a request before AUTH.
+pub const UNAUTHENTICATED_MAX_BULK: i64 = 16 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -27,6 +36,7 @@ impl Default for Limits {
             max_bulk: 512 << 20,
             max_args: 1024 * 1024,
             max_inline: 64 << 10,
+            unauthenticated: false,
         }
     }
 }
@@ -49,6 +59,10 @@ pub enum ProtocolError {
     TooBigMbulkCount,
     #[error("ERR Protocol error: too big bulk count string")]
     TooBigBulkCount,
+    #[error("ERR Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    #[error("ERR Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
 }
 
 /// Finds the `\r\n` ending the line that starts at `from`.
@@ -151,6 +165,9 @@ impl RequestParser {
         if n > limits.max_args as i64 {
             return Err(ProtocolError::InvalidMultibulkLength);
         }
+        if limits.unauthenticated && n > UNAUTHENTICATED_MAX_ARGS {
+            return Err(ProtocolError::UnauthenticatedMultibulkLength);
+        }
         if n <= 0 {
             let _ = buf.split_to(end + 2);
             return Ok(Some(Vec::new()));
@@ -183,6 +200,9 @@ impl RequestParser {
             let len = parse_len(&buf[pos + 1..end]).ok_or(ProtocolError::InvalidBulkLength)?;
             if len < 0 || len as u64 > limits.max_bulk as u64 {
                 return Err(ProtocolError::InvalidBulkLength);
+            }
+            if limits.unauthenticated && len > UNAUTHENTICATED_MAX_BULK {
+                return Err(ProtocolError::UnauthenticatedBulkLength);
             }
             let start = end + 2;
             let stop = start + len as usize;
@@ -319,6 +339,37 @@ mod tests {
             out.extend_from_slice(b"\r\n");
         }
         out
+    }
+
+    /// Before AUTH, Redis's limits: 10 arguments, 16 KiB each (CVE-2021-32675).
+    #[test]
+    fn an_unauthenticated_request_is_held_to_redis_limits() {
+        let before_auth = Limits {
+            unauthenticated: true,
+            ..Limits::default()
+        };
+        let many: Vec<Vec<u8>> = (0..11).map(|i| format!("a{i}").into_bytes()).collect();
+        assert_eq!(
+            parse_command(&mut BytesMut::from(&encode(&many)[..]), &before_auth),
+            Err(ProtocolError::UnauthenticatedMultibulkLength)
+        );
+        // Refused from the length line alone, before the bulk is buffered.
+        assert_eq!(
+            parse_command(
+                &mut BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16385\r\n"[..]),
+                &before_auth
+            ),
+            Err(ProtocolError::UnauthenticatedBulkLength)
+        );
+        let fits = encode(&[b"AUTH".to_vec(), vec![b'p'; 16384]]);
+        assert!(matches!(
+            parse_command(&mut BytesMut::from(&fits[..]), &before_auth),
+            Ok(Some(_))
+        ));
+        assert!(matches!(
+            parse_command(&mut BytesMut::from(&encode(&many)[..]), &Limits::default()),
+            Ok(Some(_))
+        ));
     }
 
     #[test]
