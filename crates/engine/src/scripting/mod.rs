@@ -321,7 +321,10 @@ pub(crate) async fn run_body(
         read_only,
         deadline: None,
     };
-    run_script(engine, session, &script).await
+    // Boxed: a script's state machine is large, and inlined it would make every
+    // connection's task (whose command future may be an EVAL) that much larger, idle
+    // or not.
+    Box::pin(run_script(engine, session, &script)).await
 }
 
 /// How long FUNCTION LOAD may run a library's code (Redis's `LOAD_TIMEOUT_MS`).
@@ -343,7 +346,10 @@ pub(crate) async fn run_library_load(
         read_only: true,
         deadline: Some(LOAD_TIMEOUT),
     };
-    run_script(engine, session, &script).await
+    // Boxed: a script's state machine is large, and inlined it would make every
+    // connection's task (whose command future may be an EVAL) that much larger, idle
+    // or not.
+    Box::pin(run_script(engine, session, &script)).await
 }
 
 /// Times a script may start again because a key it writes undeclared was held.
