@@ -397,6 +397,16 @@ async fn serve_session(
                                     gone = true;
                                     client.kill();
                                 }
+                                // The limit holds while blocked too (the buffer
+                                // grew without bound behind `BLPOP k 0`).
+                                Ok(_) if buf.len() as u64 > engine.limits.client_query_buffer_limit() => {
+                                    tracing::warn!(
+                                        bytes = buf.len(),
+                                        "closing a blocked client over client-query-buffer-limit"
+                                    );
+                                    gone = true;
+                                    client.kill();
+                                }
                                 Ok(_) => unparsed = true,
                             },
                         }

@@ -901,6 +901,9 @@ pub use redis_protocol::resp2::types::OwnedFrame as Frame;
 pub struct RespConn {
     stream: std::net::TcpStream,
     buf: Vec<u8>,
+    /// Where the next reply starts in `buf` (replies are not drained one by one: a
+    /// burst of many would cost quadratic copying).
+    start: usize,
 }
 
 impl RespConn {
@@ -910,6 +913,7 @@ impl RespConn {
         Ok(RespConn {
             stream,
             buf: Vec::new(),
+            start: 0,
         })
     }
 
@@ -930,11 +934,20 @@ impl RespConn {
     pub fn read(&mut self) -> Result<Frame> {
         use std::io::Read;
         loop {
-            if let Some((frame, used)) = redis_protocol::resp2::decode::decode(&self.buf)
-                .map_err(|e| anyhow::anyhow!("a reply that is not RESP2: {e:?}"))?
+            if let Some((frame, used)) =
+                redis_protocol::resp2::decode::decode(&self.buf[self.start..])
+                    .map_err(|e| anyhow::anyhow!("a reply that is not RESP2: {e:?}"))?
             {
-                self.buf.drain(..used);
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
                 return Ok(frame);
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
             }
             let mut chunk = [0u8; 65536];
             let n = self.stream.read(&mut chunk)?;

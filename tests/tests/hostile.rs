@@ -484,3 +484,124 @@ fn an_unauthenticated_client_is_held_to_redis_limits() {
     }
     assert_eq!(replies, "+OK\r\n+OK\r\n");
 }
+
+/// Input that arrived while a command blocked (`BLPOP k 0`) was never checked against
+/// `client-query-buffer-limit`: the buffer grew without bound. Now the client is closed
+/// as soon as it passes the limit, as Redis does after every read.
+#[test]
+fn a_blocked_client_is_held_to_the_query_buffer_limit() {
+    use dmc_e2e::{Frame, RespConn};
+    let agent = Agent::start(&[]).unwrap();
+    let port = agent.port();
+    let mut admin = RespConn::connect(&port).unwrap();
+    assert_eq!(
+        admin
+            .cmd(&["CONFIG", "SET", "client-query-buffer-limit", "1mb"])
+            .unwrap(),
+        Frame::SimpleString(b"OK".to_vec())
+    );
+    let mut c = Raw::connect(&port);
+    c.send(&command(&[b"BLPOP", b"never", b"0"]));
+    // A bulk announced as 8 MB, sent 2 MB in: held unparsed behind the BLPOP.
+    c.send(b"*2\r\n$3\r\nSET\r\n$8000000\r\n");
+    let chunk = vec![b'x'; 64 << 10];
+    let mut closed = false;
+    for _ in 0..32 {
+        if c.0.write_all(&chunk).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        // The agent closes the connection (the BLPOP may answer first): reads end at
+        // EOF or a reset, not at the 30 s read timeout.
+        let mut buf = [0u8; 1024];
+        loop {
+            match c.0.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the blocked client was not closed: {e}"),
+            }
+        }
+    }
+    assert_eq!(
+        admin.cmd(&["PING"]).unwrap(),
+        Frame::SimpleString(b"PONG".to_vec())
+    );
+}
+
+/// BLPOP with one key named 300 000 times registered and unregistered it that many
+/// times, O(N²) under the agent's one waiters lock (Redis de-duplicates): it now times
+/// out as any BLPOP does.
+#[test]
+fn a_blocking_pop_of_one_key_named_many_times_times_out() {
+    use dmc_e2e::{Frame, RespConn};
+    let agent = Agent::start(&[]).unwrap();
+    let mut c = RespConn::connect(&agent.port()).unwrap();
+    let mut args: Vec<&[u8]> = vec![b"BLPOP"];
+    args.extend(std::iter::repeat_n(&b"same"[..], 300_000));
+    args.push(b"0.1");
+    assert_eq!(c.call(&args).unwrap(), Frame::Null);
+    assert_eq!(
+        c.cmd(&["PING"]).unwrap(),
+        Frame::SimpleString(b"PONG".to_vec())
+    );
+}
+
+/// `SORT … GET` reserved `elements × GETs` replies before reading anything: 100 000
+/// elements and 500 000 GETs asked for 1.6 TB and aborted the agent. A reply past
+/// 64 Mi elements is refused now.
+#[test]
+fn a_sort_that_would_answer_without_bound_is_refused() {
+    use dmc_e2e::{Frame, RespConn};
+    let agent = Agent::start(&[]).unwrap();
+    let mut c = RespConn::connect(&agent.port()).unwrap();
+    let values: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+    let mut push: Vec<&[u8]> = vec![b"RPUSH", b"many"];
+    push.extend(values.iter().map(|v| v.as_bytes()));
+    assert_eq!(c.call(&push).unwrap(), Frame::Integer(100_000));
+    let mut sort: Vec<&[u8]> = vec![b"SORT", b"many", b"BY", b"nosort"];
+    for _ in 0..500_000 {
+        sort.extend([&b"GET"[..], &b"#"[..]]);
+    }
+    let reply = c.call(&sort).unwrap();
+    assert!(
+        dmc_e2e::error_text(&reply).contains("more than"),
+        "{reply:?}"
+    );
+    assert_eq!(
+        c.cmd(&["PING"]).unwrap(),
+        Frame::SimpleString(b"PONG".to_vec())
+    );
+}
+
+/// UNSUBSCRIBE of a client with N channels searched and shifted a list per channel,
+/// O(N²): 200 000 channels now leave at once.
+#[test]
+fn leaving_many_channels_is_linear() {
+    use dmc_e2e::{Frame, RespConn};
+    let agent = Agent::start(&[]).unwrap();
+    let mut c = RespConn::connect(&agent.port()).unwrap();
+    let names: Vec<String> = (0..200_000).map(|i| format!("ch{i}")).collect();
+    let mut subscribe: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+    subscribe.extend(names.iter().map(|n| n.as_bytes()));
+    c.send(&subscribe).unwrap();
+    for _ in 0..names.len() {
+        c.read().unwrap();
+    }
+    c.send(&[b"UNSUBSCRIBE"]).unwrap();
+    let mut last = None;
+    for _ in 0..names.len() {
+        last = Some(c.read().unwrap());
+    }
+    let Some(Frame::Array(confirmation)) = last else {
+        panic!("the last confirmation: {last:?}");
+    };
+    assert_eq!(confirmation.get(2), Some(&Frame::Integer(0)));
+    // No longer a subscriber: PING answers as usual.
+    assert_eq!(
+        c.cmd(&["PING"]).unwrap(),
+        Frame::SimpleString(b"PONG".to_vec())
+    );
+}

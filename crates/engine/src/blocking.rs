@@ -193,13 +193,17 @@ where
             Err(e) => e,
         };
     }
+    // Each key once (Redis de-duplicates): a key named N times registered and
+    // unregistered N times, O(N²) under the agent's one waiters lock.
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    let unique: Vec<Bytes> = keys.iter().filter(|k| seen.insert(*k)).cloned().collect();
     let reg = Registered {
         blocking: &engine.blocking,
         db,
-        keys,
+        keys: &unique,
         notify: Arc::new(Notify::new()),
     };
-    engine.blocking.register(db, keys, &reg.notify);
+    engine.blocking.register(db, &unique, &reg.notify);
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let _blocked = s.client.block();
     loop {

@@ -220,8 +220,9 @@ impl Mailbox {
 /// What one client subscribes to.
 struct ClientSubs {
     mailbox: Arc<Mailbox>,
-    /// Per [`Kind`], in subscription order.
-    names: [Vec<Bytes>; 3],
+    /// Per [`Kind`], in subscription order until one is left (then the last takes its
+    /// place: leaving is O(1), so a client leaving N channels costs O(N), not O(N²)).
+    names: [indexmap::IndexSet<Bytes>; 3],
 }
 
 impl ClientSubs {
@@ -235,7 +236,7 @@ impl ClientSubs {
     }
 
     fn total(&self) -> usize {
-        self.names.iter().map(Vec::len).sum()
+        self.names.iter().map(indexmap::IndexSet::len).sum()
     }
 }
 
@@ -284,7 +285,7 @@ impl PubSub {
         for name in names {
             let holders = by_name[kind as usize].entry(name.clone()).or_default();
             if holders.insert(id, subs.mailbox.clone()).is_none() {
-                subs.names[kind as usize].push(name.clone());
+                subs.names[kind as usize].insert(name.clone());
             }
             replies.push(confirmation(kind.words().0, Some(name), subs.count(kind)));
         }
@@ -313,14 +314,12 @@ impl PubSub {
             return (replies, false);
         };
         let leave: Vec<Bytes> = match names.is_empty() {
-            true => subs.names[kind as usize].clone(),
+            true => subs.names[kind as usize].iter().cloned().collect(),
             false => names.to_vec(),
         };
         let mut replies = Vec::with_capacity(leave.len().max(1));
         for name in &leave {
-            let list = &mut subs.names[kind as usize];
-            if let Some(at) = list.iter().position(|n| n == name) {
-                list.remove(at);
+            if subs.names[kind as usize].swap_remove(name) {
                 let map = &mut by_name[kind as usize];
                 if let Some(holders) = map.get_mut(name) {
                     holders.remove(&id);

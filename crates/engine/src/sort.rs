@@ -21,6 +21,9 @@ use dmc_resp::Reply;
 use crate::lists::ListValue;
 use crate::{Engine, NOT_INTEGER, SYNTAX, Session, collection, error_reply, parse_i64};
 
+/// The most elements one SORT answers (or stores): 64 Mi, a reply of gigabytes.
+const REPLY_MAX: usize = 1 << 26;
+
 /// The parsed options.
 #[derive(Debug, Default)]
 struct Options {
@@ -276,7 +279,15 @@ async fn sort(
     } else {
         &[]
     };
-    let mut out: Vec<Option<Bytes>> = Vec::with_capacity(picked.len() * o.gets.len().max(1));
+    // Bounded before anything is read: `elements × GETs` came from the client, and a
+    // reservation that large aborted the agent.
+    let n = picked.len().saturating_mul(o.gets.len().max(1));
+    if n > REPLY_MAX {
+        return Err(Reply::Error(format!(
+            "ERR SORT would answer {n} elements, more than {REPLY_MAX}: use LIMIT"
+        )));
+    }
+    let mut out: Vec<Option<Bytes>> = Vec::with_capacity(n.min(4096));
     for it in picked {
         if o.gets.is_empty() {
             out.push(Some(it.element.clone()));
