@@ -339,6 +339,7 @@ async fn serve_session(
                         | table::Cmd::DmcTracking
                         | table::Cmd::DmcInvalidate
                         | table::Cmd::DmcOrigin
+                        | table::Cmd::DmcUser
                         | table::Cmd::DmcKeep),
                     ) = cmd
                     {
@@ -348,6 +349,12 @@ async fn serve_session(
                             (false, _) => Reply::err("NOPERM DMC.* is for the cluster's agents"),
                             (true, table::Cmd::DmcWarm) => router.warm(&args),
                             (true, table::Cmd::DmcKeep) => router.keep_news(&args).await,
+                            (true, table::Cmd::DmcUser) if args.len() <= 2 => {
+                                dmc_engine::acl_cmd::act_for(engine, session, args.get(1))
+                            }
+                            (true, table::Cmd::DmcUser) => {
+                                Reply::err("ERR DMC.USER expects at most a user name")
+                            }
                             (true, table::Cmd::DmcOrigin) => {
                                 match args.get(2).and_then(|id| dmc_engine::parse_i64(id)) {
                                     Some(id) if args.len() == 3 => {

@@ -87,3 +87,110 @@ fn a_read_only_user_of_app_keys_is_refused_on_every_agent_and_the_acl_log_shows_
         "a deleted user cannot log in"
     );
 }
+
+/// Issue 42's ACL matrix: a user limited to `~lim:*`, connected to agent A, on keys
+/// agent B owns. A forwarded command ran at B as a peer session that skipped the ACL,
+/// so a script's `redis.call` and SORT's BY/GET reached any key. Now the client's user
+/// travels with the forwarded command (`DMC.USER`) and B checks it as that user: every
+/// path is refused as Redis refuses it, and the same commands on keys A owns agree.
+#[test]
+fn a_restricted_user_reaches_no_other_key_through_the_owning_agent() {
+    use dmc_e2e::{Frame, RespConn, error_text};
+    let c = TestCluster::routed("proxy", 2, &["--shards", "64"]).unwrap();
+    c.scale(2).unwrap();
+    let (agents, rows) = c.owners();
+    assert_eq!(agents.len(), 2, "{agents:?}");
+    let port_a = port_of(&serde_json::json!(agents[0].1));
+    let port_b = port_of(&serde_json::json!(agents[1].1));
+    let tags: Vec<String> = (0..400).map(|i| format!("lim:{{t{i}}}")).collect();
+    let at_b = dmc_e2e::key_owned_by(&rows, agents[1].0, &tags);
+    let at_a = dmc_e2e::key_owned_by(&rows, agents[0].0, &tags);
+    let secrets: Vec<String> = (0..400).map(|i| format!("secret{i}")).collect();
+    let secret_b = dmc_e2e::key_owned_by(&rows, agents[1].0, &secrets);
+    assert_eq!(
+        redis_cli(
+            &port_a,
+            &[
+                "ACL", "SETUSER", "lim", "on", ">pw", "~lim:*", "&lim:*", "+@all"
+            ]
+        ),
+        "OK"
+    );
+    for key in [&at_a, &at_b] {
+        assert_eq!(redis_cli(&port_a, &["RPUSH", key, &secret_b]), "1");
+    }
+    assert_eq!(redis_cli(&port_a, &["SET", &secret_b, "hidden"]), "OK");
+    for port in [&port_a, &port_b] {
+        wait_until("the agent to have the user", || {
+            as_lim(port)
+                .cmd(&["PING"])
+                .is_ok_and(|r| r == Frame::SimpleString(b"PONG".to_vec()))
+        });
+    }
+    let mut lim = as_lim(&port_a);
+    for key in [&at_b, &at_a] {
+        // A script that reads a key outside the pattern.
+        let reply = lim
+            .cmd(&[
+                "EVAL",
+                "return redis.call('GET', ARGV[1])",
+                "1",
+                key,
+                &secret_b,
+            ])
+            .unwrap();
+        assert!(
+            error_text(&reply).contains("can't access at least one of the keys"),
+            "EVAL on {key}: {reply:?}"
+        );
+        // SORT's GET and BY patterns reach other keys.
+        let reply = lim.cmd(&["SORT", key, "BY", "nosort", "GET", "*"]).unwrap();
+        assert!(
+            error_text(&reply).contains("GET option of SORT denied"),
+            "SORT GET on {key}: {reply:?}"
+        );
+        let reply = lim.cmd(&["SORT", key, "BY", "*"]).unwrap();
+        assert!(
+            error_text(&reply).contains("BY option of SORT denied"),
+            "SORT BY on {key}: {reply:?}"
+        );
+        // A script that publishes to a channel outside the user's channels.
+        let reply = lim
+            .cmd(&[
+                "EVAL",
+                "return redis.call('PUBLISH', 'news', 'x')",
+                "1",
+                key,
+            ])
+            .unwrap();
+        assert!(
+            error_text(&reply).contains("can't publish to the channel"),
+            "EVAL PUBLISH on {key}: {reply:?}"
+        );
+        // What the user may do still works through either agent.
+        assert_eq!(
+            lim.cmd(&["EVAL", "return redis.call('LLEN', KEYS[1])", "1", key])
+                .unwrap(),
+            Frame::Integer(1)
+        );
+    }
+    // A user deleted while connected fails closed at the owner too.
+    assert_eq!(redis_cli(&port_a, &["ACL", "DELUSER", "lim"]), "1");
+    wait_until("agent B to drop the user", || {
+        redis_cli(&port_b, &["ACL", "USERS"])
+            .lines()
+            .all(|u| u != "lim")
+    });
+    let mut admin = RespConn::connect(&port_a).unwrap();
+    let reply = admin
+        .cmd(&["EVAL", "return redis.call('LLEN', KEYS[1])", "1", &at_b])
+        .unwrap();
+    assert_eq!(reply, Frame::Integer(1), "the admin still works");
+}
+
+/// A connection authenticated as `lim` (password `pw`).
+fn as_lim(port: &str) -> dmc_e2e::RespConn {
+    let mut c = dmc_e2e::RespConn::connect(port).unwrap();
+    c.cmd(&["AUTH", "lim", "pw"]).unwrap();
+    c
+}

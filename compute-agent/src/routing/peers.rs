@@ -67,7 +67,38 @@ pub(super) struct PeerConn {
     /// The protocol the connection speaks (`HELLO`): the client's, so the owner shapes
     /// replies (RESP2 flat pairs or RESP3 maps and doubles) for the client.
     proto: u8,
+    /// The user the owner runs this connection's commands as (`DMC.USER`): a client's,
+    /// or `None` for this agent's own.
+    user: Option<Bytes>,
     engine: Arc<Engine>,
+}
+
+/// Whose commands a forward carries: the database and protocol they run in, and the
+/// user they run as at the owner — the client's (checked there as that user), or
+/// `None` for the agent's own (a relay, a cache feed, news for every agent).
+#[derive(Clone, Copy)]
+pub(super) struct Sender<'a> {
+    pub db: u8,
+    pub proto: u8,
+    pub user: Option<&'a Bytes>,
+}
+
+impl<'a> Sender<'a> {
+    /// A client's commands, as its session runs them.
+    pub fn client(session: &'a Session) -> Sender<'a> {
+        Sender {
+            db: session.db,
+            proto: session.proto,
+            user: Some(session.user.name()),
+        }
+    }
+
+    /// This agent's own commands (database 0, RESP2).
+    pub const AGENT: Sender<'static> = Sender {
+        db: 0,
+        proto: 2,
+        user: None,
+    };
 }
 
 impl Drop for PeerConn {
@@ -103,7 +134,7 @@ impl Router {
         let mut replies = self
             .forward_many_within(
                 addr,
-                (session.db, session.proto),
+                Sender::client(session),
                 &commands,
                 forward_timeout(args),
             )
@@ -118,7 +149,7 @@ impl Router {
     /// `what`).
     pub(super) async fn tell_other_agents(&self, command: &[Bytes], what: &str) {
         let sends = self.other_agents().into_iter().map(|addr| async move {
-            match self.forward_many(&addr, (0, 2), &[command]).await {
+            match self.forward_many(&addr, Sender::AGENT, &[command]).await {
                 Ok(replies) if replies.iter().all(|r| !matches!(r, Reply::Error(_))) => {}
                 other => tracing::warn!(%addr, ?other, "a peer did not take {what}"),
             }
@@ -131,10 +162,10 @@ impl Router {
     pub(super) async fn forward_many(
         &self,
         addr: &str,
-        (db, proto): (u8, u8),
+        sender: Sender<'_>,
         commands: &[&[Bytes]],
     ) -> std::io::Result<Vec<Reply>> {
-        self.forward_many_within(addr, (db, proto), commands, FORWARD_TIMEOUT)
+        self.forward_many_within(addr, sender, commands, FORWARD_TIMEOUT)
             .await
     }
 
@@ -142,10 +173,11 @@ impl Router {
     async fn forward_many_within(
         &self,
         addr: &str,
-        (db, proto): (u8, u8),
+        sender: Sender<'_>,
         commands: &[&[Bytes]],
         within: Duration,
     ) -> std::io::Result<Vec<Reply>> {
+        let Sender { db, proto, user } = sender;
         let pooled = self.peers.lock().get_mut(addr).and_then(|v| v.pop());
         let mut conn = match pooled {
             Some(c) => c,
@@ -165,6 +197,15 @@ impl Router {
                 &[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())],
                 &mut out,
             );
+        }
+        // Sent before HELLO's and SELECT's replies are read, as they are: if the owner
+        // refuses the user, it runs the commands that follow as nobody (fails closed),
+        // and the connection is not pooled again.
+        let act = conn.user.as_ref() != user;
+        if act {
+            let mut cmd = vec![Bytes::from_static(b"DMC.USER")];
+            cmd.extend(user.cloned());
+            encode_command(&cmd, &mut out);
         }
         for args in commands {
             encode_command(args, &mut out);
@@ -189,6 +230,20 @@ impl Router {
                         )));
                     }
                     _ => conn.db = db,
+                }
+            }
+            if act {
+                match conn.read_reply().await? {
+                    // The commands' replies (refusals) follow: read, not returned.
+                    Reply::Error(e) => {
+                        for _ in commands.iter() {
+                            conn.read_reply().await?;
+                        }
+                        return Err(std::io::Error::other(format!(
+                            "the owner refused the client's user: {e}"
+                        )));
+                    }
+                    _ => conn.user = user.cloned(),
                 }
             }
             let mut replies = Vec::with_capacity(commands.len());
@@ -254,10 +309,7 @@ impl Router {
             };
             let remote_runs = futures::future::join_all(remote.iter().map(|(addr, idx)| {
                 let refs: Vec<&[Bytes]> = idx.iter().map(|&i| &commands[i][..]).collect();
-                async move {
-                    self.forward_many(addr, (shared.db, shared.proto), &refs)
-                        .await
-                }
+                async move { self.forward_many(addr, Sender::client(shared), &refs).await }
             }));
             let (local_replies, remote_replies) = tokio::join!(local_run, remote_runs);
             for (&i, r) in local.iter().zip(local_replies) {
@@ -355,7 +407,7 @@ impl Router {
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
         let mut replies = Vec::with_capacity(commands.len());
         match self
-            .forward_many(addr, (session.db, session.proto), &refs)
+            .forward_many(addr, Sender::client(session), &refs)
             .await
         {
             Ok(got) => {
@@ -430,6 +482,7 @@ impl Router {
             buf: BytesMut::with_capacity(4096),
             db: 0,
             proto: 2,
+            user: None,
             engine: self.engine.clone(),
         };
         let mut out = BytesMut::new();

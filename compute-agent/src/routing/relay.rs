@@ -89,7 +89,10 @@ impl Router {
                         if commands.is_empty() {
                             return;
                         }
-                        if let Err(e) = router.forward_many(&addr, (0, 2), &commands).await {
+                        if let Err(e) = router
+                            .forward_many(&addr, super::peers::Sender::AGENT, &commands)
+                            .await
+                        {
                             tracing::warn!(%addr, error = %e, "a peer missed relayed messages");
                         }
                     }

@@ -138,7 +138,7 @@ impl Router {
         commands.push(vec![Bytes::from_static(b"EXEC")]);
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
         match self
-            .forward_many(addr, (session.db, session.proto), &refs)
+            .forward_many(addr, super::peers::Sender::client(session), &refs)
             .await
         {
             Ok(mut replies) => {

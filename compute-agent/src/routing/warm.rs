@@ -269,7 +269,10 @@ fn spawn_sender(addr: String, router: Weak<Router>) -> Queue {
             let size: usize = batch.iter().map(Update::bytes).sum();
             let commands: Vec<Vec<Bytes>> = batch.iter().map(Update::command).collect();
             let refs: Vec<&[Bytes]> = commands.iter().map(|c| &c[..]).collect();
-            let failed = match router.forward_many(&addr, (0, 2), &refs).await {
+            let failed = match router
+                .forward_many(&addr, super::peers::Sender::AGENT, &refs)
+                .await
+            {
                 Ok(replies) => replies
                     .iter()
                     .filter(|r| matches!(r, Reply::Error(_)))

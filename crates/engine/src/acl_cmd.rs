@@ -184,14 +184,20 @@ pub(crate) fn check(
     spec: &Spec,
     args: &[Bytes],
 ) -> Result<(), (Reply, Flow)> {
-    if session.peer {
-        // Another agent's forwarded command, checked where its client is.
+    if session.peer && !session.acts_for_client {
+        // The agent's own command (a relay, a cache feed), not a client's.
         return Ok(());
     }
     if !refresh(engine, session) {
+        // A peer connection serves other clients after this one: it stays open.
+        let flow = if session.peer {
+            Flow::Continue
+        } else {
+            Flow::Close
+        };
         return Err((
-            Reply::err("ERR the user of this connection was deleted"),
-            Flow::Close,
+            Reply::err("NOPERM the user of this command was deleted"),
+            flow,
         ));
     }
     if session.user.unrestricted() {
@@ -211,7 +217,15 @@ pub(crate) fn check_script(
     spec: &Spec,
     args: &[Bytes],
 ) -> Result<(), &'static str> {
-    if session.peer || !refresh(engine, session) || session.user.unrestricted() {
+    if session.peer && !session.acts_for_client {
+        return Ok(());
+    }
+    // A user deleted while its script runs: the script's calls fail (closed), they do
+    // not go on with the rules from before.
+    if !refresh(engine, session) {
+        return Err("ERR The user executing the script was deleted");
+    }
+    if session.user.unrestricted() {
         return Ok(());
     }
     session.user.check(spec, args).map_err(|denied| {
@@ -228,6 +242,32 @@ pub(crate) fn check_script(
             }
         }
     })
+}
+
+/// `DMC.USER [name]` on a peer connection: its next commands run as user `name` of
+/// this agent's users, checked as that user ([`check`]); a user this agent does not
+/// know or that is off leaves the session able to run nothing (it fails closed); no
+/// name: the agent's own commands again.
+pub fn act_for(engine: &Engine, session: &mut Session, name: Option<&Bytes>) -> Reply {
+    let Some(name) = name else {
+        session.acts_for_client = false;
+        return Reply::ok();
+    };
+    session.acts_for_client = true;
+    session.acl_generation = engine.acl.generation();
+    match engine.acl.lookup(name).filter(|u| u.enabled()) {
+        Some(user) => {
+            session.user = user;
+            Reply::ok()
+        }
+        None => {
+            session.user = Arc::new(crate::acl::User::new("(unknown)"));
+            Reply::Error(format!(
+                "NOPERM user '{}' is not known here or is off",
+                String::from_utf8_lossy(name)
+            ))
+        }
+    }
 }
 
 impl Engine {

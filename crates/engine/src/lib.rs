@@ -153,9 +153,13 @@ pub struct Session {
     pub user: Arc<acl::User>,
     /// ... as of this generation of the users.
     pub acl_generation: u64,
-    /// Another agent of the cluster (`DMC.PEER`): its forwarded commands were checked
-    /// where their client is.
+    /// Another agent of the cluster (`DMC.PEER`).
     pub peer: bool,
+    /// A peer session running a client's commands as that client's user (`DMC.USER`):
+    /// checked here as any client is — scripts' calls, SORT's patterns and what a
+    /// forwarded command reaches are this agent's to check. Without it a peer session
+    /// runs the agent's own commands, unchecked.
+    pub acts_for_client: bool,
     /// The connection's record in the client registry (name, kill signal, ...).
     pub client: Arc<clients::Client>,
     /// `CLIENT REPLY OFF`.
@@ -378,6 +382,7 @@ impl Engine {
             user,
             acl_generation,
             peer: false,
+            acts_for_client: false,
             client: self.clients.register(id, addr, laddr, fd),
             reply_off: false,
             skip_replies: 0,

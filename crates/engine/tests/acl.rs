@@ -323,3 +323,66 @@ async fn the_aclfile_is_saved_and_loaded() {
         Reply::Array(vec![bulk("app"), bulk("default")])
     );
 }
+
+/// A script still running when its user is deleted went on with the rules from before
+/// (it failed open); its next call now fails and ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_script_whose_user_is_deleted_fails_closed() {
+    let (_h, engine) = engine(Backend::Local).await;
+    let mut admin = session(&engine, 1);
+    for setup in [
+        &["ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all"][..],
+        // Commands on a running script's keys answer BUSY at once: how this test
+        // sees that the script runs.
+        &["CONFIG", "SET", "busy-reply-threshold", "0"][..],
+    ] {
+        assert_eq!(run(&engine, &mut admin, setup).await, Reply::ok());
+    }
+    let script = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let mut app = session(&engine, 2);
+            assert_eq!(
+                run(&engine, &mut app, &["AUTH", "app", "pw"]).await,
+                Reply::ok()
+            );
+            run(
+                &engine,
+                &mut app,
+                &[
+                    "EVAL",
+                    "while true do redis.call('GET', KEYS[1]) end",
+                    "1",
+                    "k",
+                ],
+            )
+            .await
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match run(&engine, &mut admin, &["GET", "k"]).await {
+            Reply::Error(e) if e.starts_with("BUSY") => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the script never ran: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        run(&engine, &mut admin, &["ACL", "DELUSER", "app"]).await,
+        Reply::Int(1)
+    );
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), script)
+        .await
+        .expect("the script ended")
+        .expect("the script's task");
+    let Reply::Error(e) = reply else {
+        panic!("the script answered {reply:?}");
+    };
+    assert!(
+        e.contains("The user executing the script was deleted"),
+        "{e}"
+    );
+}

@@ -557,6 +557,7 @@ pub const COMMANDS: &[Entry] = &[
     e("client|setinfo", SLOW | CONNECTION, &[]),
     // Commands between DMC processes: like Redis's REPLCONF and PSYNC, @admin.
     e("dmc.peer", ADMIN | SLOW | DANGEROUS, &[]),
+    e("dmc.user", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.warm", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.tracking", ADMIN | SLOW | DANGEROUS, &[]),
     e("dmc.invalidate", ADMIN | SLOW | DANGEROUS, &[]),

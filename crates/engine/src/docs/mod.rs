@@ -280,6 +280,12 @@ pub fn doc(cmd: Cmd) -> (&'static str, &'static str, &'static str, &'static str)
             "0.1.0",
             O1,
         ),
+        DmcUser => (
+            "The user a peer connection's next commands run as, checked as that user (internal).",
+            "connection",
+            "0.1.0",
+            O1,
+        ),
         DmcWarm => (
             "A primary's cache update for an agent backing up its shard (internal).",
             "connection",

@@ -140,6 +140,7 @@ pub enum Cmd {
     PubSub,
     /// `DMC.PEER`: the first command of another agent's forwarding connection.
     DmcPeer,
+    DmcUser,
     /// `DMC.WARM`: a cache update from the primary of a shard this agent backs up
     /// (peer connections only).
     DmcWarm,
@@ -264,7 +265,7 @@ impl Cmd {
             }
             Subscribe | Unsubscribe | PSubscribe | PUnsubscribe | SSubscribe | SUnsubscribe
             | Publish | SPublish | PubSub => Family::PubSub,
-            DmcPeer | DmcWarm | DmcTracking | DmcInvalidate | DmcOrigin | DmcKeep => {
+            DmcPeer | DmcUser | DmcWarm | DmcTracking | DmcInvalidate | DmcOrigin | DmcKeep => {
                 Family::Internal
             }
             Hash(_) => Family::Hashes,
@@ -687,6 +688,17 @@ const CORE: &[Spec] = &[
         0,
         0,
         DmcPeer
+    ),
+    // DMC.USER [name]: the user a peer connection's next commands run as (none: the
+    // agent's own, unchecked).
+    spec!(
+        "dmc.user",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        DmcUser
     ),
     spec!(
         "dmc.warm",
