@@ -298,6 +298,18 @@ fn function_load_of_a_library_that_loops_times_out() {
         error_text(&reply).contains("FUNCTION LOAD timeout"),
         "{reply:?}"
     );
+    // Loading only registers: the library's own code may not run commands.
+    let reply = c
+        .cmd(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=reads\nlocal v = redis.call('GET', 'x')\nredis.register_function('f', function() return v end)",
+        ])
+        .expect("FUNCTION LOAD");
+    assert!(
+        error_text(&reply).contains("not available while FUNCTION LOAD"),
+        "{reply:?}"
+    );
     assert_eq!(
         c.cmd(&["FUNCTION", "LIST"]).expect("FUNCTION LIST"),
         Frame::Array(vec![])

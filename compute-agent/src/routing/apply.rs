@@ -129,12 +129,16 @@ impl Router {
         }
         // The instance's function libraries and loaded scripts (FUNCTION LOAD, SCRIPT
         // LOAD etc. on any agent).
+        // Installed beside the map, not under it: a library's code runs (up to FUNCTION
+        // LOAD's 500 ms each), and slot takeovers and hand-overs must not wait for it.
+        // Installs keep their order (one at a time, an older version never after a
+        // newer one).
         if map.instance.functions_version > 0 {
             let codes: Vec<String> =
                 serde_json::from_str(&map.instance.functions).unwrap_or_default();
-            self.engine
-                .install_functions(&codes, map.instance.functions_version)
-                .await;
+            let engine = self.engine.clone();
+            let version = map.instance.functions_version;
+            tokio::spawn(async move { engine.install_functions(&codes, version).await });
         }
         if map.instance.scripts_version > 0 {
             let bodies: Vec<String> =

@@ -427,6 +427,13 @@ async fn command(
     if !spec.arity_ok(argv.len()) {
         return refuse("ERR Wrong number of args calling Redis command from script");
     }
+    // FUNCTION LOAD runs a library only to register its functions (Redis's load-time
+    // `redis` has no `call`): the only run with a deadline.
+    if ctx.running.deadline.is_some() {
+        return refuse(
+            "ERR redis.call and redis.pcall are not available while FUNCTION LOAD runs a library",
+        );
+    }
     if ctx.read_only && spec.is_write() {
         return refuse("ERR Write commands are not allowed from read-only scripts.");
     }
