@@ -1,20 +1,23 @@
 //! Lua scripting as Redis 7 does it: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT
-//! (LOAD, EXISTS, FLUSH, KILL, HELP), on Lua 5.1 (`mlua`, vendored). A script runs in
-//! a sandboxed state prepared once and reused ([`state`]) — only the base, table, string and math libraries, no
-//! `loadfile`/`dofile`, globals read-only (an assignment or a read of an unknown global
-//! is an error) — with `KEYS`, `ARGV` and the `redis` table: `call`, `pcall`,
-//! `error_reply`, `status_reply`, `sha1hex`, `log`, `setresp`. Replies and results
-//! convert as in Redis ([`convert`]); error texts are Redis's, with the script's SHA.
+//! (LOAD, EXISTS, FLUSH, KILL, HELP), on DMC's patched Lua 5.1 (`vendor/lua-src`). A
+//! script runs on a state of the pool ([`pool`], [`state`]) inside Redis 7's sandbox
+//! ([`sandbox`]: read-only globals and libraries, no bytecode) with `KEYS`, `ARGV` and
+//! the `redis` table: `call`, `pcall`, `error_reply`, `status_reply`, `sha1hex`,
+//! `log`, `setresp`. Replies and results convert as in Redis ([`convert`], bounded by
+//! [`budget`]); error texts are Redis's, with the script's SHA.
 //!
 //! A script is atomic as an EXEC is ([`crate::multi`]): it runs holding the write
-//! locks of the keys it declares, its commands take no lock of their own for them,
-//! and blocking commands do not block. Scripts are cached per agent by SHA-1.
+//! locks of the keys it declares; a key it writes undeclared is claimed in lock order,
+//! or the script runs again with it locked ([`run_script`]), so no two scripts wedge
+//! each other. Blocking commands do not block in it. Scripts are kept per agent by
+//! SHA-1, EVAL's up to [`EVAL_SCRIPTS_MAX`].
 //!
-//! A script that loops is stopped by SCRIPT KILL (an instruction hook checks the flag)
-//! unless it has written, as in Redis. Functions (FUNCTION, FCALL) run on the same
-//! machinery ([`functions`]). Past `busy-reply-threshold` a script's keys answer BUSY
-//! ([`busy`]). In a cluster the SCRIPT LOAD scripts are the instance's, kept by the manager
-//! ([`Scripts::install`], `compute-agent/src/routing/functions.rs`).
+//! SCRIPT KILL stops a script through its state's interrupt flag, inside long C calls
+//! too, unless it has written, as in Redis. Functions (FUNCTION, FCALL) run on the same
+//! machinery ([`functions`]); FUNCTION LOAD stops a library past [`LOAD_TIMEOUT`].
+//! Past `busy-reply-threshold` a script's keys answer BUSY ([`busy`]). In a cluster the
+//! SCRIPT LOAD scripts are the instance's, kept by the manager ([`Scripts::install`],
+//! `compute-agent/src/routing/functions.rs`).
 
 mod budget;
 mod convert;
@@ -363,9 +366,16 @@ async fn run_script(engine: &Engine, session: &mut Session, script: &Script<'_>)
     let Some(me) = engine.me.upgrade() else {
         return Reply::err("ERR the server is shutting down");
     };
+    // The state first, then the locks: a script that waits for a state holds no lock,
+    // so the wait for one of the 8 states and the waits for locks cannot close a
+    // cycle (a script holding a state may wait for a lock, in lock order).
+    let mut state = match engine.scripts.states.take().await {
+        Ok(s) => s,
+        Err(e) => return Reply::Error(format!("ERR {e}")),
+    };
     let mut keys: Vec<Bytes> = script.keys.to_vec();
     for _ in 0..RESTARTS_MAX {
-        match attempt(&me, session, script, &keys).await {
+        match attempt(&me, &mut state, session, script, &keys).await {
             Attempt::Reply(reply) => return reply,
             Attempt::Restart(more) => {
                 for k in more {
@@ -397,22 +407,19 @@ enum Attempt {
 /// single-threaded runtime (tests) there is nothing to hand over.
 async fn attempt(
     me: &Arc<Engine>,
+    state: &mut state::State,
     session: &mut Session,
     script: &Script<'_>,
     locked: &[Bytes],
 ) -> Attempt {
     let engine = &**me;
     crate::multi::run_locked(engine, locked, async {
-        let mut state = match engine.scripts.states.take().await {
-            Ok(s) => s,
-            Err(e) => return Attempt::Reply(Reply::Error(format!("ERR {e}"))),
-        };
         let deadline = script.deadline.map(|d| std::time::Instant::now() + d);
-        let running = Arc::new(Running::new(locked, &state, deadline));
+        let running = Arc::new(Running::new(locked, state, deadline));
         engine.scripts.running.lock().push(running.clone());
         engine.scripts.running_count.fetch_add(1, Ordering::AcqRel);
-        // Declared after the state: dropped first, so no SCRIPT KILL reaches this
-        // run's entry once the state is back in the pool.
+        // Dropped before the state goes back to the pool (it outlives this attempt), so
+        // no SCRIPT KILL reaches this run's entry once another run has the state.
         let _leave = Leave {
             engine: me.clone(),
             me: running.clone(),
@@ -420,12 +427,12 @@ async fn attempt(
         // A deadline is kept by a timer too: the hook sees it only between Lua
         // instructions, the interrupt flag also inside a long C call.
         let _watchdog = deadline.map(|at| Watchdog::start(running.clone(), at));
-        let first = run(me, &mut state, session, &running, script, true).await;
+        let first = run(me, state, session, &running, script, true).await;
         if !matches!(first, Attempt::OverBudget) {
             return first;
         }
         let handle = tokio::runtime::Handle::current();
-        let again = run(me, &mut state, session, &running, script, false);
+        let again = run(me, state, session, &running, script, false);
         match handle.runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(|| handle.block_on(again))

@@ -1,8 +1,8 @@
 //! The agent's Lua states: at most [`STATES`] exist at once (idle or running a
 //! script), and together they may hold at most `lua-memory-limit` bytes — each state
 //! gets an equal share as its memory limit when it is taken. A script that finds every
-//! state busy waits for one (it already holds its keys' locks, and a script holding a
-//! state never waits for a lock, so the wait cannot close a cycle).
+//! state busy waits for one before it takes any key lock (a script holding a state may
+//! wait for locks, in lock order: the two kinds of wait cannot close a cycle).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -497,6 +497,14 @@ async fn claim_keys(
     if keys.is_empty() {
         return Ok(());
     }
+    // A script runs at the agent that owns its declared keys; another agent's key is
+    // that agent's to write (waiting for it here stalled both agents' scripts): Redis
+    // Cluster's refusal.
+    if keys.iter().any(|k| !ctx.engine.owns(k)) {
+        return Err(Some(
+            "ERR Script attempted to access a non local key in a cluster node",
+        ));
+    }
     let running = &ctx.running;
     let may_restart = !running.effects.load(Ordering::SeqCst);
     let stopped = || running.stopped() != Stop::None;
