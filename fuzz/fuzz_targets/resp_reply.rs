@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         max_bulk: 4096,
         max_args: 256,
         max_inline: 1024,
+        unauthenticated: false,
     };
     let mut buf = BytesMut::from(data);
     while let Ok(Some(reply)) = parse_reply(&mut buf, &limits) {

@@ -8,12 +8,13 @@ use bytes::BytesMut;
 use dmc_resp::{Limits, RequestParser, parse_command};
 use libfuzzer_sys::fuzz_target;
 
-fn limits() -> Limits {
-    // Small limits, so the fuzzer reaches them.
+fn limits(unauthenticated: bool) -> Limits {
+    // Small limits, so the fuzzer reaches them; before AUTH, Redis's tighter ones.
     Limits {
         max_bulk: 4096,
         max_args: 64,
         max_inline: 1024,
+        unauthenticated,
     }
 }
 
@@ -21,6 +22,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&step, input)) = data.split_first() else {
         return;
     };
+    // The first byte's low bit picks the limits before AUTH; the byte, the piece size.
+    let unauthenticated = step & 1 == 1;
     let step = usize::from(step).max(1);
     // The whole input at once, stateless.
     let mut whole = BytesMut::from(input);
@@ -28,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let mut whole_error = None;
     loop {
         let before = whole.len();
-        match parse_command(&mut whole, &limits()) {
+        match parse_command(&mut whole, &limits(unauthenticated)) {
             Ok(Some(args)) => expected.push(args),
             Ok(None) => {
                 assert_eq!(whole.len(), before, "an incomplete request consumed bytes");
@@ -48,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
     'feed: for chunk in input.chunks(step) {
         buf.extend_from_slice(chunk);
         loop {
-            match parser.parse(&mut buf, &limits()) {
+            match parser.parse(&mut buf, &limits(unauthenticated)) {
                 Ok(Some(args)) => got.push(args),
                 Ok(None) => break,
                 Err(e) => {
