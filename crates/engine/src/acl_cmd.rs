@@ -160,7 +160,10 @@ fn client_info(engine: &Engine, session: &Session) -> String {
 }
 
 /// The session's user, current: after a change of the users the connection takes its
-/// user's new rules; `false` when its user was deleted (the connection is closed).
+/// user's new rules; `false` when its user was deleted (a client's connection is
+/// closed). The session then holds a user of the same name with no permissions, so a
+/// later check — a script's next call after a `pcall`, a peer connection's next command
+/// — is refused too, not allowed by the rules from before.
 fn refresh(engine: &Engine, session: &mut Session) -> bool {
     let generation = engine.acl.generation();
     if session.acl_generation == generation {
@@ -172,7 +175,10 @@ fn refresh(engine: &Engine, session: &mut Session) -> bool {
             session.user = user;
             true
         }
-        None => false,
+        None => {
+            session.user = Arc::new(User::new(session.user.name().clone()));
+            false
+        }
     }
 }
 
